@@ -1,0 +1,166 @@
+"""PyTorch lowerings of the IR ops other than attention (see ``attention.py``)."""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from tfspec.errors import TfspecError
+from .registry import OpModule, lowering
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
+
+
+@lowering("embedding")
+class Embedding(OpModule):
+    """Token ids (B, L) -> vectors (B, L, d_model), scaled by sqrt(d_model) (§3.4)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.scale = node.attrs["scale"]
+
+    def forward(self, ctx, tokens):
+        x = F.embedding(tokens, self.weight)
+        return x * self.scale if self.scale != 1.0 else x
+
+
+def sinusoids(length: int, d_model: int, device=None, dtype=None) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5): (length, d)."""
+    position = torch.arange(length, device=device, dtype=torch.float64)[:, None]
+    rate = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(length, d_model, device=device, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(position * rate)
+    pe[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
+    return pe.to(dtype or torch.get_default_dtype())
+
+
+@lowering("positional")
+class Positional(OpModule):
+    """Adds sinusoidal or learned position vectors to the embeddings."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.kind, self.max_len = node.attrs["kind"], node.attrs["max_len"]
+        self._table: torch.Tensor | None = None
+
+    def forward(self, ctx, x):
+        length = x.shape[1]
+        if length > self.max_len:
+            raise TfspecError(f"input of length {length} is longer than positional.max_len ({self.max_len}) "
+                              "of this spec; raise max_len or shorten the input")
+        if self.kind == "learned":
+            return x + self.weight[:length]
+        table = self._table
+        if table is None or table.device != x.device or table.dtype != x.dtype:
+            table = self._table = sinusoids(self.max_len, x.shape[-1], x.device, x.dtype)
+        return x + table[:length]
+
+
+@lowering("dropout")
+def dropout(node, graph):
+    p = node.attrs["p"]
+    return lambda ctx, x: F.dropout(x, p, True) if ctx.training and p > 0 else x
+
+
+@lowering("add")
+def add(node, graph):
+    return lambda ctx, x, y: x + y
+
+
+@lowering("layer_norm")
+class LayerNorm(OpModule):
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.shape, self.eps = node.shape[-1:], node.attrs["eps"]
+
+    def forward(self, ctx, x):
+        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+
+@lowering("ffn")
+class FeedForward(OpModule):
+    """act(x W1 + b1) W2 + b2 (eq. 2)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.act, self.p = ACTIVATIONS[node.attrs["activation"]], node.attrs["dropout"]
+
+    def forward(self, ctx, x):
+        h = self.act(F.linear(x, self.w_1, getattr(self, "b_1", None)))
+        if ctx.training and self.p > 0:
+            h = F.dropout(h, self.p, True)
+        return F.linear(h, self.w_2, getattr(self, "b_2", None))
+
+
+@lowering("projection")
+class Projection(OpModule):
+    """The pre-softmax linear layer: (B, L, d_model) -> logits (B, L, vocab)."""
+
+    def forward(self, ctx, x):
+        return F.linear(x, self.weight, getattr(self, "bias", None))
+
+
+@lowering("conv")
+class Convolution(OpModule):
+    """Conv1d over positions; padded positions are zeroed first so padding changes nothing."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        a = node.attrs
+        self.seq, self.padding, self.dilation = node.shape[1], tuple(a["padding"]), a["dilation"]
+        self.separable, self.act = a["separable"], ACTIVATIONS[a["activation"]]
+
+    def forward(self, ctx, x):
+        pad = ctx.padding.get(self.seq)
+        if pad is not None:
+            x = x.masked_fill(pad[..., None], 0.0)
+        h = F.pad(x.transpose(1, 2), self.padding)  # (B, d, L + k - 1)
+        if self.separable:
+            h = F.conv1d(h, self.w_depthwise, getattr(self, "b_depthwise", None), dilation=self.dilation,
+                         groups=h.shape[1])
+            h = F.conv1d(h, self.w_pointwise, getattr(self, "b_pointwise", None))
+        else:
+            h = F.conv1d(h, self.w_conv, getattr(self, "b_conv", None), dilation=self.dilation)
+        return self.act(h.transpose(1, 2))
+
+
+class _Recurrent:
+    """Runs a cuDNN-layout RNN; bidirectional layers pack padded batches so pads stay out."""
+
+    seq: str
+
+    def forward(self, ctx, x):
+        pad = ctx.padding.get(self.seq)
+        if pad is None or not self.bidirectional:
+            return super().forward(x)[0]  # right padding cannot reach earlier positions
+        lengths = (~pad).sum(1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        y, _ = pad_packed_sequence(super().forward(packed)[0], batch_first=True, total_length=x.shape[1])
+        return y
+
+
+class LSTM(_Recurrent, nn.LSTM):
+    pass
+
+
+class GRU(_Recurrent, nn.GRU):
+    pass
+
+
+class RNN(_Recurrent, nn.RNN):
+    pass
+
+
+@lowering("recurrent")
+def recurrent(node, graph):
+    a = node.attrs
+    cls = {"lstm": LSTM, "gru": GRU, "rnn": RNN}[a["cell"]]
+    module = cls(node.shape[-1], a["hidden"], batch_first=True, bidirectional=a["bidirectional"],
+                 bias=graph.spec.bias)
+    module.seq = node.shape[1]
+    return module

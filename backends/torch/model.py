@@ -1,0 +1,187 @@
+"""``TorchModel``: the IR executed as an ``nn.Module``.
+
+The module tree mirrors IR node names (``encoder.layers.0.self_attn``), so state-dict keys
+are IR parameter names. Construction ties parameters as the IR says, then checks that the
+module's parameters are exactly the IR's table, name for name and shape for shape, and
+initialises each as the IR declares: the IR stays the one source of truth.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+from tfspec.errors import TfspecError
+from tfspec.ir import Graph, build_graph
+from tfspec.spec import Spec
+
+from . import attention, layers  # noqa: F401  (register lowerings)
+from .registry import LOWERINGS
+
+
+@dataclass
+class RunContext:
+    """Per-call state shared by the ops: train/eval, key padding per sequence, mask cache."""
+
+    training: bool
+    padding: dict[str, torch.Tensor | None]
+    """Sequence symbol (S, T) -> bool (B, L), True at padding; None when nothing is padded."""
+    _masks: dict = field(default_factory=dict)
+
+    def attention_mask(self, layer, q_seq: str, kv_seq: str, lq: int, lk: int, device):
+        """(mask, is_causal) for ``scaled_dot_product_attention``: the kind's visibility
+        combined with key padding, built once per call and shared by all layers of a kind."""
+        key = (layer, q_seq, kv_seq)
+        if key not in self._masks:
+            self._masks[key] = self._build_mask(layer, kv_seq, lq, lk, device)
+        return self._masks[key]
+
+    def _build_mask(self, layer, kv_seq, lq, lk, device):
+        pad = self.padding.get(kv_seq)
+        if pad is None and layer.plain_causal and lq == lk:
+            return None, True  # lets SDPA use its fused causal kernel
+        visible = layer.visible(torch.arange(lq, device=device)[:, None], torch.arange(lk, device=device)[None, :])
+        if pad is None:
+            return visible, False
+        keep = ~pad[:, None, None, :]  # (B, 1, 1, Lk)
+        return (keep if visible is None else keep & visible), False
+
+
+@dataclass(frozen=True)
+class _Step:
+    name: str
+    fn: Callable
+    inputs: tuple[str, ...]
+
+
+class TorchModel(nn.Module):
+    """Runs an IR graph. ``model(src, tgt)`` (encoder-decoder) or ``model(tokens)`` -> logits."""
+
+    def __init__(self, graph: Graph):
+        super().__init__()
+        self.graph = graph
+        self.pad_id = graph.spec.vocab.pad_id
+        self._steps: dict[str, _Step] = {}
+        for node in graph.nodes():
+            if node.op == "input":
+                continue
+            if node.op not in LOWERINGS:
+                raise TfspecError(f"the PyTorch backend cannot lower IR op {node.op!r} ({node.name})")
+            fn = LOWERINGS[node.op](node, graph)
+            if isinstance(fn, nn.Module):
+                self._attach(node.name, fn)
+            self._steps[node.name] = _Step(node.name, fn, node.inputs)
+        self._tie()
+        self._check_against_ir()
+        self._plans: dict = {}
+
+    def _attach(self, name: str, module: nn.Module) -> None:
+        parent = self
+        *path, leaf = name.split(".")
+        for part in path:
+            if not hasattr(parent, part):
+                parent.add_module(part, nn.Module())
+            parent = getattr(parent, part)
+        parent.add_module(leaf, module)
+
+    def _tie(self) -> None:
+        for node in self.graph.nodes():
+            for role, name in node.params.items():
+                if not node.owns(role):
+                    self.get_submodule(node.name).register_parameter(role, self.get_parameter(name))
+
+    def _check_against_ir(self) -> None:
+        ours = {name: tuple(p.shape) for name, p in self.named_parameters()}
+        theirs = {name: p.shape for name, p in self.graph.params.items()}
+        if ours != theirs:
+            diff = sorted(set(ours.items()) ^ set(theirs.items()))
+            raise AssertionError(f"PyTorch parameters differ from the IR: {diff[:6]}")
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialise every parameter as the IR declares (``Param.init``)."""
+        for name, p in self.named_parameters():
+            kind, _, arg = self.graph.params[name].init.partition(":")
+            if kind == "xavier_uniform":
+                nn.init.xavier_uniform_(p)
+            elif kind == "normal":
+                nn.init.normal_(p, 0.0, float(arg))
+            elif kind == "uniform":
+                nn.init.uniform_(p, -float(arg), float(arg))
+            else:
+                nn.init.constant_(p, {"zeros": 0.0, "ones": 1.0}[kind])
+
+    def forward(self, *tokens: torch.Tensor) -> torch.Tensor:
+        names = [n for n in ("src", "tgt") if n in self.graph.ports]
+        if len(tokens) != len(names):
+            raise TypeError(f"{self.graph.name} takes {len(names)} token tensors ({', '.join(names)})")
+        return self.run(dict(zip(names, tokens)))["logits"]
+
+    def run(self, feeds: dict[str, torch.Tensor], outputs=("logits",)) -> dict[str, torch.Tensor]:
+        """Compute the named ``outputs`` (ports: logits, memory) from ``feeds`` (ports: src,
+        tgt, memory), running only the ops in between."""
+        ports = self.graph.ports
+        padding = {}
+        for port, seq in (("src", "S"), ("tgt", "T")):
+            if port in feeds:
+                pad = feeds[port] == self.pad_id
+                padding[seq] = pad if bool(pad.any()) else None
+        ctx = RunContext(self.training, padding)
+        env = {ports[name]: value for name, value in feeds.items()}
+        for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
+            env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
+        return {o: env[ports[o]] for o in outputs}
+
+    def _plan(self, fed: tuple[str, ...], targets: tuple[str, ...]) -> list[_Step]:
+        """The steps needed for ``targets`` given ``fed``, in IR order (cached)."""
+        key = (fed, targets)
+        if key not in self._plans:
+            needed, stack = set(), list(targets)
+            while stack:
+                name = stack.pop()
+                if name in needed or name in fed:
+                    continue
+                if name not in self._steps:
+                    raise TfspecError(f"cannot compute {name!r}: feed its input")
+                needed.add(name)
+                stack.extend(self._steps[name].inputs)
+            self._plans[key] = [s for n, s in self._steps.items() if n in needed]
+        return self._plans[key]
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still allocate (Linux), or None if unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            info = dict(line.split(":", 1) for line in f)
+        return int(info["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        try:
+            return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError):
+            return None
+
+
+def build_module(model: Spec | Graph, device: str | torch.device = "cpu", dtype=torch.float32) -> TorchModel:
+    """Emit and initialise the PyTorch module of a spec or IR graph.
+
+    Refuses before allocating when the weights would not fit in memory; ``device='meta'``
+    builds shapes only (for inspection and parameter checks of any size).
+    """
+    graph = model if isinstance(model, Graph) else build_graph(model)
+    device = torch.device(device)
+    if device.type == "cpu":
+        need, free = graph.num_params * torch.finfo(dtype).bits // 8, available_memory()
+        if free is not None and need > free:
+            raise TfspecError(f"{graph.name} has {graph.num_params:,} parameters ({need / 2**30:.1f} GiB in "
+                              f"{dtype}), more than the {free / 2**30:.1f} GiB of memory available; use "
+                              "--device meta to inspect it without allocating, or shrink the spec")
+    with torch.device(device):
+        module = TorchModel(graph)
+    if device.type != "meta":
+        module.reset_parameters()
+    return module.to(dtype)

@@ -1,0 +1,119 @@
+"""Lowering a validated spec into the IR (``build_graph``).
+
+The structure follows §3 of the paper: token embedding (x sqrt(d_model)) + positional
+encoding, dropout, N layers of residual sub-layers, an optional final norm, and the
+pre-softmax projection, tied to the embeddings as the spec says. Each layer kind lowers its
+own op (``tfspec.layers``); this module only wires them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tfspec.ir.graph import Graph
+from tfspec.spec.schema import Spec, Stack
+
+SEQ = {"encoder": "S", "decoder": "T"}
+INPUT = {"encoder": "src", "decoder": "tgt"}
+
+
+@dataclass
+class LayerBuilder:
+    """What a layer kind needs to lower itself: the graph, the spec and where it sits."""
+
+    graph: Graph
+    spec: Spec
+    stack: str
+    seq: str
+    memory: str | None = None
+    memory_seq: str = "S"
+
+    def op(self, name: str, op: str, inputs: list[str], *, attrs=None, params=None, component=None,
+           layer=None, shape=None) -> str:
+        """Add an op; ``params`` maps role -> (shape, init) to declare, or -> a name to tie."""
+        roles = {}
+        for role, declared in (params or {}).items():
+            if isinstance(declared, str):
+                roles[role] = declared
+            else:
+                roles[role] = self.graph.add_param(f"{name}.{role}", *declared)
+        component = component or (layer.component if layer is not None else "")
+        return self.graph.add_op(name, op, inputs, shape or ("B", self.seq, self.spec.d_model), attrs=attrs,
+                                 params=roles, component=component, stack=self.stack, layer=layer)
+
+    def norm(self, name: str, x: str) -> str:
+        d = self.spec.d_model
+        return self.op(name, "layer_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
+                       params={"weight": ((d,), "ones"), "bias": ((d,), "zeros")})
+
+
+def build_graph(spec: Spec) -> Graph:
+    """Lower ``spec`` into a fresh IR graph."""
+    graph = Graph(spec.name, spec)
+    memory = embedding = None
+    if spec.encoder is not None:
+        b = LayerBuilder(graph, spec, "encoder", "S")
+        x, embedding = _embed(b, spec.vocab.size, tie=None)
+        memory = graph.ports["memory"] = _stack(b, spec.encoder, x)
+        out, out_seq = memory, "S"
+    if spec.decoder is not None:
+        b = LayerBuilder(graph, spec, "decoder", "T", memory=memory)
+        tie = embedding if spec.tie_embeddings == "all" else None
+        x, embedding = _embed(b, spec.vocab.tgt_size, tie=tie)
+        out, out_seq = _stack(b, spec.decoder, x), "T"
+    vocab = spec.vocab.tgt_size if spec.decoder is not None else spec.vocab.size
+    _project(LayerBuilder(graph, spec, "", out_seq), out, vocab, embedding)
+    return graph
+
+
+def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
+    """Token ids -> embeddings (x sqrt(d_model)) + positions -> dropout (§3.4, §3.5, §5.4)."""
+    s, stack = b.spec, b.stack
+    tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
+    b.graph.ports[INPUT[stack]] = tokens
+    weight = tie or ((vocab, s.d_model), f"normal:{s.d_model ** -0.5}")
+    scale = math.sqrt(s.d_model) if s.embed_scale else 1.0
+    x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
+             params={"weight": weight}, component="embedding")
+    if s.positional.kind != "none":
+        params = {}
+        if s.positional.kind == "learned":
+            params["weight"] = ((s.positional.max_len, s.d_model), "normal:0.02")
+        x = b.op(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
+                 component="positional")
+    x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout})
+    return x, b.graph.node(f"{stack}.embed").params["weight"]
+
+
+def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
+    """N layers of residual sub-layers, then the final norm pre-norm stacks need."""
+    stems: dict[tuple[int, str], int] = {}
+    for index, _, layer in stack.sublayers():
+        seen = stems.get((index, layer.stem), 0)
+        stems[index, layer.stem] = seen + 1
+        name = f"{b.stack}.layers.{index}.{layer.stem}" + (f"_{seen}" if seen else "")
+        x = _residual(b, layer, name, x)
+    if b.spec.uses_final_norm:
+        x = b.norm(f"{b.stack}.norm", x)
+    return x
+
+
+def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
+    """post: LayerNorm(x + Dropout(f(x))) (§3.1); pre: x + Dropout(f(LayerNorm(x)))."""
+    pre = b.spec.norm == "pre"
+    h = b.norm(f"{name}_norm", x) if pre else x
+    y = layer.lower(b, name, h)
+    y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
+    y = b.op(f"{name}_add", "add", [x, y])
+    return y if pre else b.norm(f"{name}_norm", y)
+
+
+def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None:
+    """The pre-softmax linear layer, sharing the embedding matrix when tied (§3.4)."""
+    s = b.spec
+    params = {"weight": embedding if s.tie_embeddings != "none" else ((vocab, s.d_model), "xavier_uniform")}
+    if s.output_bias:
+        params["bias"] = ((vocab,), "zeros")
+    b.graph.ports["logits"] = b.op("output", "projection", [x], attrs={"vocab": vocab}, params=params,
+                                   component="output", shape=("B", b.seq, vocab))

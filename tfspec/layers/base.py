@@ -1,0 +1,62 @@
+"""What every layer kind provides, and the registry that collects them.
+
+A layer kind is one residual sub-layer of a block (the paper's Sublayer(x) in
+``LayerNorm(x + Dropout(Sublayer(x)))``, §3.1). Its module holds everything about it: the
+spec fields users write, the IR it lowers to (parameter shapes included), and the facts the
+passes and backends ask of it (causality, which keys an attention query may see). Adding a
+kind means adding one module here and importing it in ``tfspec.layers``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from tfspec.spec.base import SpecModel
+
+if TYPE_CHECKING:
+    from tfspec.ir.build import LayerBuilder
+    from tfspec.spec.schema import Spec
+
+SUBLAYERS: dict[str, type[Sublayer]] = {}
+
+
+def register(cls: type[Sublayer]) -> type[Sublayer]:
+    """Class decorator: make ``cls`` usable as ``kind: <its kind>`` in specs."""
+    kind = cls.model_fields["kind"].default
+    if kind in SUBLAYERS:
+        raise ValueError(f"layer kind {kind!r} registered twice ({SUBLAYERS[kind].__name__}, {cls.__name__})")
+    SUBLAYERS[kind] = cls
+    return cls
+
+
+def linear(role: str, out_features: int, in_features: int, bias: bool) -> dict:
+    """IR parameter declarations of a dense layer y = x W^T + b: ``w_<role>`` and ``b_<role>``."""
+    params = {f"w_{role}": ((out_features, in_features), "xavier_uniform")}
+    if bias:
+        params[f"b_{role}"] = ((out_features,), "zeros")
+    return params
+
+
+class Sublayer(SpecModel):
+    """Base of all layer kinds. Subclasses set ``kind`` (a Literal) and ``lower``."""
+
+    kind: str
+    stem: ClassVar[str]
+    """Node-name stem in the IR, e.g. ``encoder.layers.0.<stem>``."""
+    component: ClassVar[str]
+    """Category in parameter and cost reports: attention, ffn, recurrent, conv."""
+    needs_memory: ClassVar[bool] = False
+    """Reads the encoder output (cross-attention): only valid in an encoder-decoder's decoder."""
+
+    @property
+    def looks_ahead(self) -> bool:
+        """Whether the output at position i reads inputs after i (forbidden in a decoder)."""
+        return False
+
+    def check(self, spec: Spec) -> str | None:
+        """A message if this layer cannot work with the model-wide sizes of ``spec``."""
+        return None
+
+    def lower(self, b: LayerBuilder, name: str, x: str) -> str:
+        """Add this layer's op(s) to the IR reading node ``x``; return the output node."""
+        raise NotImplementedError

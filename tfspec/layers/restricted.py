@@ -1,0 +1,34 @@
+"""Self-attention restricted to a neighbourhood of radius r around each position (§4, Table 1).
+
+Position i sees positions j with |i - j| <= r (i - r <= j <= i when causal), so a stack of L
+such layers connects positions at most L*r apart: the O(n/r) maximum path length of Table 1.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import PositiveInt
+
+from tfspec.layers.attention import Attention
+from tfspec.layers.base import register
+
+
+@register
+class RestrictedSelfAttention(Attention):
+    """Local self-attention over the window [i - r, i + r] (or [i - r, i] when causal)."""
+
+    kind: Literal["restricted_self_attention"] = "restricted_self_attention"
+    stem: ClassVar[str] = "local_attn"
+    r: PositiveInt
+    """Neighbourhood radius: each query sees keys at distance <= r (window of 2r + 1)."""
+    causal: bool = False
+    """Only look back (window [i - r, i]); required in a decoder."""
+
+    @property
+    def looks_ahead(self) -> bool:
+        return not self.causal
+
+    def visible(self, q, k):
+        near = (k >= q - self.r) & (k <= q) if self.causal else (k >= q - self.r) & (k <= q + self.r)
+        return near

@@ -1,0 +1,159 @@
+"""Reading specs: safe YAML, ``extends:`` inheritance, and errors that point at the line.
+
+Specs are data. They are parsed with PyYAML's safe loader only (no tags, no Python objects),
+and every problem is reported as ``file:line: field.path: message`` with the fix, from the
+file that set the field, even when it came in through ``extends``.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from tfspec.errors import Problem, SpecError
+from tfspec.layers import SUBLAYERS
+from tfspec.spec.base import did_you_mean
+from tfspec.spec.schema import Spec
+
+Origins = dict[tuple, tuple[str, int]]
+NOT_INHERITED = ("name", "extends", "reference")
+
+
+def shipped_specs() -> Path:
+    """The folder of specs installed with tfspec (``specs/`` in a checkout)."""
+    return Path(str(resources.files("tfspec.specs")))
+
+
+def resolve(ref: str | Path, relative_to: Path | None = None) -> Path:
+    """A spec path, or the name of a shipped spec (``base``, ``table3/C1``)."""
+    candidates = [Path(ref)] if relative_to is None else [relative_to / ref]
+    if not str(ref).endswith((".yaml", ".yml")):
+        candidates.append(shipped_specs() / f"{ref}.yaml")
+    candidates.append(shipped_specs() / str(ref))
+    return next((c for c in candidates if c.is_file()), candidates[0])
+
+
+def load_spec(ref: str | Path) -> Spec:
+    """Read, merge and validate a spec; raise ``SpecError`` listing every problem."""
+    path = resolve(ref)
+    data, origins = _load_tree(path, ())
+    data.setdefault("name", path.stem)
+    try:
+        return Spec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError([_problem(err, origins, str(path)) for err in e.errors()]) from None
+
+
+def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
+    """The merged data of ``path`` and its ``extends`` ancestors, with where each key came from."""
+    if not path.is_file():
+        raise SpecError.one(str(path), "no such spec file" + (" (is the path right?)" if not chain else ""))
+    if path.resolve() in chain:
+        cycle = " -> ".join(p.name for p in (*chain, path.resolve()))
+        raise SpecError.one(str(path), f"extends forms a cycle: {cycle}; remove one extends", "extends")
+    text = path.read_text(encoding="utf-8")
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        column = f", column {mark.column + 1}" if mark else ""
+        raise SpecError.one(str(path), f"malformed YAML: {what}{column}", line=mark.line + 1 if mark else None)
+    if not isinstance(data, dict):
+        raise SpecError.one(str(path), "a spec must be a YAML mapping of fields (name: ..., d_model: ...)",
+                            line=1)
+    origins: Origins = {}
+    _record_lines(node, (), str(path), origins)
+    base = data.get("extends")
+    if base is None:
+        return data, origins
+    if not isinstance(base, str):
+        raise SpecError.one(str(path), "extends must be a file path or a shipped spec name", "extends",
+                            origins.get(("extends",), (None, None))[1])
+    base_path = resolve(base, path.parent)
+    if not base_path.is_file():
+        raise SpecError.one(str(path), f"extends {base!r}, but no such spec ({base_path}) exists", "extends",
+                            origins[("extends",)][1])
+    base_data, base_origins = _load_tree(base_path, (*chain, path.resolve()))
+    for key in NOT_INHERITED:
+        base_data.pop(key, None)
+        base_origins = {k: v for k, v in base_origins.items() if k[:1] != (key,)}
+    return _merge(base_data, data), base_origins | origins
+
+
+def _merge(base: Any, over: Any) -> Any:
+    """Mappings merge key by key (null deletes); anything else in ``over`` replaces ``base``."""
+    if not (isinstance(base, dict) and isinstance(over, dict)):
+        return over
+    merged = dict(base)
+    for key, value in over.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge(base.get(key), value)
+    return merged
+
+
+def _record_lines(node: yaml.Node, path: tuple, file: str, origins: Origins) -> None:
+    """Map each key path to (file, line); reject duplicate keys, which YAML would drop silently."""
+    origins[path] = (file, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key_node, value_node in node.value:
+            key = key_node.value
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise SpecError.one(file, f"duplicate key {key!r} (first set on line {seen[key]}); keep one",
+                                    _dotted(path + (key,)), line)
+            seen[key] = line
+            _record_lines(value_node, path + (key,), file, origins)
+            origins[path + (key,)] = (file, line)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _record_lines(item, path + (index,), file, origins)
+
+
+def _problem(err: dict, origins: Origins, file: str) -> Problem:
+    """One pydantic error as a Problem naming the file, line, field path and fix."""
+    loc = _user_loc(err["loc"])
+    ctx = err.get("ctx") or {}
+    if "field" in ctx:
+        loc += (ctx["field"],)
+    message = err["msg"]
+    value = err.get("input")
+    if err["type"] == "union_tag_invalid":
+        message = f"unknown layer kind {ctx['tag']!r}{did_you_mean(ctx['tag'], SUBLAYERS)}; " \
+                  f"known kinds: {', '.join(SUBLAYERS)}"
+    elif err["type"] == "literal_error":
+        choices = re.findall(r"'([^']*)'", ctx.get("expected", ""))
+        message = f"{message} (got {value!r}){did_you_mean(value, choices)}"
+    elif err["type"] == "missing":
+        message = "missing required field"
+    elif not isinstance(value, (dict, list)) and err["type"] not in ("unknown_field", "spec_field"):
+        message = f"{message} (got {value!r})"
+    for depth in range(len(loc), -1, -1):
+        if loc[:depth] in origins:
+            file, line = origins[loc[:depth]]
+            break
+    else:
+        line = None
+    return Problem(file, line, _dotted(loc), message[0].lower() + message[1:])
+
+
+def _user_loc(loc: tuple) -> tuple:
+    """Drop pydantic's union-branch tags (layer kind names, 'function-before') from a location."""
+    return tuple(part for part in loc if not (isinstance(part, str) and (part in SUBLAYERS or
+                                                                          part.startswith("function-"))))
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,255 @@
+"""The spec language: what a Transformer variant is, as validated, frozen pydantic models.
+
+Field docstrings become the JSON Schema descriptions editors show (``tfspec schema``).
+Cross-field rules quote both fields, their values and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import (BeforeValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt,
+                      field_validator, model_validator)
+
+from tfspec.layers import SUBLAYERS
+from tfspec.layers.ffn import Activation
+from tfspec.spec.base import SpecModel, field_error
+
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+
+def _expand_kind(value: Any) -> Any:
+    """``self_attention`` is shorthand for ``{kind: self_attention}``."""
+    return {"kind": value} if isinstance(value, str) else value
+
+
+_KindUnion = Annotated[Union[tuple(SUBLAYERS.values())], Field(discriminator="kind")]
+Layer = Annotated[
+    _KindUnion,
+    BeforeValidator(_expand_kind, json_schema_input_type=Union[Literal[tuple(SUBLAYERS)], _KindUnion]),
+]
+Block = Annotated[list[Layer], Field(min_length=1)]
+
+
+class Vocab(SpecModel):
+    """Token vocabularies. Ids 0-3 are reserved for pad, bos, eos and unk by default."""
+
+    size: PositiveInt
+    """Tokens in the (source) vocabulary, special tokens included."""
+    target_size: PositiveInt | None = None
+    """Target vocabulary size when not shared; defaults to size."""
+    shared: bool = True
+    """Source and target use one vocabulary (the paper's shared BPE, §5.1)."""
+    pad_id: NonNegativeInt = 0
+    bos_id: NonNegativeInt = 1
+    eos_id: NonNegativeInt = 2
+    unk_id: NonNegativeInt = 3
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"size": data} if isinstance(data, int) and not isinstance(data, bool) else data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Vocab:
+        if self.shared and self.target_size not in (None, self.size):
+            raise field_error("target_size", f"a shared vocabulary has one size, but size is {self.size} "
+                              f"and target_size {self.target_size}; drop target_size or set shared: false")
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id, "unk_id": self.unk_id}
+        for key, value in ids.items():
+            if value >= min(self.size, self.tgt_size):
+                raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
+        if len(set(ids.values())) < len(ids):
+            raise field_error("pad_id", f"special token ids must differ, got {ids}")
+        return self
+
+    @property
+    def tgt_size(self) -> int:
+        return self.target_size or self.size
+
+
+class Positional(SpecModel):
+    """How positions enter the model (§3.5)."""
+
+    kind: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
+    """sinusoidal: fixed sines/cosines; learned: a trained table (Table 3 row E); none: for
+    models whose layers see order themselves (recurrent, convolutional)."""
+    max_len: PositiveInt = 1024
+    """Longest sequence the model accepts; rows of the learned table."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+
+class Group(SpecModel):
+    """Consecutive layers that share one block layout."""
+
+    layers: PositiveInt
+    """How many layers use this block."""
+    block: Block
+    """The sub-layers of each layer, in order; each is wrapped in residual + norm + dropout."""
+
+
+class Stack(SpecModel):
+    """An encoder or decoder: N layers of a block, or groups of layers with different blocks."""
+
+    layers: PositiveInt | None = None
+    """N, the number of identical layers (§3.1); use groups for heterogeneous stacks."""
+    block: Block | None = None
+    """The sub-layers of each layer, in order, e.g. [self_attention, ffn]."""
+    groups: list[Group] | None = Field(default=None, min_length=1)
+    """Instead of layers + block: runs of layers with their own blocks, bottom to top."""
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Stack:
+        if self.groups is not None and (self.layers is not None or self.block is not None):
+            raise field_error("groups", "give either groups or layers + block, not both")
+        if self.groups is None and (self.layers is None or self.block is None):
+            missing = "layers" if self.layers is None else "block"
+            raise field_error(missing, f"missing {missing}: a stack needs layers and block (or groups)")
+        return self
+
+    @property
+    def segments(self) -> list[Group]:
+        return self.groups if self.groups is not None else [Group(layers=self.layers, block=self.block)]
+
+    @property
+    def num_layers(self) -> int:
+        return sum(g.layers for g in self.segments)
+
+    def sublayers(self):
+        """(layer index, position in block, layer kind) for every sub-layer, bottom to top."""
+        index = 0
+        for group in self.segments:
+            for _ in range(group.layers):
+                for position, layer in enumerate(group.block):
+                    yield index, position, layer
+                index += 1
+
+
+class Reference(SpecModel):
+    """What a published source reports for this model: shown beside tfspec's own numbers."""
+
+    source: str
+    """Citation, e.g. 'Vaswani et al. 2017, Table 3'."""
+    row: str | None = None
+    """Row or variant label in the source."""
+    params_millions: PositiveFloat | None = None
+    """Parameter count the source reports, in millions."""
+    bleu: PositiveFloat | None = None
+    perplexity: PositiveFloat | None = None
+    train_steps: PositiveInt | None = None
+
+
+class Spec(SpecModel):
+    """A Transformer variant. Unlisted fields take the paper's base-model values."""
+
+    name: str = Field(min_length=1)
+    """Model name; defaults to the file name."""
+    description: str = ""
+    extends: str | None = None
+    """Path (relative to this file) or shipped name of a spec to inherit; fields set here win.
+    Mappings merge key by key, lists are replaced, null removes an inherited key."""
+    family: Literal["encoder-decoder", "encoder-only", "decoder-only"] = "encoder-decoder"
+    vocab: Vocab
+    d_model: PositiveInt = 512
+    """Width of every residual stream (d_model)."""
+    heads: PositiveInt = 8
+    """Attention heads h."""
+    d_k: PositiveInt | None = None
+    """Query/key width per head; defaults to d_model / heads."""
+    d_v: PositiveInt | None = None
+    """Value width per head; defaults to d_model / heads."""
+    d_ff: PositiveInt = 2048
+    """Inner size of the feed-forward layers."""
+    activation: Activation = "relu"
+    dropout: Probability = 0.1
+    """P_drop: on every sub-layer output and on embeddings + positions (§5.4)."""
+    attention_dropout: Probability = 0.0
+    """Dropout on attention weights (not in the paper)."""
+    activation_dropout: Probability = 0.0
+    """Dropout inside the feed-forward layer (not in the paper)."""
+    label_smoothing: Probability = 0.1
+    """eps_ls (§5.4)."""
+    positional: Positional = Positional()
+    norm: Literal["post", "pre"] = "post"
+    """post: LayerNorm(x + Sublayer(x)) as in the paper; pre: x + Sublayer(LayerNorm(x))."""
+    norm_eps: PositiveFloat = 1e-5
+    final_norm: bool | None = None
+    """LayerNorm after each stack's last layer; defaults to true for pre-norm, false for post."""
+    tie_embeddings: Literal["none", "output", "all"] = "output"
+    """output: target embedding and pre-softmax projection share a matrix; all: the source
+    embedding too, as in the paper (§3.4; needs a shared vocabulary)."""
+    embed_scale: bool = True
+    """Multiply embeddings by sqrt(d_model) (§3.4)."""
+    bias: bool = True
+    """Biases in attention, feed-forward, recurrent and convolution layers."""
+    output_bias: bool = False
+    """Bias on the pre-softmax projection."""
+    encoder: Stack | None = None
+    decoder: Stack | None = None
+    reference: Reference | None = None
+    """Published figures for this model (not inherited through extends)."""
+
+    @field_validator("tie_embeddings", mode="before")
+    @classmethod
+    def _tie_alias(cls, value: Any) -> Any:
+        return "output" if value == "decoder" else value  # the issue tracker's name for it
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_head_dims(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            d, h = data.get("d_model", 512), data.get("heads", 8)
+            if isinstance(d, int) and isinstance(h, int) and h > 0 and d % h == 0:
+                data = {"d_k": d // h, "d_v": d // h} | {k: v for k, v in data.items() if v is not None}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Spec:
+        if self.d_k is None or self.d_v is None:
+            missing = " and ".join(f for f in ("d_k", "d_v") if getattr(self, f) is None)
+            raise field_error("heads", f"d_model ({self.d_model}) is not divisible by heads ({self.heads}): "
+                              f"set {missing} explicitly or pick heads dividing d_model")
+        self._check_family()
+        if self.tie_embeddings == "all" and (self.family != "encoder-decoder" or not self.vocab.shared):
+            raise field_error("tie_embeddings", "tie_embeddings 'all' ties the source embedding too: it needs "
+                              "family encoder-decoder and vocab.shared true; use 'output' instead")
+        for stack in ("encoder", "decoder"):
+            self._check_stack(stack)
+        return self
+
+    def _check_family(self) -> None:
+        wants = {"encoder-decoder": ("encoder", "decoder"), "encoder-only": ("encoder",),
+                 "decoder-only": ("decoder",)}[self.family]
+        for stack in ("encoder", "decoder"):
+            present = getattr(self, stack) is not None
+            if present and stack not in wants:
+                raise field_error(stack, f"family {self.family} has no {stack}; remove it or change family")
+            if not present and stack in wants:
+                raise field_error(stack, f"family {self.family} needs an {stack}")
+
+    def _check_stack(self, stack: str) -> None:
+        spec = getattr(self, stack)
+        if spec is None:
+            return
+        for index, position, layer in spec.sublayers():
+            where = f"{stack}.layer {index} block[{position}] ({layer.kind})"
+            if layer.needs_memory and not (stack == "decoder" and self.family == "encoder-decoder"):
+                raise field_error(stack, f"{where}: {layer.kind} reads the encoder output, so it only fits "
+                                  "the decoder of an encoder-decoder")
+            if stack == "decoder" and layer.looks_ahead:
+                raise field_error(stack, f"{where} would let the decoder see future tokens; use a causal "
+                                  "kind (causal_self_attention, causal: true, unidirectional recurrent)")
+            if problem := layer.check(self):
+                raise field_error(stack, f"{where}: {problem}")
+
+    @property
+    def stacks(self) -> list[tuple[str, Stack]]:
+        return [(n, s) for n, s in (("encoder", self.encoder), ("decoder", self.decoder)) if s is not None]
+
+    @property
+    def uses_final_norm(self) -> bool:
+        return self.norm == "pre" if self.final_norm is None else self.final_norm
