@@ -116,4 +116,4 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
     if s.output_bias:
         params["bias"] = ((vocab,), "zeros")
     b.graph.ports["logits"] = b.op("output", "projection", [x], attrs={"vocab": vocab}, params=params,
-                                   component="output", shape=("B", b.seq, vocab))
+                                   component="projection", shape=("B", b.seq, vocab))

@@ -46,7 +46,7 @@ class Node:
     params: Mapping[str, str]
     """Role (e.g. ``w_qkv``) -> canonical parameter name; a tied role names another node's."""
     component: str
-    """Report category: embedding, positional, attention, ffn, norm, recurrent, conv, output."""
+    """Report category: embedding, positional, attention, ffn, norm, recurrent, conv, projection."""
     stack: str
     """``encoder``, ``decoder``, or ``""`` for model-level ops."""
     layer: Any = None

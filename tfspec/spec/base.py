@@ -20,7 +20,8 @@ def did_you_mean(word: str, choices) -> str:
 
 
 def field_error(field: str, message: str) -> PydanticCustomError:
-    """A cross-field error pinned to ``field`` so the message can name its path and line."""
+    """A cross-field error pinned to ``field`` (a dotted path below the model, list indices as
+    numbers: ``decoder.block.0``) so the message can name its path and line."""
     return PydanticCustomError("spec_field", "{message}", {"field": field, "message": message})
 
 

@@ -21,7 +21,7 @@ from tfspec.spec.base import did_you_mean
 from tfspec.spec.schema import Spec
 
 Origins = dict[tuple, tuple[str, int]]
-NOT_INHERITED = ("name", "extends", "reference")
+NOT_INHERITED = ("name", "description", "extends", "reference")
 
 
 def shipped_specs() -> Path:
@@ -124,7 +124,7 @@ def _problem(err: dict, origins: Origins, file: str) -> Problem:
     loc = _user_loc(err["loc"])
     ctx = err.get("ctx") or {}
     if "field" in ctx:
-        loc += (ctx["field"],)
+        loc += tuple(int(p) if p.isdigit() else p for p in ctx["field"].split("."))
     message = err["msg"]
     value = err.get("input")
     if err["type"] == "union_tag_invalid":

@@ -120,12 +120,13 @@ class Stack(SpecModel):
         return sum(g.layers for g in self.segments)
 
     def sublayers(self):
-        """(layer index, position in block, layer kind) for every sub-layer, bottom to top."""
+        """(layer index, field path of its block entry, layer kind) for every sub-layer, bottom to top."""
         index = 0
-        for group in self.segments:
+        for g, group in enumerate(self.segments):
+            prefix = f"groups.{g}.block" if self.groups is not None else "block"
             for _ in range(group.layers):
                 for position, layer in enumerate(group.block):
-                    yield index, position, layer
+                    yield index, f"{prefix}.{position}", layer
                 index += 1
 
 
@@ -149,6 +150,7 @@ class Spec(SpecModel):
     name: str = Field(min_length=1)
     """Model name; defaults to the file name."""
     description: str = ""
+    """One line about the model (not inherited through extends)."""
     extends: str | None = None
     """Path (relative to this file) or shipped name of a spec to inherit; fields set here win.
     Mappings merge key by key, lists are replaced, null removes an inherited key."""
@@ -235,16 +237,16 @@ class Spec(SpecModel):
         spec = getattr(self, stack)
         if spec is None:
             return
-        for index, position, layer in spec.sublayers():
-            where = f"{stack}.layer {index} block[{position}] ({layer.kind})"
+        for _, path, layer in spec.sublayers():
+            field = f"{stack}.{path}"
             if layer.needs_memory and not (stack == "decoder" and self.family == "encoder-decoder"):
-                raise field_error(stack, f"{where}: {layer.kind} reads the encoder output, so it only fits "
-                                  "the decoder of an encoder-decoder")
+                raise field_error(field, f"{layer.kind} reads the encoder output, so it only fits the decoder "
+                                  "of an encoder-decoder")
             if stack == "decoder" and layer.looks_ahead:
-                raise field_error(stack, f"{where} would let the decoder see future tokens; use a causal "
+                raise field_error(field, f"{layer.kind} would let the decoder see future tokens; use a causal "
                                   "kind (causal_self_attention, causal: true, unidirectional recurrent)")
             if problem := layer.check(self):
-                raise field_error(stack, f"{where}: {problem}")
+                raise field_error(field, problem)
 
     @property
     def stacks(self) -> list[tuple[str, Stack]]:

@@ -1,0 +1,110 @@
+"""Bad input gets one clear line per problem, naming file, line, field and fix; exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+GOOD = """\
+vocab: 1000
+d_model: 64
+heads: 4
+d_ff: 128
+encoder: {layers: 2, block: [self_attention, ffn]}
+decoder: {layers: 2, block: [causal_self_attention, cross_attention, ffn]}
+"""
+
+CASES = {
+    # name: (spec text, substrings every error line set must contain)
+    "malformed_yaml": ("vocab: 1000\nd_model: [64\n", ["spec.yaml:", "malformed YAML"]),
+    "top_level_list": ("- 1\n- 2\n", ["spec.yaml:1", "must be a YAML mapping"]),
+    "unknown_key": (GOOD + "dmodel: 512\n", ["spec.yaml:7", "dmodel", "did you mean 'd_model'"]),
+    "unknown_nested_key": (GOOD.replace("{layers: 2, block: [self", "{layer: 2, block: [self"),
+                           ["spec.yaml:5", "encoder.layer", "did you mean 'layers'"]),
+    "wrong_type": (GOOD.replace("d_model: 64", "d_model: big"), ["spec.yaml:2", "d_model", "integer", "'big'"]),
+    "heads_do_not_divide": (GOOD.replace("d_model: 64", "d_model: 50"),
+                            ["heads", "d_model (50)", "heads (4)", "set d_k and d_v"]),
+    "non_positive": (GOOD.replace("d_ff: 128", "d_ff: 0"), ["spec.yaml:4", "d_ff", "greater than 0"]),
+    "negative_layers": (GOOD.replace("{layers: 2, block: [self", "{layers: -1, block: [self"),
+                        ["encoder.layers", "greater than 0"]),
+    "restricted_r_below_1": (GOOD.replace("block: [self_attention", "block: [{kind: restricted_self_attention, r: 0}"),
+                             ["spec.yaml:5", "encoder.block[0].r", "greater than 0"]),
+    "unknown_kind": (GOOD.replace("[self_attention", "[self_atention"),
+                     ["encoder.block[0]", "unknown layer kind 'self_atention'", "did you mean 'self_attention'"]),
+    "bad_literal": (GOOD + "norm: prenorm\n", ["spec.yaml:7", "norm", "did you mean 'pre'"]),
+    "duplicate_key": (GOOD + "d_model: 128\n", ["spec.yaml:7", "duplicate key 'd_model'", "line 2"]),
+    "decoder_sees_future": (GOOD.replace("[causal_self_attention", "[self_attention"),
+                            ["spec.yaml:6", "decoder.block[0]", "future tokens", "causal_self_attention"]),
+    "cross_attention_in_encoder": (GOOD.replace("[self_attention, ffn]", "[cross_attention, ffn]"),
+                                   ["spec.yaml:5", "encoder.block[0]", "cross_attention", "only fits"]),
+    "family_mismatch": ("family: decoder-only\n" + GOOD, ["encoder", "decoder-only has no encoder"]),
+    "missing_vocab": (GOOD.replace("vocab: 1000\n", ""), ["vocab", "missing required field"]),
+    "tie_all_unshared": (GOOD.replace("vocab: 1000", "vocab: {size: 1000, shared: false, target_size: 900}")
+                         + "tie_embeddings: all\n",
+                         ["tie_embeddings", "shared"]),
+    "shared_vocab_sizes": (GOOD.replace("vocab: 1000", "vocab: {size: 1000, target_size: 900}"),
+                           ["vocab.target_size", "shared"]),
+    "python_tag": ('name: !!python/object/apply:os.system ["touch pwned"]\n' + GOOD, ["malformed YAML"]),
+    "missing_extends": ("extends: nowhere.yaml\n" + GOOD, ["spec.yaml:1", "extends", "no such spec"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_spec_is_one_clear_error(case, cli, write_spec, tmp_path, monkeypatch):
+    text, needles = CASES[case]
+    monkeypatch.chdir(tmp_path)
+    path = write_spec(text)
+    code, out, err = cli("validate", path)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert all(line.startswith("error: ") for line in lines) and len(lines) <= 3, err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in {err!r}"
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_cyclic_extends(cli, write_spec):
+    write_spec("extends: b.yaml\n" + GOOD, "a.yaml")
+    path = write_spec("extends: a.yaml\n", "b.yaml")
+    code, _, err = cli("validate", path)
+    assert code == 2 and "cycle" in err and "b.yaml -> a.yaml -> b.yaml" in err
+
+
+def test_error_in_inherited_field_points_at_the_base_file(cli, write_spec):
+    write_spec(GOOD.replace("d_ff: 128", "d_ff: -5"), "parent.yaml")
+    path = write_spec("extends: parent.yaml\nheads: 2\n", "child.yaml")
+    code, _, err = cli("validate", path)
+    assert code == 2 and "parent.yaml:4: d_ff" in err
+
+
+def test_missing_file(cli, tmp_path):
+    code, _, err = cli("validate", tmp_path / "absent.yaml")
+    assert code == 2 and "absent.yaml" in err and "no such spec file" in err
+
+
+def test_all_problems_reported_together(cli, write_spec):
+    path = write_spec(GOOD.replace("d_ff: 128", "d_ff: 0").replace("d_model: 64", "d_model: x"))
+    code, _, err = cli("validate", path)
+    assert code == 2 and "d_ff" in err and "d_model" in err
+
+
+def test_absurd_size_warns_and_compile_refuses_before_allocating(cli, write_spec):
+    path = write_spec(GOOD.replace("d_model: 64", "d_model: 4194304").replace("heads: 4", "heads: 4"))
+    code, out, err = cli("validate", path)
+    assert code == 0 and "warning" in err and "parameters" in err
+    code, out, err = cli("compile", path)
+    assert code == 2 and "more than" in err and "--device meta" in err
+
+
+def test_cli_process_prints_no_traceback(write_spec):
+    path = write_spec(GOOD + "dmodel: 1\n")
+    proc = subprocess.run([sys.executable, "-m", "tfspec", "validate", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "dmodel" in proc.stderr
+
+
+def test_good_spec_validates(cli, write_spec):
+    code, out, err = cli("validate", write_spec(GOOD))
+    assert code == 0 and out.startswith("ok: ") and err == ""

@@ -1,0 +1,38 @@
+"""Parameter counts per component, read from the IR's parameter table (nothing allocated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tfspec.ir import Graph
+
+
+@dataclass(frozen=True)
+class ParamReport:
+    """Trainable parameters of a model, tied matrices counted once (at their owner)."""
+
+    name: str
+    total: int
+    sections: dict[str, dict[str, int]]
+    """Section (embeddings, encoder, decoder, output) -> component -> count."""
+    tied: dict[str, str]
+    """``<node>.<role>`` that reuses another node's parameter -> that parameter."""
+
+    def to_json(self) -> dict:
+        params = {name: {**parts, "total": sum(parts.values())} for name, parts in self.sections.items()}
+        return {"total": self.total, **params, "tied": self.tied}
+
+
+def analyze_params(graph: Graph) -> ParamReport:
+    """Count every IR parameter once, under the section and component of the op that owns it."""
+    sections: dict[str, dict[str, int]] = {}
+    for node in graph.nodes():
+        owned = sum(graph.params[p].numel for role, p in node.params.items() if node.owns(role))
+        if node.component in ("embedding", "positional"):
+            section = "embeddings"
+        else:
+            section = node.stack or "output"
+        if owned or node.component in ("embedding", "projection"):
+            parts = sections.setdefault(section, {})
+            parts[node.component] = parts.get(node.component, 0) + owned
+    return ParamReport(graph.name, graph.num_params, sections, graph.tied())
