@@ -80,6 +80,24 @@ def test_error_in_inherited_field_points_at_the_base_file(cli, write_spec):
     assert code == 2 and "parent.yaml:4: d_ff" in err
 
 
+def _alias_bomb() -> str:
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    return "\n".join(lines) + "\n" + GOOD.replace("block: [self_attention, ffn]", "block: *a8")
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"\xff\xfe\x00bad", "not UTF-8"),
+    (("a: " + "[" * 20000 + "]" * 20000 + "\n").encode(), "nested too deeply"),
+    (_alias_bomb().encode(), "unknown field"),  # 10^9 elements if expanded: must answer at once
+])
+def test_hostile_files(cli, tmp_path, content, needle):
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(content)
+    code, _, err = cli("validate", path)
+    assert code == 2 and needle in err and "Traceback" not in err
+
+
 def test_missing_file(cli, tmp_path):
     code, _, err = cli("validate", tmp_path / "absent.yaml")
     assert code == 2 and "absent.yaml" in err and "no such spec file" in err

@@ -147,7 +147,7 @@ def cmd_compile(args) -> int:
     gen = torch.Generator().manual_seed(0)
     vocab = spec.vocab
     tokens = [torch.randint(4, vocab.size if port == "src" else vocab.tgt_size, (args.batch, args.length),
-                            generator=gen) for port in ("src", "tgt") if port in graph.ports]
+                            generator=gen).to(args.device) for port in ("src", "tgt") if port in graph.ports]
     started = time.perf_counter()
     logits = model(*tokens)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[-1].flatten())

@@ -97,10 +97,6 @@ class Graph:
         """All ops in execution order (insertion order is topological: inputs exist first)."""
         return [self.node(name) for name in self.nx.nodes]
 
-    def users(self, param: str) -> list[tuple[Node, str]]:
-        """(node, role) pairs that read parameter ``param``, owner first."""
-        return [(n, role) for n in self.nodes() for role, p in n.params.items() if p == param]
-
     @property
     def num_params(self) -> int:
         """Trainable parameters, tied matrices counted once. Nothing is allocated."""

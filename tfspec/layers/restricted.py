@@ -30,5 +30,4 @@ class RestrictedSelfAttention(Attention):
         return not self.causal
 
     def visible(self, q, k):
-        near = (k >= q - self.r) & (k <= q) if self.causal else (k >= q - self.r) & (k <= q + self.r)
-        return near
+        return (k >= q - self.r) & (k <= (q if self.causal else q + self.r))

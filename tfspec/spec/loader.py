@@ -56,10 +56,16 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
     if path.resolve() in chain:
         cycle = " -> ".join(p.name for p in (*chain, path.resolve()))
         raise SpecError.one(str(path), f"extends forms a cycle: {cycle}; remove one extends", "extends")
-    text = path.read_text(encoding="utf-8")
     try:
+        text = path.read_text(encoding="utf-8")
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except UnicodeDecodeError as e:
+        raise SpecError.one(str(path), f"not UTF-8 text (byte {e.start}); a spec is a YAML text file") from None
+    except OSError as e:
+        raise SpecError.one(str(path), f"cannot read: {e.strerror}") from None
+    except RecursionError:
+        raise SpecError.one(str(path), "malformed YAML: nested too deeply to be a spec") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
@@ -69,7 +75,7 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
         raise SpecError.one(str(path), "a spec must be a YAML mapping of fields (name: ..., d_model: ...)",
                             line=1)
     origins: Origins = {}
-    _record_lines(node, (), str(path), origins)
+    _record_lines(node, (), str(path), origins, set())
     base = data.get("extends")
     if base is None:
         return data, origins
@@ -100,9 +106,16 @@ def _merge(base: Any, over: Any) -> Any:
     return merged
 
 
-def _record_lines(node: yaml.Node, path: tuple, file: str, origins: Origins) -> None:
-    """Map each key path to (file, line); reject duplicate keys, which YAML would drop silently."""
+def _record_lines(node: yaml.Node, path: tuple, file: str, origins: Origins, seen_nodes: set) -> None:
+    """Map each key path to (file, line); reject duplicate keys, which YAML would drop silently.
+
+    Each node is visited once: aliases share nodes, and following them again would let a small
+    file of nested aliases ("billion laughs") take exponential time.
+    """
     origins[path] = (file, node.start_mark.line + 1)
+    if id(node) in seen_nodes:
+        return
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key_node, value_node in node.value:
@@ -112,11 +125,11 @@ def _record_lines(node: yaml.Node, path: tuple, file: str, origins: Origins) -> 
                 raise SpecError.one(file, f"duplicate key {key!r} (first set on line {seen[key]}); keep one",
                                     _dotted(path + (key,)), line)
             seen[key] = line
-            _record_lines(value_node, path + (key,), file, origins)
+            _record_lines(value_node, path + (key,), file, origins, seen_nodes)
             origins[path + (key,)] = (file, line)
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _record_lines(item, path + (index,), file, origins)
+            _record_lines(item, path + (index,), file, origins, seen_nodes)
 
 
 def _problem(err: dict, origins: Origins, file: str) -> Problem:

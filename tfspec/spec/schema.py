@@ -147,8 +147,8 @@ class Reference(SpecModel):
 class Spec(SpecModel):
     """A Transformer variant. Unlisted fields take the paper's base-model values."""
 
-    name: str = Field(min_length=1)
-    """Model name; defaults to the file name."""
+    name: str = Field("model", min_length=1)
+    """Model name; defaults to the spec's file name."""
     description: str = ""
     """One line about the model (not inherited through extends)."""
     extends: str | None = None
