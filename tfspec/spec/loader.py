@@ -57,9 +57,12 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
         cycle = " -> ".join(p.name for p in (*chain, path.resolve()))
         raise SpecError.one(str(path), f"extends forms a cycle: {cycle}; remove one extends", "extends")
     try:
-        text = path.read_text(encoding="utf-8")
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+        try:  # one parse: the node tree gives line numbers, the same tree builds the data
+            node = loader.get_single_node()
+            data = loader.construct_document(node) if node is not None else None
+        finally:
+            loader.dispose()
     except UnicodeDecodeError as e:
         raise SpecError.one(str(path), f"not UTF-8 text (byte {e.start}); a spec is a YAML text file") from None
     except OSError as e:
