@@ -8,6 +8,11 @@ from tfspec.ir import build_graph
 from tfspec.spec import load_spec, shipped_specs
 
 
+def deviation(params: int, paper_millions: float | None) -> float | None:
+    """(tfspec - paper) / paper, for a count the source gives in millions."""
+    return None if paper_millions is None else params / 1e6 / paper_millions - 1
+
+
 @dataclass(frozen=True)
 class Table3Row:
     spec: str
@@ -18,8 +23,7 @@ class Table3Row:
 
     @property
     def deviation(self) -> float | None:
-        """(tfspec - paper) / paper."""
-        return None if self.paper_millions is None else self.params / 1e6 / self.paper_millions - 1
+        return deviation(self.params, self.paper_millions)
 
     @property
     def implied_extra_vocab(self) -> float | None:

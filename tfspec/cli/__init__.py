@@ -15,6 +15,7 @@ from tfspec.analysis import analyze_params
 from tfspec.cli.tables import millions, render
 from tfspec.errors import TfspecError
 from tfspec.ir import build_graph
+from tfspec.paper import deviation, table3
 from tfspec.spec import Spec, load_spec, resolve, shipped_specs
 
 ABSURD = 10**12  # parameters: beyond any model trained to date; worth a warning before anything allocates
@@ -99,14 +100,12 @@ def cmd_report(args) -> int:
     ref = spec.reference
     if ref and ref.params_millions:
         print(f"\n{ref.source}{f' ({ref.row})' if ref.row else ''}: {ref.params_millions:g}M; "
-              f"tfspec {millions(report.total)} ({report.total / 1e6 / ref.params_millions - 1:+.1%})")
+              f"tfspec {millions(report.total)} ({deviation(report.total, ref.params_millions):+.1%})")
     _warn_if_absurd(graph)
     return 0
 
 
 def cmd_table3(args) -> int:
-    from tfspec.paper import table3
-
     rows = table3()
     if args.format == "json":
         print(json.dumps([{"spec": r.spec, "row": r.row, **r.fields, "params": r.params,
@@ -139,11 +138,11 @@ def cmd_compile(args) -> int:
     model = build_module(graph, device=args.device)
     built = time.perf_counter() - started
     counted = sum(p.numel() for p in model.parameters())
-    status = "equal" if counted == graph.num_params else "DIFFERENT"
+    status = 0 if counted == graph.num_params else 1
     print(f"{spec.name}: {len(graph.nx)} IR ops -> PyTorch module on {args.device} in {built:.2f}s")
-    print(f"parameters: IR {graph.num_params:,}, module {counted:,} ({status})")
+    print(f"parameters: IR {graph.num_params:,}, module {counted:,} ({'DIFFERENT' if status else 'equal'})")
     if args.device == "meta":
-        return 0 if counted == graph.num_params else 1
+        return status
     gen = torch.Generator().manual_seed(0)
     vocab = spec.vocab
     tokens = [torch.randint(4, vocab.size if port == "src" else vocab.tgt_size, (args.batch, args.length),
@@ -155,7 +154,7 @@ def cmd_compile(args) -> int:
     print(f"forward + backward on a random batch {args.batch} x {args.length}: logits {tuple(logits.shape)}, "
           f"loss {loss.item():.3f} (uniform would be {torch.log(torch.tensor(float(logits.shape[-1]))):.3f}), "
           f"{time.perf_counter() - started:.2f}s")
-    return 0 if counted == graph.num_params else 1
+    return status
 
 
 def cmd_list(args) -> int:

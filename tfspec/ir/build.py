@@ -89,7 +89,7 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
     """N layers of residual sub-layers, then the final norm pre-norm stacks need."""
     stems: dict[tuple[int, str], int] = {}
-    for index, _, layer in stack.sublayers():
+    for index, layer in stack.sublayers():
         seen = stems.get((index, layer.stem), 0)
         stems[index, layer.stem] = seen + 1
         name = f"{b.stack}.layers.{index}.{layer.stem}" + (f"_{seen}" if seen else "")

@@ -119,14 +119,20 @@ class Stack(SpecModel):
     def num_layers(self) -> int:
         return sum(g.layers for g in self.segments)
 
-    def sublayers(self):
-        """(layer index, field path of its block entry, layer kind) for every sub-layer, bottom to top."""
-        index = 0
+    def entries(self):
+        """(field path, layer kind) of each block entry as written, e.g. ``block.0``."""
         for g, group in enumerate(self.segments):
             prefix = f"groups.{g}.block" if self.groups is not None else "block"
+            for position, layer in enumerate(group.block):
+                yield f"{prefix}.{position}", layer
+
+    def sublayers(self):
+        """(layer index, layer kind) for every sub-layer of the unrolled stack, bottom to top."""
+        index = 0
+        for group in self.segments:
             for _ in range(group.layers):
-                for position, layer in enumerate(group.block):
-                    yield index, f"{prefix}.{position}", layer
+                for layer in group.block:
+                    yield index, layer
                 index += 1
 
 
@@ -237,7 +243,7 @@ class Spec(SpecModel):
         spec = getattr(self, stack)
         if spec is None:
             return
-        for _, path, layer in spec.sublayers():
+        for path, layer in spec.entries():
             field = f"{stack}.{path}"
             if layer.needs_memory and not (stack == "decoder" and self.family == "encoder-decoder"):
                 raise field_error(field, f"{layer.kind} reads the encoder output, so it only fits the decoder "
