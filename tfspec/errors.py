@@ -12,7 +12,7 @@ class TfspecError(Exception):
     """An error caused by the user's input (a spec, a file, a size), not by tfspec."""
 
     def lines(self) -> list[str]:
-        return [str(self)]
+        return str(self).splitlines() or [type(self).__name__]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from tfspec import load_spec
 from tfspec.backends.torch import build_module
-from tfspec.backends.torch.layers import sinusoids
+from tfspec.ir.positions import sinusoids
 
 
 class Reference(torch.nn.Module):
@@ -36,7 +36,7 @@ class Reference(torch.nn.Module):
                                          spec.d_ff, dropout=spec.dropout, batch_first=True)
 
     def forward(self, src, tgt):
-        pe = sinusoids(max(src.shape[1], tgt.shape[1]), self.d, src.device)
+        pe = torch.from_numpy(sinusoids(max(src.shape[1], tgt.shape[1]), self.d)).float()
         mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=torch.bool)
         h = self.core(self.embed(src) * math.sqrt(self.d) + pe[: src.shape[1]],
                       self.embed(tgt) * math.sqrt(self.d) + pe[: tgt.shape[1]], tgt_mask=mask, tgt_is_causal=True,

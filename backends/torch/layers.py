@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import torch
@@ -11,6 +10,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from tfspec.errors import TfspecError
+from tfspec.ir.positions import sinusoids
 from .registry import OpModule, lowering
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
@@ -29,36 +29,27 @@ class Embedding(OpModule):
         return x * self.scale if self.scale != 1.0 else x
 
 
-def sinusoids(length: int, d_model: int, device=None, dtype=None) -> torch.Tensor:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...) (§3.5): (length, d)."""
-    position = torch.arange(length, device=device, dtype=torch.float64)[:, None]
-    rate = torch.exp(torch.arange(0, d_model, 2, device=device, dtype=torch.float64) * (-math.log(10000.0) / d_model))
-    pe = torch.zeros(length, d_model, device=device, dtype=torch.float64)
-    pe[:, 0::2] = torch.sin(position * rate)
-    pe[:, 1::2] = torch.cos(position * rate)[:, : d_model // 2]
-    return pe.to(dtype or torch.get_default_dtype())
-
-
 @lowering("positional")
 class Positional(OpModule):
     """Adds sinusoidal or learned position vectors to the embeddings."""
 
     def __init__(self, node, graph):
         super().__init__(node, graph)
-        self.kind, self.max_len = node.attrs["kind"], node.attrs["max_len"]
+        self.kind, self.max_len, self.seq, self.d_model = node.attrs["kind"], node.attrs["max_len"], *node.shape[1:]
         self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
-        length = x.shape[1]
-        if length > self.max_len:
-            raise TfspecError(f"input of length {length} is longer than positional.max_len ({self.max_len}) "
+        start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
+        end = start + x.shape[1]
+        if end > self.max_len:
+            raise TfspecError(f"input of length {end} is longer than positional.max_len ({self.max_len}) "
                               "of this spec; raise max_len or shorten the input")
         if self.kind == "learned":
-            return x + self.weight[:length]
+            return x + self.weight[start:end]
         table = self._table
         if table is None or table.device != x.device or table.dtype != x.dtype:
-            table = self._table = sinusoids(self.max_len, x.shape[-1], x.device, x.dtype)
-        return x + table[:length]
+            table = self._table = torch.from_numpy(sinusoids(self.max_len, self.d_model)).to(x.device, x.dtype)
+        return x + table[start:end]
 
 
 @lowering("dropout")
@@ -119,7 +110,14 @@ class Convolution(OpModule):
         pad = ctx.padding.get(self.seq)
         if pad is not None:
             x = x.masked_fill(pad[..., None], 0.0)
-        h = F.pad(x.transpose(1, 2), self.padding)  # (B, d, L + k - 1)
+        if ctx.state is not None and self.seq == "T":  # a causal kernel reads the last W inputs first
+            window = self.padding[0]
+            past = ctx.state.cache.get(self.node_name, (x.new_zeros(x.shape[0], window, x.shape[2]),))[0]
+            x = torch.cat([past, x], 1)
+            ctx.state.cache[self.node_name] = (x[:, x.shape[1] - window:],)
+            h = x.transpose(1, 2)
+        else:
+            h = F.pad(x.transpose(1, 2), self.padding)  # (B, d, L + k - 1)
         if self.separable:
             h = F.conv1d(h, self.w_depthwise, getattr(self, "b_depthwise", None), dilation=self.dilation,
                          groups=h.shape[1])
@@ -136,6 +134,11 @@ class _Recurrent:
 
     def forward(self, ctx, x):
         pad = ctx.padding.get(self.seq)
+        if ctx.state is not None and self.seq == "T":  # carry the hidden state (B, 1, H) across calls
+            past = [t.transpose(0, 1).contiguous() for t in ctx.state.cache.get(self.node_name, ())]
+            y, hx = super().forward(x, (tuple(past) if len(past) == 2 else past[0]) if past else None)
+            ctx.state.cache[self.node_name] = tuple(t.transpose(0, 1) for t in (hx if isinstance(hx, tuple) else [hx]))
+            return y
         if pad is None or not self.bidirectional:
             return super().forward(x)[0]  # right padding cannot reach earlier positions
         lengths = (~pad).sum(1).clamp(min=1).cpu()
@@ -162,5 +165,5 @@ def recurrent(node, graph):
     cls = {"lstm": LSTM, "gru": GRU, "rnn": RNN}[a["cell"]]
     module = cls(node.shape[-1], a["hidden"], batch_first=True, bidirectional=a["bidirectional"],
                  bias=graph.spec.bias)
-    module.seq = node.shape[1]
+    module.seq, module.node_name = node.shape[1], node.name
     return module

@@ -24,12 +24,42 @@ from .registry import LOWERINGS
 
 
 @dataclass
+class DecodeState:
+    """What incremental decoding carries from one call to the next.
+
+    ``cache`` maps an IR node name to its tensors, batch first: an attention layer's keys
+    and values (B, h, L, d), a causal convolution's last inputs (B, W, d), a recurrent
+    layer's hidden state (B, 1, H). ``offset`` counts the target positions already consumed.
+    """
+
+    cache: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict)
+    offset: int = 0
+    memory: torch.Tensor | None = None
+    """The encoder output (B, S, d_model) cross-attention reads at the first step."""
+    src_padding: torch.Tensor | None = None
+    """bool (B, S), True at source padding; None when nothing is padded."""
+    cross: set[str] = field(default_factory=set)
+    """Names of cache entries computed from the source only (cross-attention keys/values)."""
+
+    def select(self, index: torch.Tensor, cross: bool = True) -> DecodeState:
+        """The state of rows ``index`` (beam reordering, expansion, dropping finished rows).
+        ``cross=False`` keeps cross-attention entries as they are: callers that only permute
+        rows among copies of the same source may skip copying them."""
+        cache = {name: value if (not cross and name in self.cross) else tuple(t.index_select(0, index) for t in value)
+                 for name, value in self.cache.items()}
+        memory, pad = (None if t is None else t.index_select(0, index) for t in (self.memory, self.src_padding))
+        return DecodeState(cache, self.offset, memory, pad, self.cross)
+
+
+@dataclass
 class RunContext:
     """Per-call state shared by the ops: train/eval, key padding per sequence, mask cache."""
 
     training: bool
     padding: dict[str, torch.Tensor | None]
     """Sequence symbol (S, T) -> bool (B, L), True at padding; None when nothing is padded."""
+    state: DecodeState | None = None
+    """Set when decoding incrementally: the new target tokens follow ``state.offset`` others."""
     _masks: dict = field(default_factory=dict)
 
     def attention_mask(self, layer, q_seq: str, kv_seq: str, lq: int, lk: int, device):
@@ -37,14 +67,17 @@ class RunContext:
         combined with key padding, built once per call and shared by all layers of a kind."""
         key = (layer, q_seq, kv_seq)
         if key not in self._masks:
-            self._masks[key] = self._build_mask(layer, kv_seq, lq, lk, device)
+            self._masks[key] = self._build_mask(layer, q_seq, kv_seq, lq, lk, device)
         return self._masks[key]
 
-    def _build_mask(self, layer, kv_seq, lq, lk, device):
+    def _build_mask(self, layer, q_seq, kv_seq, lq, lk, device):
         pad = self.padding.get(kv_seq)
         if pad is None and layer.plain_causal and lq == lk:
             return None, True  # lets SDPA use its fused causal kernel
-        visible = layer.visible(torch.arange(lq, device=device)[:, None], torch.arange(lk, device=device)[None, :])
+        # Self-attention queries are the last lq of the lk positions (lq < lk with a KV cache).
+        first = lk - lq if kv_seq == q_seq else 0
+        visible = layer.visible(torch.arange(first, first + lq, device=device)[:, None],
+                                torch.arange(lk, device=device)[None, :])
         if pad is None:
             return visible, False
         keep = ~pad[:, None, None, :]  # (B, 1, 1, Lk)
@@ -121,19 +154,31 @@ class TorchModel(nn.Module):
             raise TypeError(f"{self.graph.name} takes {len(names)} token tensors ({', '.join(names)})")
         return self.run(dict(zip(names, tokens)))["logits"]
 
-    def run(self, feeds: dict[str, torch.Tensor], outputs=("logits",)) -> dict[str, torch.Tensor]:
+    def run(self, feeds: dict[str, torch.Tensor], outputs=("logits",), state: DecodeState | None = None
+            ) -> dict[str, torch.Tensor]:
         """Compute the named ``outputs`` (ports: logits, memory) from ``feeds`` (ports: src,
-        tgt, memory), running only the ops in between."""
+        tgt, memory), running only the ops in between.
+
+        With a ``state``, ``tgt`` holds only new tokens: they follow the ``state.offset``
+        positions whose keys, values and hidden states the state caches, and the state is
+        updated in place. Decoding feeds no target padding (finished rows keep emitting).
+        """
         ports = self.graph.ports
         padding = {}
         for port, seq in (("src", "S"), ("tgt", "T")):
-            if port in feeds:
+            if port in feeds and not (state is not None and port == "tgt"):
                 pad = feeds[port] == self.pad_id
                 padding[seq] = pad if bool(pad.any()) else None
-        ctx = RunContext(self.training, padding)
+        if state is not None and "S" not in padding:
+            padding["S"] = state.src_padding
+        ctx = RunContext(self.training, padding, state)
+        if state is not None and state.memory is not None:
+            feeds = {"memory": state.memory, **feeds}
         env = {ports[name]: value for name, value in feeds.items()}
         for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
             env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
+        if state is not None and "tgt" in feeds:
+            state.offset += feeds["tgt"].shape[1]
         return {o: env[ports[o]] for o in outputs}
 
     def _plan(self, fed: tuple[str, ...], targets: tuple[str, ...]) -> list[_Step]:

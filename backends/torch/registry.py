@@ -36,6 +36,7 @@ class OpModule(nn.Module):
 
     def __init__(self, node: Node, graph: Graph):
         super().__init__()
+        self.node_name = node.name
         for role, name in node.params.items():
             shape = graph.params[name].shape
             self.register_parameter(role, nn.Parameter(torch.empty(shape)) if node.owns(role) else None)

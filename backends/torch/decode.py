@@ -1,0 +1,36 @@
+"""The PyTorch backend as a ``tfspec.search.Decoder``: KV-cached decoding steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .model import DecodeState, TorchModel
+
+
+class TorchDecoder:
+    """Runs ``TorchModel`` one step at a time for ``tfspec.search``, on the model's device."""
+
+    def __init__(self, model: TorchModel):
+        self.model = model.eval()
+        vocab = model.graph.spec.vocab
+        self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
+        self.device = next(model.parameters()).device
+
+    @torch.inference_mode()
+    def start(self, src: np.ndarray | None) -> DecodeState:
+        if src is None:
+            return DecodeState()
+        src = torch.from_numpy(src).to(self.device)
+        memory = self.model.run({"src": src}, ("memory",))["memory"]
+        pad = src == self.pad
+        return DecodeState(memory=memory, src_padding=pad if bool(pad.any()) else None)
+
+    @torch.inference_mode()
+    def step(self, state: DecodeState, tokens: np.ndarray, k: int):
+        logits = self.model.run({"tgt": torch.from_numpy(tokens).to(self.device)}, state=state)["logits"]
+        values, ids = torch.log_softmax(logits[:, -1].float(), -1).topk(min(k, logits.shape[-1]))
+        return values.cpu().numpy(), ids.cpu().numpy(), state
+
+    def select(self, state: DecodeState, rows: np.ndarray, cross: bool) -> DecodeState:
+        return state.select(torch.from_numpy(rows).to(self.device), cross)

@@ -1,0 +1,95 @@
+"""Greedy and beam search against exhaustive enumeration on a model small enough to enumerate."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from tfspec.search import SearchOptions, search
+
+PAD, BOS, EOS = 0, 1, 2
+WORDS = [3, 4, 5]
+
+
+class Markov:
+    """A bigram model: the next token depends on the last one only (a table of log-probs)."""
+
+    bos, eos, pad = BOS, EOS, PAD
+
+    def __init__(self, seed: int):
+        rng = np.random.default_rng(seed)
+        logits = rng.normal(size=(6, 6)) * 2
+        logits[:, [PAD, BOS]] = -np.inf  # never generated
+        self.table = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+
+    def start(self, src):
+        return {"steps": 0}
+
+    def step(self, state, tokens, k):
+        logp = self.table[tokens[:, -1]]
+        ids = np.argsort(-logp, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(logp, ids, 1), ids, {"steps": state["steps"] + 1}
+
+    def select(self, state, rows, cross):
+        return state
+
+    def score(self, tokens: list[int], ended: bool, alpha: float) -> float:
+        seq = [BOS, *tokens] + ([EOS] if ended else [])
+        total = sum(self.table[a, b] for a, b in zip(seq, seq[1:]))
+        return total / ((5 + len(seq) - 1) / 6) ** alpha
+
+
+def exhaustive(model: Markov, limit: int, alpha: float) -> list[int]:
+    """Best of every output: ending with EOS at any length < limit+1, or cut at the limit."""
+    best, best_score = None, -np.inf
+    for length in range(limit + 1):
+        for tokens in itertools.product(WORDS, repeat=length):
+            for ended in ([True, False] if length == limit else [True]):
+                if length == limit and ended:
+                    continue  # the limit counts EOS: an ended output has at most limit-1 words
+                score = model.score(list(tokens), ended, alpha)
+                if score > best_score:
+                    best, best_score = list(tokens), score
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_a_wide_beam_finds_the_exhaustive_best(seed, alpha):
+    model = Markov(seed)
+    src = np.array([[7, 7, PAD, PAD]])  # 2 tokens: limit 2 + max_extra
+    out = search(model, src, SearchOptions(beam=200, alpha=alpha, max_extra=2))
+    assert out == [exhaustive(model, 4, alpha)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_greedy_follows_the_most_likely_token(seed):
+    model = Markov(seed)
+    src = np.array([[7, 7, 7], [7, PAD, PAD]])
+    out = search(model, src, SearchOptions(beam=1, max_extra=3))
+    for row, limit in zip(out, (6, 4)):
+        expected, last = [], BOS
+        while len(expected) < limit:
+            last = int(np.argmax(model.table[last]))
+            if last == EOS:
+                break
+            expected.append(last)
+        assert row == expected
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_min_length_forbids_an_early_end(beam):
+    model = Markov(0)
+    model.table[:, EOS] = 0.0  # EOS would always win
+    model.table[:, WORDS] = -5.0
+    out = search(model, np.array([[7], [7]]), SearchOptions(beam=beam, min_length=5, max_length=5))
+    assert [len(o) for o in out] == [5, 5]
+    assert search(model, np.array([[7]]), SearchOptions(beam=beam)) == [[]]
+
+
+def test_decoder_only_prefix_continues():
+    model = Markov(1)
+    out = search(model, None, SearchOptions(beam=2, max_extra=3), prefix=np.array([[BOS, 4], [BOS, 5]]))
+    assert len(out) == 2 and all(len(o) <= 3 for o in out)
