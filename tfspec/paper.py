@@ -46,3 +46,53 @@ def table3() -> list[Table3Row]:
         rows.append(Table3Row(name, spec.reference.row, fields, build_graph(spec).num_params,
                               spec.reference.params_millions))
     return rows
+
+
+@dataclass(frozen=True)
+class Table1Row:
+    """A row of Table 1 (or of §4's text about it) and the single-layer spec tfspec derives it from."""
+
+    label: str
+    spec: str
+    complexity: str | None
+    sequential_ops: str | None
+    max_path_length: str | None
+    source: str
+
+
+# Table 1 of Vaswani et al. 2017 as printed, and the two rows §4 describes in words. The printed
+# convolutional row's O(log_k(n)) holds for dilated kernels (§4), so its spec is a dilated one.
+TABLE1 = (
+    Table1Row("Self-Attention", "table1/self_attention", "O(n²·d)", "O(1)", "O(1)", "Table 1"),
+    Table1Row("Recurrent", "table1/recurrent", "O(n·d²)", "O(n)", "O(n)", "Table 1"),
+    Table1Row("Convolutional", "table1/conv_dilated", "O(k·n·d²)", "O(1)", "O(log_k(n))", "Table 1"),
+    Table1Row("Self-Attention (restricted)", "table1/restricted", "O(r·n·d)", "O(1)", "O(n/r)", "Table 1"),
+    Table1Row("Convolutional (contiguous)", "table1/conv_contiguous", "O(k·n·d²)", "O(1)", "O(n/k)",
+              "§4: contiguous kernels need O(n/k) layers"),
+    Table1Row("Convolutional (separable)", "table1/conv_separable", "O(k·n·d + n·d²)", None, None,
+              "§4: separable convolutions cost O(k·n·d + n·d²)"),
+)
+
+
+@dataclass(frozen=True)
+class Table2Cost:
+    """A training cost of Table 2 and how the paper obtained it: training time x number of GPUs
+    x sustained single-precision TFLOPS per GPU (P100: 9.5), its footnote's method (§5.2)."""
+
+    row: str
+    flops: float
+    steps: int
+    gpus: int
+    hours: float
+    tflops_per_gpu: float
+
+    @property
+    def recomputed(self) -> float:
+        return self.hours * 3600 * self.gpus * self.tflops_per_gpu * 1e12
+
+
+TABLE2 = {
+    "base": Table2Cost("base", 3.3e18, 100_000, 8, 12, 9.5),
+    "big": Table2Cost("big", 2.3e19, 300_000, 8, 3.5 * 24, 9.5),
+}
+"""Transformer rows of Table 2, keyed by the Table 3 row name specs carry in ``reference.row``."""

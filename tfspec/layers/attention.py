@@ -3,6 +3,11 @@
 ``Attention.visible`` states which keys each query may see as a boolean expression of
 broadcast position indices, written with operators only, so the PyTorch backend (tensors),
 the ONNX backend and the analysis passes (numpy) all evaluate the same definition.
+
+Cost (matmul FLOPs, 2 per multiply-add): the Q/K/V and output projections, 2*n*d*h*(2d_k + d_v)
++ 2*n*h*d_v*d, are position-wise; the attention itself costs 2*h*(d_k + d_v) per visible
+query-key pair. Table 1 counts only the latter, O(n^2 * d) for full attention, which is how
+§4 can compare it with a recurrent layer's n*d^2 and find attention cheaper when n < d.
 """
 
 from __future__ import annotations
@@ -18,11 +23,31 @@ class Attention(Sublayer):
     component: ClassVar[str] = "attention"
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
+    table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
 
     def visible(self, q, k):
         """Boolean (Lq, Lk) mask from query positions ``q`` (Lq, 1) and key positions ``k``
         (1, Lk); ``None`` when every key is visible."""
         return None
+
+    def reads(self, q, k):
+        mask = self.visible(q, k)
+        return (q >= 0) & (k >= 0) if mask is None else mask
+
+    def pairs(self, s):
+        """Query-key pairs whose scores are needed: n queries, n keys (m for cross-attention)."""
+        return s.n * (s.m if self.needs_memory else s.n)
+
+    def flops(self, s, dense=False):
+        n, d, h, d_k, d_v = s.n, s.d, s.h, s.d_k, s.d_v
+        keys = s.m if self.needs_memory else n
+        pairs = n * keys if dense else self.pairs(s)
+        if self.needs_memory:
+            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * keys * d * h * (d_k + d_v)}
+        else:
+            terms = {"qkv": 2 * n * d * h * (2 * d_k + d_v)}
+        # Q K^T (pairs x d_k per head), then the weighted sum of values (pairs x d_v per head).
+        return terms | {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
 
     def lower(self, b, name, x):
         s = b.spec
@@ -63,6 +88,9 @@ class CausalSelfAttention(Attention):
 
     def visible(self, q, k):
         return k <= q
+
+    def pairs(self, s):
+        return s.n * (s.n + 1) / 2
 
 
 @register

@@ -3,8 +3,9 @@
 A layer kind is one residual sub-layer of a block (the paper's Sublayer(x) in
 ``LayerNorm(x + Dropout(Sublayer(x)))``, §3.1). Its module holds everything about it: the
 spec fields users write, the IR it lowers to (parameter shapes included), and the facts the
-passes and backends ask of it (causality, which keys an attention query may see). Adding a
-kind means adding one module here and importing it in ``tfspec.layers``.
+passes and backends ask of it (causality, which keys an attention query may see, its FLOP
+formula, which positions it connects). Adding a kind means adding one module here and
+importing it in ``tfspec.layers``.
 """
 
 from __future__ import annotations
@@ -60,3 +61,28 @@ class Sublayer(SpecModel):
     def lower(self, b: LayerBuilder, name: str, x: str) -> str:
         """Add this layer's op(s) to the IR reading node ``x``; return the output node."""
         raise NotImplementedError
+
+    # What the analysis passes (tfspec.analysis) derive Table 1 of the paper from (§4).
+    symbols: ClassVar[dict[str, str]] = {}
+    """Formula symbol -> the field of this kind that holds its value (e.g. ``k`` -> ``kernel``)."""
+    table1_terms: ClassVar[tuple[str, ...] | None] = None
+    """The ``flops`` terms Table 1's "complexity per layer" counts; None: all of them."""
+    recurrence: ClassVar[str | None] = None
+    """``forward`` (or ``both``) when a hidden state is chained over positions, one step each."""
+
+    def flops(self, s, dense: bool = False) -> dict:
+        """Matmul FLOPs (2 x multiply-adds) of one forward pass over one sequence, by term, as
+        expressions in the symbols of ``s`` (``tfspec.analysis.flops.SYMBOLS``: n, m, d, h,
+        d_k, d_v, d_ff, k, r). ``dense``: also count work a mask discards (attention scores of
+        invisible keys), as kernels that mask instead of skipping do."""
+        raise NotImplementedError
+
+    def reads(self, q, k):
+        """Boolean (Lq, Lk): output position ``q`` reads input position ``k`` (broadcast index
+        arrays, operators only, as ``Attention.visible``). Position-wise unless overridden."""
+        return k == q
+
+    def at_depth(self, depth: int) -> Sublayer:
+        """The layer at ``depth`` (0 = bottom) when this kind is stacked until every position
+        reaches every other (Table 1's path lengths); plain repetition unless overridden."""
+        return self

@@ -22,6 +22,11 @@ class FeedForward(Sublayer):
     """Inner size; defaults to the spec's d_ff."""
     activation: Activation | None = None
     """Defaults to the spec's activation."""
+    symbols: ClassVar[dict[str, str]] = {"d_ff": "d_ff"}
+
+    def flops(self, s, dense=False):
+        # Position-wise: it connects no positions, so stacking it never shortens a path.
+        return {"w1": 2 * s.n * s.d * s.d_ff, "w2": 2 * s.n * s.d_ff * s.d}
 
     def lower(self, b, name, x):
         s = b.spec

@@ -2,6 +2,9 @@
 
 Parameter names and gate layouts follow cuDNN/PyTorch (weight_ih_l0, weight_hh_l0, ...),
 which ONNX's LSTM/GRU/RNN ops also take after a gate reordering.
+
+Each step multiplies the input and the previous hidden state by the gate matrices: O(n*d^2)
+work, but step i waits for step i - 1, so n sequential operations and paths n steps long.
 """
 
 from __future__ import annotations
@@ -29,6 +32,15 @@ class Recurrent(Sublayer):
     @property
     def looks_ahead(self) -> bool:
         return self.bidirectional
+
+    @property
+    def recurrence(self) -> str:
+        return "both" if self.bidirectional else "forward"
+
+    def flops(self, s, dense=False):
+        directions, hidden = (2, s.d / 2) if self.bidirectional else (1, s.d)
+        rows = directions * GATES[self.cell] * hidden  # gate pre-activations per position
+        return {"input": 2 * s.n * rows * s.d, "hidden": 2 * s.n * rows * hidden}
 
     def check(self, spec):
         if self.bidirectional and spec.d_model % 2:

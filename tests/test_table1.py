@@ -1,0 +1,73 @@
+"""Table 1 of the paper, every cell derived by the passes from specs/table1, against the paper."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tfspec.analysis.table1 import table1
+from tfspec.paper import TABLE1
+
+# Vaswani et al. 2017, Table 1, as printed (complexity per layer, sequential operations, maximum
+# path length), and the two conv variants §4 describes in words.
+PAPER = {
+    "Self-Attention": ("O(n²·d)", "O(1)", "O(1)"),
+    "Recurrent": ("O(n·d²)", "O(n)", "O(n)"),
+    "Convolutional": ("O(k·n·d²)", "O(1)", "O(log_k(n))"),
+    "Self-Attention (restricted)": ("O(r·n·d)", "O(1)", "O(n/r)"),
+}
+SECTION4 = {"Convolutional (contiguous)": {"max_path_length": "O(n/k)"},
+            "Convolutional (separable)": {"complexity": "O(k·n·d + n·d²)"}}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return {r.paper.label: r for r in table1(n=128, d=512)}
+
+
+def test_all_twelve_cells_of_table1_are_derived(rows):
+    for label, cells in PAPER.items():
+        derived = tuple(rows[label].derived(m) for m in ("complexity", "sequential_ops", "max_path_length"))
+        assert derived == cells, label
+
+
+def test_section4_rows(rows):
+    for label, cells in SECTION4.items():
+        for measure, expected in cells.items():
+            assert rows[label].derived(measure) == expected
+
+
+def test_paper_entries_are_transcribed_as_printed():
+    for row in TABLE1:
+        if row.label in PAPER:
+            assert (row.complexity, row.sequential_ops, row.max_path_length) == PAPER[row.label]
+
+
+def test_exact_counts_by_hand(rows):
+    n, d = 128, 512
+    assert rows["Self-Attention"].flops == 4 * n * n * d  # Q K^T and weights x V: 2 n^2 d each
+    assert rows["Recurrent"].flops == 2 * n * 4 * d * (d + d)  # LSTM: 4 gates over [x, h]
+    assert rows["Convolutional (contiguous)"].flops == 2 * n * 3 * d * d
+    assert rows["Convolutional (separable)"].flops == 2 * n * 3 * d + 2 * n * d * d
+    pairs = n * 9 - 4 * 5  # |i - j| <= 4: 9 per row, minus the 2 * (4 + 3 + 2 + 1) cut at the ends
+    assert rows["Self-Attention (restricted)"].flops == 4 * pairs * d
+    assert rows["Recurrent"].path == n and rows["Convolutional (contiguous)"].path == n - 1
+    assert rows["Self-Attention (restricted)"].path == 32  # ceil(127 / 4)
+
+
+def test_table1_command(cli):
+    code, out, _ = cli("table1")
+    assert code == 0 and "16/16 cells match the paper" in out and "✗" not in out
+    code, out, _ = cli("table1", "--n", "64", "--d", "256", "--format", "json")
+    data = json.loads(out)
+    assert code == 0 and len(data) == 6 and all(r["at"]["d"] == 256 for r in data)
+    assert data[0]["at"]["flops"] == 4 * 64 * 64 * 256
+    code, out, _ = cli("table1", "--format", "markdown")
+    assert code == 0 and "| layer type | complexity | paper |" in out
+
+
+@pytest.mark.parametrize("args,message", [(["--d", "500"], "divisible"), (["--n", "1"], "--n must be")])
+def test_table1_bad_options(cli, args, message):
+    code, _, err = cli("table1", *args)
+    assert code == 2 and err.startswith("error:") and message in err

@@ -1,0 +1,179 @@
+"""The analysis side of the CLI: ``table1``, ``plot``, and the FLOP, path and cost part of ``report``.
+
+The analysis modules import sympy, so they are imported inside the commands: ``tfspec
+validate`` and the other commands do not pay for it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tfspec.cli.tables import render
+
+DEFAULT_N = 25
+"""Sequence length reports use by default: a sentence, the paper's unit of translation; FLOPs
+per token hardly depend on n while n << d (attention's n^2 terms are small)."""
+
+
+def sci(x: float | None) -> str:
+    """3.15e9, not 3.15e+09."""
+    return "" if x is None else f"{x:.3g}".replace("e+0", "e").replace("e+", "e")
+
+
+def add_report_options(c) -> None:
+    c.add_argument("--n", type=int, default=DEFAULT_N,
+                   help=f"sequence length (source and target) for FLOPs and paths (default: {DEFAULT_N})")
+    c.add_argument("--steps", type=int, help="training steps for the cost estimate (default: the spec's "
+                   "reference.train_steps, e.g. 100000 for base)")
+    c.add_argument("--tokens-per-step", type=int, default=None,
+                   help="target tokens per training step (default: 25000, the paper's batches, §5.1)")
+
+
+def register(command) -> None:
+    """Add ``table1`` and ``plot`` through the CLI's ``command(name, fn, help, description)``."""
+    c = command("table1", cmd_table1, "reproduce the paper's Table 1 from one-layer specs",
+                "Derive Table 1 (complexity per layer, sequential operations, maximum path length) from the "
+                "one-layer specs in specs/table1 and print each cell beside the paper's, with exact counts at "
+                "--n and --d.")
+    c.add_argument("--n", type=int, default=128, help="sequence length for the exact counts (default: 128)")
+    c.add_argument("--d", type=int, help="model width d for the exact counts (default: the specs', 512)")
+    c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    c = command("plot", cmd_plot, "plot per-layer cost and path length against n (PNG or SVG)",
+                "Draw per-layer FLOPs against n, with the n = d crossover of §4, and the measured growth of "
+                "the maximum path length, for the layer kinds of SPEC or of Table 1. Needs matplotlib "
+                "(pip install 'tfspec[plot]').")
+    c.add_argument("spec", metavar="SPEC", nargs="?", help="a spec (default: the rows of Table 1)")
+    c.add_argument("-o", "--output", required=True, help="file to write: .png or .svg")
+    c.add_argument("--d", type=int, help="model width (default: the specs')")
+
+
+def _layer_rows(spec, graph, n):
+    """(FlopReport, per-op-kind JSON rows, per-stack path summaries) at length n."""
+    from tfspec.analysis.asymptotics import big_o
+    from tfspec.analysis.complexity import layer_facts
+    from tfspec.analysis.flops import SYMBOLS, analyze_flops
+    from tfspec.analysis.paths import path_length, sequential_ops, stack_paths
+
+    report = analyze_flops(graph, n)
+    rows = []
+    for row in report.layers:
+        entry = {"stack": row.stack, "layer": row.label, "count": row.count, "names": list(row.names),
+                 "formula": str(row.formula), "forward_flops": row.forward, "forward_flops_needed": row.needed,
+                 "complexity": big_o(row.formula, SYMBOLS)}
+        if row.layer is not None:
+            facts = layer_facts(row.layer)
+            entry |= {"complexity": facts.complexity,
+                      "sequential_ops": {"class": facts.sequential_ops, "at_n": sequential_ops(row.layer, n)},
+                      "max_path_length": {"class": facts.max_path_length, "at_n": path_length(row.layer, n)}}
+        rows.append(entry)
+    stacks = {}
+    for name, stack in spec.stacks:
+        layers = [layer for _, layer in stack.sublayers()]
+        paths = stack_paths(layers, n)
+        stacks[name] = {"sublayers": len(layers), "sequential_ops": sum(sequential_ops(x, n) for x in layers),
+                        "max_path_length": paths.longest, "reach": paths.reach, "causal": paths.causal}
+    return report, rows, stacks
+
+
+def _training(spec, report, args):
+    from tfspec.analysis.cost import TOKENS_PER_STEP, training_cost
+
+    steps = args.steps or (spec.reference.train_steps if spec.reference else None)
+    if steps is None:
+        return None
+    return training_cost(report, steps, args.tokens_per_step or TOKENS_PER_STEP,
+                         spec.reference.row if spec.reference else None)
+
+
+def report_json(spec, graph, args) -> dict:
+    """The ``flops``, ``layers``, ``paths`` and ``training_cost`` keys of ``report --format json``."""
+    report, rows, stacks = _layer_rows(spec, graph, args.n)
+    cost = _training(spec, report, args)
+    return {"flops": report.to_json(), "layers": rows, "paths": stacks,
+            "training_cost": cost.to_json() if cost else None}
+
+
+def report_text(spec, graph, args) -> str:
+    """The FLOP, path and training-cost sections of the text and Markdown reports (computed
+    before anything is printed, so a bad option fails with nothing half-written)."""
+    report, rows, stacks = _layer_rows(spec, graph, args.n)
+    table = [[r["stack"], r["layer"], r["count"], sci(r["forward_flops"]), sci(r["count"] * r["forward_flops"]),
+              f"{100 * r['count'] * r['forward_flops'] / report.forward:.1f}%", r["complexity"],
+              r.get("sequential_ops", {}).get("class", ""), r.get("max_path_length", {}).get("class") or ""]
+             for r in rows]
+    lines = [f"\nforward FLOPs at n = {report.n} (matmul FLOPs, 2 per multiply-add; source and target n tokens; "
+             "attention counts every score, masked ones too)\n",
+             render(["stack", "layer", "count", "per layer", "total", "share", "complexity", "sequential",
+                     "max path"], table, args.format),
+             f"forward: {sci(report.forward)} FLOPs per sequence, {sci(report.per_token)} per token; training "
+             f"(forward + backward = 3 x forward): {sci(report.training)} per sequence, "
+             f"{sci(3 * report.per_token)} per token"]
+    for name, s in stacks.items():
+        longest = f"{s['max_path_length']} hops" if s["max_path_length"] is not None else \
+            f"not all positions connected (reach {s['reach']})"
+        lines.append(f"{name}: {s['sublayers']} sub-layers, {s['sequential_ops']} sequential operations, "
+                     f"longest path {longest} at n = {report.n}")
+    return "\n".join(lines + _cost_lines(_training(spec, report, args))) + "\n"
+
+
+def _cost_lines(cost) -> list[str]:
+    if cost is None:
+        return ["training cost: pass --steps (and --tokens-per-step, default 25000) to estimate a run"]
+    lines = [f"training cost: {cost.steps:,} steps x {cost.tokens_per_step:,} tokens "
+             f"({cost.tokens_per_step / cost.n:,.0f} sequences of n = {cost.n}) = {sci(cost.total)} FLOPs"]
+    p = cost.paper
+    if p is not None:
+        ratio = f"; tfspec / paper = {cost.utilisation:.2f}, the utilisation the paper's figure implies" \
+            if cost.utilisation is not None else ""
+        lines.append(f"paper, Table 2 ({p.row}, {p.steps:,} steps): {sci(p.flops)} FLOPs = {p.hours:g} h x {p.gpus} "
+                     f"GPUs x {p.tflops_per_gpu:g} TFLOPS. The paper multiplies training time by the GPUs' sustained "
+                     "rate (their capacity, idle and non-matmul time included); tfspec counts the matmuls the model "
+                     f"needs{ratio}.")
+    return lines
+
+
+def cmd_table1(args) -> int:
+    from tfspec.analysis.table1 import MEASURES, table1
+
+    rows = table1(args.n, args.d)
+    if args.format == "json":
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+        return 0
+    mark = {True: " ✓", False: " ✗", None: ""}
+    table = [[r.paper.label] + [x for m in MEASURES for x in (f"{r.derived(m) or 'none'}{mark[r.match(m)]}",
+                                                                getattr(r.paper, m) or "—")] for r in rows]
+    heads = ["layer type", "complexity", "paper", "sequential ops", "paper", "max path length", "paper"]
+    print(render(heads, table, args.format), end="")
+    matched = sum(bool(r.match(m)) for r in rows for m in MEASURES)
+    compared = sum(r.match(m) is not None for r in rows for m in MEASURES)
+    print(f"\n{matched}/{compared} cells match the paper. Each tfspec cell is derived from specs/table1/*.yaml: "
+          "the leading term of the layer's FLOP formula, and sequential operations and path lengths measured "
+          "on position graphs at n = 16..1024 and fitted.\n")
+    counts = [[r.paper.label, sci(r.flops), sci(r.layer_flops), r.sequential, r.path if r.path is not None else "none"]
+              for r in rows]
+    print(f"exact counts at n = {rows[0].n}, d = {rows[0].d}:\n")
+    print(render(["layer type", "FLOPs (Table 1 terms)", "FLOPs (whole layer)", "sequential ops",
+                  "max path length"], counts, args.format), end="")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from tfspec.analysis.flops import describe
+    from tfspec.analysis.plot import plot_layers
+    from tfspec.analysis.table1 import single_layer, with_width
+    from tfspec.paper import TABLE1
+    from tfspec.spec import load_spec
+
+    if args.spec is None:
+        layers = []
+        for row in TABLE1:
+            spec = with_width(load_spec(row.spec), args.d)
+            layers.append((row.label, single_layer(spec), spec))
+        title = "Table 1 layer kinds"
+    else:
+        spec = with_width(load_spec(args.spec), args.d)
+        kinds = {describe(layer): layer for _, stack in spec.stacks for _, layer in stack.sublayers()}
+        layers = [(label, layer, spec) for label, layer in kinds.items()]
+        title = f"{spec.name}: layer kinds"
+    print(f"wrote {plot_layers(layers, args.output, title)}")
+    return 0
