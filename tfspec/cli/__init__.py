@@ -12,6 +12,8 @@ import time
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
+from tfspec.cli import analysis
+from tfspec.cli import deploy
 from tfspec.cli.tables import millions, render
 from tfspec.errors import TfspecError
 from tfspec.ir import build_graph
@@ -75,9 +77,11 @@ def cmd_report(args) -> int:
     spec = load_spec(args.spec)
     graph = build_graph(spec)
     report = analyze_params(graph)
+    costs = "" if args.format == "json" else analysis.report_text(spec, graph, args)  # fails before printing
     if args.format == "json":
         print(json.dumps({"name": spec.name, "family": spec.family, "params": report.to_json(),
-                          "spec": spec.model_dump(mode="json")}, indent=2))
+                          **analysis.report_json(spec, graph, args), "spec": spec.model_dump(mode="json")},
+                         indent=2))
         return 0
     rows = []
     for section, parts in report.sections.items():
@@ -101,6 +105,7 @@ def cmd_report(args) -> int:
     if ref and ref.params_millions:
         print(f"\n{ref.source}{f' ({ref.row})' if ref.row else ''}: {ref.params_millions:g}M; "
               f"tfspec {millions(report.total)} ({deviation(report.total, ref.params_millions):+.1%})")
+    print(costs, end="")
     _warn_if_absurd(graph)
     return 0
 
@@ -190,9 +195,10 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--format", choices=["json", "dot", "mermaid"], default="json")
     c.add_argument("-o", "--output", help="write here instead of standard output")
-    c = command("report", cmd_report, "parameter counts per component, computed from the IR (no allocation)")
+    c = command("report", cmd_report, "parameters, FLOPs, paths and training cost, from the IR (no allocation)")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    analysis.add_report_options(c)
     c = command("table3", cmd_table3, "reproduce the parameter column of the paper's Table 3")
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     c = command("compile", cmd_compile, "emit the PyTorch module, check it against the IR, run a step",
@@ -203,6 +209,8 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--batch", type=int, default=2, help="sequences in the random batch (default: 2)")
     c.add_argument("--length", type=int, default=16, help="tokens per sequence (default: 16)")
     command("list", cmd_list, "list the shipped specs")
+    analysis.register(command)
+    deploy.register(command)
     return p
 
 

@@ -1,0 +1,171 @@
+"""Emitting ONNX graphs straight from the IR: no tracing, every axis named and dynamic.
+
+Three kinds of graph serve inference (tensor names are the runtime's contract):
+
+``model``    full sequences: ``src`` and/or ``tgt`` (batch, len) -> ``logits``; for scoring.
+``encoder``  ``src`` -> ``memory``, ``memory_bias`` (the source padding as an additive mask)
+             and ``cross.<node>.key/value`` for every cross-attention layer of the decoder.
+``decoder``  one decoding step: ``tgt`` (batch, new_len) new tokens plus the past each decoder
+             layer carries (``past.<node>.key/value`` for attention, ``.window`` for causal
+             convolutions, ``.h``/``.c`` for recurrent layers; zero-length or zeros at step 0)
+             -> ``log_probs`` of the next token, its ``top_values``/``top_ids`` (``top_k``
+             asked for) and ``present.<node>.*``. Positions continue from the past length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from tfspec.ir import Graph
+
+from . import attention  # noqa: F401  (registers the attention lowering)
+from .attention import project_kv
+from .builder import Builder, Index
+from .lowerings import LOWERINGS
+
+KINDS = ("model", "encoder", "decoder")
+
+
+class Emit:
+    """One graph being emitted: what lowerings ask of it beyond the builder."""
+
+    def __init__(self, graph: Graph, kind: str, b: Builder):
+        self.graph, self.kind, self.b = graph, kind, b
+        self.pads: dict[str, str] = {}
+        """Sequence symbol -> bool (B, L), True at padding (absent in step graphs' targets)."""
+        self.bias: dict[str, str] = {}
+        self._masks: dict = {}
+        self._offset: str | None = None
+
+    def padding(self, seq: str) -> str | None:
+        return self.pads.get(seq)
+
+    def carries(self, node) -> bool:
+        """Whether ``node`` carries state from one step to the next in this graph."""
+        return self.kind == "step" and node.stack == "decoder"
+
+    def state(self, node, role: str, shape, prefix: str = "past") -> str:
+        name = f"{prefix}.{node.name}.{role}"
+        if name not in {i.name for i in self.b.inputs}:
+            self.b.input(name, shape)
+        return name
+
+    def present(self, node, role: str, value: str, shape) -> None:
+        self.b.output(f"present.{node.name}.{role}", value, shape)
+
+    def positions(self, seq: str, x: str) -> str:
+        """int64 (L,) positions of the L vectors of ``x``: they follow the past in step graphs."""
+        start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
+        return self.b.op("Range", start, self.b.op("Add", start, self.b.shape_of(x, 1)), self.b.const(np.int64(1)))
+
+    def offset(self) -> str:
+        """Target positions already decoded: the first self-attention's past length (an
+        ``offset`` input only for decoders without self-attention)."""
+        if self._offset is None:
+            attn = next((n for n in self.graph.nodes() if n.stack == "decoder" and n.op == "attention"
+                         and not n.layer.needs_memory), None)
+            if attn is None:
+                self._offset = self.b.input("offset", [], TensorProto.INT64)
+            else:
+                past = self.state(attn, "key", ["batch", attn.attrs["heads"], "past_len", attn.attrs["d_k"]])
+                self._offset = self.b.shape_of(past, 2)
+        return self._offset
+
+    def key_bias(self, seq: str) -> str | None:
+        """Additive (B, 1, 1, L) mask: a large negative value at padded keys."""
+        if seq not in self.bias and seq in self.pads:
+            b = self.b
+            self.bias[seq] = b.op("Unsqueeze", b.op("Where", self.pads[seq], b.neg(), b.const(0.0)), b.ints(1, 2))
+        return self.bias.get(seq)
+
+    def mask(self, layer, q_seq: str, kv_seq: str, q: str, k: str) -> str | None:
+        """The kind's visibility plus key padding, as one additive mask shared by all layers
+        of the kind; None when every key is visible."""
+        key = (layer, q_seq, kv_seq)
+        if key not in self._masks:
+            b, bias = self.b, self.key_bias(kv_seq)
+            lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
+            # Self-attention queries are the last lq of the lk positions (lq < lk in step graphs).
+            first = b.op("Sub", lk, lq) if q_seq == kv_seq else b.const(np.int64(0))
+            one = b.const(np.int64(1))
+            rows = Index(b, b.op("Unsqueeze", b.op("Range", first, b.op("Add", first, lq), one), b.ints(1)))
+            cols = Index(b, b.op("Unsqueeze", b.op("Range", b.const(np.int64(0)), lk, one), b.ints(0)))
+            visible = layer.visible(rows, cols)
+            if visible is not None:
+                visible = b.op("Where", visible.name, b.const(0.0), b.neg())  # (Lq, Lk)
+                bias = visible if bias is None else b.op("Add", bias, visible)
+            self._masks[key] = bias
+        return self._masks[key]
+
+
+def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 18,
+         dtype: str = "float32", metadata: dict[str, str] | None = None) -> onnx.ModelProto:
+    """The ONNX graph ``kind`` (see the module docstring) of ``graph`` with ``weights``
+    (IR parameter name -> array)."""
+    ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
+    e = Emit(graph, "step" if kind == "decoder" else kind, b)
+    if kind == "encoder":
+        fed, targets = {ports["src"]}, [ports["memory"]]
+    elif kind == "decoder":
+        fed, targets = {ports["tgt"]} | ({ports["memory"]} if "memory" in ports else set()), [ports["logits"]]
+    else:
+        fed, targets = {ports[p] for p in ("src", "tgt") if p in ports}, [ports["logits"]]
+    needed = _needed(graph, fed, targets)
+    env: dict[str, str | None] = {}
+    for node in graph.nodes():
+        if node.name not in needed:
+            continue
+        b.scope = node.name
+        if node.op == "input":
+            env[node.name] = _tokens(e, node)
+        elif node.name in fed:  # the encoder output, in a step graph: read through cross.* inputs
+            env[node.name] = None
+            e.bias["S"] = b.input("memory_bias", ["batch", 1, 1, "src_len"])
+        else:
+            env[node.name] = LOWERINGS[node.op](e, node, *[env[i] for i in node.inputs])
+    b.scope = "outputs"
+    vocab = graph.node(ports["logits"]).attrs["vocab"]
+    if kind == "encoder":
+        memory = env[ports["memory"]]
+        b.output("memory", memory, ["batch", "src_len", graph.spec.d_model])
+        b.output("memory_bias", e.key_bias("S"), ["batch", 1, 1, "src_len"])
+        for node in graph.nodes():
+            if node.op == "attention" and node.layer.needs_memory:
+                b.scope = node.name
+                for role, value, size in zip(("key", "value"), project_kv(b, node, memory),
+                                             (node.attrs["d_k"], node.attrs["d_v"])):
+                    b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["heads"], "src_len", size])
+    elif kind == "decoder":
+        log_probs = b.op("Squeeze", b.op("LogSoftmax", env[ports["logits"]], axis=-1), b.ints(1))
+        b.output("log_probs", log_probs, ["batch", vocab])
+        values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
+        b.output("top_values", values, ["batch", "k"])
+        b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)
+    else:
+        seq = "tgt_len" if "tgt" in ports else "src_len"
+        b.output("logits", env[ports["logits"]], ["batch", seq, vocab])
+    return b.model(metadata or {})
+
+
+def _tokens(e: Emit, node) -> str:
+    """Declare a token input and, outside step graphs, its padding mask."""
+    b, seq = e.b, node.shape[1]
+    length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
+    tokens = b.input(node.name, ["batch", length], TensorProto.INT64)
+    if e.kind != "step":
+        e.pads[seq] = b.op("Equal", tokens, b.const(np.int64(e.graph.spec.vocab.pad_id)))
+    return tokens
+
+
+def _needed(graph: Graph, fed: set[str], targets: list[str]) -> set[str]:
+    """Nodes on a path from ``fed`` (or from nothing) to ``targets``."""
+    needed, stack = set(), list(targets)
+    while stack:
+        name = stack.pop()
+        if name not in needed:
+            needed.add(name)
+            if name not in fed:
+                stack.extend(graph.node(name).inputs)
+    return needed

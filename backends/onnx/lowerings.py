@@ -1,0 +1,168 @@
+"""ONNX lowerings of the IR ops other than attention (``attention.py``), one per op.
+
+A lowering is ``fn(e, node, *inputs) -> output name`` where ``e`` is the graph being emitted
+(``graphs.Emit``): its builder ``e.b``, the graph kind (``full``, ``encoder`` or ``step``),
+padding masks, positions and, in step graphs, the state each layer carries between steps.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from tfspec.ir import Node
+from tfspec.ir.positions import sinusoids
+
+LOWERINGS: dict[str, Callable] = {}
+
+
+def lowering(op: str):
+    """Decorator registering the ONNX lowering of IR op ``op``."""
+    def register(fn):
+        if op in LOWERINGS:
+            raise ValueError(f"two ONNX lowerings for IR op {op!r}")
+        LOWERINGS[op] = fn
+        return fn
+    return register
+
+
+@lowering("embedding")
+def embedding(e, node: Node, tokens: str) -> str:
+    x = e.b.op("Gather", e.b.param(node.params["weight"]), tokens)
+    scale = node.attrs["scale"]
+    return e.b.op("Mul", x, e.b.const(scale)) if scale != 1.0 else x
+
+
+@lowering("positional")
+def positional(e, node: Node, x: str) -> str:
+    """Adds rows offset..offset+L of the position table (offset > 0 only in step graphs)."""
+    b, a = e.b, node.attrs
+    if a["kind"] == "learned":
+        table = b.param(node.params["weight"])
+    else:
+        table = b.const(sinusoids(a["max_len"], node.shape[-1]))
+    positions = e.positions(node.shape[1], x)
+    return b.op("Add", x, b.op("Gather", table, positions))
+
+
+@lowering("dropout")
+def dropout(e, node: Node, x: str) -> str:
+    return x  # inference graphs
+
+
+@lowering("add")
+def add(e, node: Node, x: str, y: str) -> str:
+    return e.b.op("Add", x, y)
+
+
+@lowering("layer_norm")
+def layer_norm(e, node: Node, x: str) -> str:
+    p = node.params
+    return e.b.op("LayerNormalization", x, e.b.param(p["weight"]), e.b.param(p["bias"]), axis=-1,
+                  epsilon=node.attrs["eps"])
+
+
+def activation(b, x: str, kind: str) -> str:
+    """relu, gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
+    if kind == "relu":
+        return b.op("Relu", x)
+    if kind == "silu":
+        return b.op("Mul", x, b.op("Sigmoid", x))
+    if b.opset >= 20:
+        return b.op("Gelu", x, approximate="tanh" if kind == "gelu_tanh" else None)
+    if kind == "gelu":  # x/2 (1 + erf(x / sqrt 2))
+        inner = b.op("Erf", b.op("Mul", x, b.const(1 / math.sqrt(2))))
+    else:  # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = b.op("Mul", b.op("Mul", x, x), x)
+        inner = b.op("Tanh", b.op("Mul", b.op("Add", x, b.op("Mul", cube, b.const(0.044715))),
+                                  b.const(math.sqrt(2 / math.pi))))
+    return b.op("Mul", b.op("Mul", x, b.const(0.5)), b.op("Add", inner, b.const(1.0)))
+
+
+@lowering("ffn")
+def ffn(e, node: Node, x: str) -> str:
+    """act(x W1 + b1) W2 + b2 (eq. 2)."""
+    p = node.params
+    h = activation(e.b, e.b.linear(x, p["w_1"], p.get("b_1")), node.attrs["activation"])
+    return e.b.linear(h, p["w_2"], p.get("b_2"))
+
+
+@lowering("projection")
+def projection(e, node: Node, x: str) -> str:
+    if e.kind == "step":  # only the next token's distribution is wanted
+        x = e.b.op("Slice", x, e.b.ints(-1), e.b.ints(np.iinfo(np.int64).max), e.b.ints(1))
+    return e.b.linear(x, node.params["weight"], node.params.get("bias"))
+
+
+@lowering("conv")
+def conv(e, node: Node, x: str) -> str:
+    """Conv1d over positions. Padded positions are zeroed first; a step graph prepends the
+    last W = (k - 1) * dilation inputs it carried (zeros at the start) instead of padding."""
+    b, a, p = e.b, node.attrs, node.params
+    pad = e.padding(node.shape[1])
+    if pad is not None:
+        x = b.op("Where", b.op("Unsqueeze", pad, b.ints(-1)), b.const(0.0), x)
+    pads = a["padding"]
+    if e.carries(node) and pads[0] > 0:
+        window = pads[0]
+        past = e.state(node, "window", ["batch", window, node.shape[-1]])
+        x = b.op("Concat", past, x, axis=1)
+        e.present(node, "window", b.op("Slice", x, b.ints(-window), b.ints(np.iinfo(np.int64).max), b.ints(1)),
+                  ["batch", window, node.shape[-1]])
+        pads = [0, 0]
+    h = b.op("Transpose", x, perm=[0, 2, 1])  # (B, d, L)
+    if a["separable"]:
+        h = b.op("Conv", h, b.param(p["w_depthwise"]), p.get("b_depthwise") and b.param(p["b_depthwise"]),
+                 dilations=[a["dilation"]], group=node.shape[-1], pads=pads)
+        h = b.op("Conv", h, b.param(p["w_pointwise"]), p.get("b_pointwise") and b.param(p["b_pointwise"]))
+    else:
+        h = b.op("Conv", h, b.param(p["w_conv"]), p.get("b_conv") and b.param(p["b_conv"]),
+                 dilations=[a["dilation"]], pads=pads)
+    return activation(b, b.op("Transpose", h, perm=[0, 2, 1]), a["activation"])
+
+
+# PyTorch stacks gate blocks as LSTM (i, f, g, o), GRU (r, z, n); ONNX wants (i, o, f, c), (z, r, h).
+GATE_ORDER = {"lstm": [0, 3, 1, 2], "gru": [1, 0, 2], "rnn": [0]}
+
+
+@lowering("recurrent")
+def recurrent(e, node: Node, x: str) -> str:
+    """ONNX LSTM/GRU/RNN with cuDNN weights reordered; bidirectional layers read each
+    sequence's true length so the backward pass starts at its last token."""
+    b, a, p = e.b, node.attrs, node.params
+    cell, hidden = a["cell"], a["hidden"]
+    directions = ["", "_reverse"] if a["bidirectional"] else [""]
+    w = np.stack([_gates(e.b.weights[p[f"weight_ih_l0{s}"]], cell) for s in directions])
+    r = np.stack([_gates(e.b.weights[p[f"weight_hh_l0{s}"]], cell) for s in directions])
+    inputs = [b.op("Transpose", x, perm=[1, 0, 2]), b.const(w), b.const(r)]  # time-major
+    if "bias_ih_l0" in p:
+        inputs.append(b.const(np.stack([np.concatenate([_gates(e.b.weights[p[f"bias_{k}_l0{s}"]], cell)
+                                                         for k in ("ih", "hh")]) for s in directions])))
+    else:
+        inputs.append(None)
+    pad = e.padding(node.shape[1])
+    lengths = None
+    if pad is not None and a["bidirectional"]:
+        kept = b.op("ReduceSum", b.op("Cast", b.op("Not", pad), to=6), b.ints(1), keepdims=0)  # int32
+        lengths = b.op("Max", kept, b.const(np.int32(1)))
+    inputs.append(lengths)
+    states = ["h", "c"] if cell == "lstm" else ["h"]
+    if e.carries(node):
+        shape = ["batch", 1, hidden]
+        inputs += [b.op("Transpose", e.state(node, s, shape), perm=[1, 0, 2]) for s in states]
+    op = {"lstm": "LSTM", "gru": "GRU", "rnn": "RNN"}[cell]
+    attrs = {"linear_before_reset": 1} if cell == "gru" else {}
+    y, *finals = b.op(op, *inputs, outputs=1 + len(states), hidden_size=hidden,
+                      direction="bidirectional" if a["bidirectional"] else "forward", **attrs)
+    if e.carries(node):
+        for s, final in zip(states, finals):
+            e.present(node, s, b.op("Transpose", final, perm=[1, 0, 2]), ["batch", 1, hidden])
+    y = b.op("Transpose", y, perm=[2, 0, 1, 3])  # (L, dirs, B, H) -> (B, L, dirs, H)
+    return b.op("Reshape", y, b.ints(0, 0, len(directions) * hidden))
+
+
+def _gates(weight: np.ndarray, cell: str) -> np.ndarray:
+    blocks = np.split(weight, len(GATE_ORDER[cell]))
+    return np.concatenate([blocks[i] for i in GATE_ORDER[cell]])

@@ -1,0 +1,188 @@
+"""Running exported graphs with onnxruntime: sessions, provider choice, decoding.
+
+``OnnxModel(dir)`` opens what ``tfspec export`` wrote, checking the manifest and each graph's
+metadata first, so a directory from another tfspec format, a swapped graph or a corrupt file
+is refused with the reason. ``OnnxModel.decoder()`` is a ``tfspec.search.Decoder``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from importlib import metadata as dist_metadata
+from pathlib import Path
+
+import numpy as np
+
+from tfspec.errors import TfspecError
+from tfspec.spec import Spec
+
+FORMAT = 1
+"""Version of the layout of exported directories (tensor names, manifest keys)."""
+MANIFEST = "tfspec.json"
+
+
+def session_options(threads: int | None = None):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    cores = os.cpu_count() or 1
+    options.intra_op_num_threads = threads or cores
+    if cores <= 4:  # spinning threads fight the caller for the few cores there are (~2x slower)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    return options
+
+
+def providers(device: str) -> list[str]:
+    """Execution providers to ask for: CUDA first when requested or available."""
+    import onnxruntime as ort
+
+    available = ort.get_available_providers()
+    if device == "cpu":
+        return ["CPUExecutionProvider"]
+    if "CUDAExecutionProvider" not in available:
+        if device == "cuda":
+            raise TfspecError("--device cuda: this onnxruntime has no CUDA provider; install tfspec[gpu] "
+                              "(onnxruntime-gpu) instead of tfspec[cpu]")
+        return ["CPUExecutionProvider"]
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def warn_if_both_runtimes() -> None:
+    """onnxruntime and onnxruntime-gpu share one import package: the last installed wins."""
+    installed = []
+    for name in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            dist_metadata.version(name)
+            installed.append(name)
+        except dist_metadata.PackageNotFoundError:
+            pass
+    if len(installed) == 2:
+        print("warning: both onnxruntime and onnxruntime-gpu are installed; they overwrite each other. "
+              "Uninstall both and install one (tfspec[cpu] or tfspec[gpu])", file=sys.stderr)
+
+
+class OnnxModel:
+    """An exported model directory, loaded into onnxruntime sessions."""
+
+    def __init__(self, directory: str | Path, device: str = "auto", threads: int | None = None):
+        import onnxruntime as ort
+
+        self.directory = Path(directory)
+        self.manifest = read_manifest(self.directory)
+        self.spec = Spec.model_validate(self.manifest["spec"])
+        self.dtype = np.dtype(self.manifest["dtype"])
+        warn_if_both_runtimes()
+        wanted, options = providers(device), session_options(threads)
+        self.sessions = {}
+        for kind, file in self.manifest["graphs"].items():
+            path = self.directory / file
+            try:
+                session = ort.InferenceSession(str(path), options, providers=wanted)
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for bad files
+                raise TfspecError(f"{path}: onnxruntime cannot load it ({str(e).strip().splitlines()[0][:300]}); "
+                                  "re-export the model") from e
+            _check_metadata(path, session, self.manifest, kind)
+            self.sessions[kind] = session
+        self.provider = next(iter(self.sessions.values())).get_providers()[0]
+        self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
+
+    def describe(self) -> str:
+        where = "CUDA" if self.provider == "CUDAExecutionProvider" else "CPU"
+        note = " (the CUDA provider failed to load: check the CUDA/cuDNN libraries)" if self.fallback else ""
+        return f"onnxruntime {__import__('onnxruntime').__version__} on {where}{note}"
+
+    def logits(self, **tokens: np.ndarray) -> np.ndarray:
+        """The full-sequence graph: src and/or tgt (B, L) int64 -> logits (B, L, vocab)."""
+        return self.sessions["model"].run(["logits"], tokens)[0]
+
+    def decoder(self) -> OnnxDecoder:
+        if "decoder" not in self.sessions:
+            raise TfspecError(f"{self.directory}: {self.spec.name} has no decoder to generate with "
+                              f"(family {self.spec.family})")
+        return OnnxDecoder(self)
+
+
+class OnnxDecoder:
+    """The encoder and decoder-step graphs as a ``tfspec.search.Decoder``; the state is a
+    dict of numpy arrays named like the step graph's inputs (batch first)."""
+
+    def __init__(self, model: OnnxModel):
+        vocab = model.spec.vocab
+        self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
+        self.encoder, self.step_session = model.sessions.get("encoder"), model.sessions["decoder"]
+        self.inputs = {i.name: i for i in self.step_session.get_inputs()}
+        outputs = {o.name: o for o in self.step_session.get_outputs()}
+        self.presents = [name for name in outputs if name.startswith("present.")]
+        self.vocab = outputs["log_probs"].shape[1]
+        self.dtype = model.dtype
+
+    def start(self, src: np.ndarray | None) -> dict[str, np.ndarray]:
+        batch = len(src) if src is not None else 1
+        state = {}
+        if src is not None:
+            names = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
+            state |= dict(zip(names, self.encoder.run(names, {"src": src.astype(np.int64)})))
+        for name, info in self.inputs.items():
+            if name.startswith("past."):  # empty keys/values, zero windows and hidden states
+                shape = [batch if d == "batch" else 0 if isinstance(d, str) else d for d in info.shape]
+                state[name] = np.zeros(shape, self.dtype)
+        if "offset" in self.inputs:
+            state["offset"] = np.array(0, np.int64)
+        return state
+
+    def step(self, state, tokens: np.ndarray, k: int):
+        values, ids, state = self.run(state, tokens, ["top_values", "top_ids"], k)
+        return values, ids, state
+
+    def run(self, state, tokens: np.ndarray, outputs: list[str], k: int = 1):
+        """Feed ``tokens`` (B, L); return the named outputs, then the updated state."""
+        feeds = {n: v for n, v in state.items() if n in self.inputs}
+        feeds |= {"tgt": np.ascontiguousarray(tokens, np.int64), "top_k": np.array([min(k, self.vocab)], np.int64)}
+        *results, = self.step_session.run([*outputs, *self.presents], feeds)
+        presents = results[len(outputs):]
+        state = {**state, **{n.replace("present.", "past.", 1): v for n, v in zip(self.presents, presents)}}
+        if "offset" in state:
+            state["offset"] = np.array(state["offset"] + tokens.shape[1], np.int64)
+        return (*results[: len(outputs)], state)
+
+    def select(self, state, rows: np.ndarray, cross: bool):
+        return {n: v if v.ndim == 0 or (not cross and not n.startswith("past.")) else v[rows]
+                for n, v in state.items()}
+
+
+def read_manifest(directory: Path) -> dict:
+    """The directory's manifest, checked: written by ``tfspec export`` in this format."""
+    if not directory.is_dir():
+        raise TfspecError(f"{directory}: no such model directory (write one with `tfspec export SPEC -o DIR`)")
+    path = directory / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TfspecError(f"{directory}: not an exported tfspec model (no {MANIFEST})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TfspecError(f"{path}: corrupt manifest ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise TfspecError(f"{directory}: exported in format {found!r} by tfspec "
+                          f"{manifest.get('tfspec_version', '?') if isinstance(manifest, dict) else '?'}; this "
+                          f"tfspec reads format {FORMAT}: re-export with `tfspec export`")
+    for key in ("spec", "graphs", "dtype"):
+        if key not in manifest:
+            raise TfspecError(f"{path}: corrupt manifest (no {key!r})")
+    for file in manifest["graphs"].values():
+        if not (directory / file).is_file():
+            raise TfspecError(f"{directory / file}: missing (the manifest lists it); re-export the model")
+    return manifest
+
+
+def _check_metadata(path: Path, session, manifest: dict, kind: str) -> None:
+    meta = session.get_modelmeta().custom_metadata_map
+    expected = {"tfspec.format": str(FORMAT), "tfspec.graph": kind, "tfspec.export_id": manifest.get("export_id")}
+    for key, value in expected.items():
+        if meta.get(key) != value:
+            raise TfspecError(f"{path}: {key} is {meta.get(key)!r}, the manifest says {value!r}: this graph comes "
+                              "from another export; re-export the model")

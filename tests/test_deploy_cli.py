@@ -1,0 +1,134 @@
+"""`tfspec export` and `tfspec translate` end to end, and what they do with bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tfspec import load_spec
+from tfspec.backends.torch import build_module
+from tfspec.backends.torch.checkpoint import save_weights
+
+pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """tiny, exported once from saved weights through the CLI."""
+    from tfspec.cli import main
+
+    root = tmp_path_factory.mktemp("deploy")
+    torch.manual_seed(3)
+    save_weights(build_module(load_spec("tiny")), root / "tiny.safetensors")
+    assert main(["export", "tiny", "--weights", str(root / "tiny.safetensors"), "-o", str(root / "out")]) == 0
+    return root
+
+
+def test_export_reports_checker_and_parity(cli, tmp_path):
+    code, out, err = cli("export", "tiny", "-o", tmp_path / "m", "--opset", "23")
+    assert code == 0, err
+    assert "onnx.checker: ok" in out and "parity: ok" in out and "FAIL" not in out
+    assert "randomly initialised" in err
+    manifest = json.loads((tmp_path / "m" / "tfspec.json").read_text())
+    assert manifest["opset"] == 23 and all(c["ok"] for c in manifest["parity"])
+
+
+def test_translate_ids_beam_and_greedy(cli, exported, tmp_path, monkeypatch):
+    lines = tmp_path / "in.txt"
+    lines.write_text("5 6 7 8\n\n9 10 11\n")
+    for beam in ("1", "4"):
+        code, out, err = cli("translate", exported / "out", lines, "--beam", beam, "--max-extra", "6")
+        assert code == 0, err
+        rows = out.split("\n")[:3]
+        assert rows[1] == ""  # an empty line stays empty
+        # output length <= source length (with its EOS) + max_extra
+        assert len(rows[0].split()) <= 5 + 6 and len(rows[2].split()) <= 4 + 6
+        assert "on CPU" in err
+
+
+def test_too_long_input_is_cut_with_a_warning(cli, exported, tmp_path):
+    (tmp_path / "long.txt").write_text(" ".join(["5"] * 300) + "\n")  # tiny has 256 positions
+    code, out, err = cli("translate", exported / "out", tmp_path / "long.txt", "--beam", "1", "--max-extra", "2")
+    assert code == 0 and "line 1: 301 tokens, more than the model's 256 positions" in err
+    assert len(out.split("\n")[0].split()) <= 255
+
+
+@pytest.mark.parametrize("line, message", [("5 six 7", "expected token ids"),
+                                           ("5 99999", "outside the vocabulary")])
+def test_bad_input_lines(cli, exported, tmp_path, line, message):
+    (tmp_path / "bad.txt").write_text(line + "\n")
+    code, out, err = cli("translate", exported / "out", tmp_path / "bad.txt")
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def _copy(exported, tmp_path):
+    import shutil
+
+    return shutil.copytree(exported / "out", tmp_path / "copy")
+
+
+def test_broken_model_directories(cli, exported, tmp_path):
+    code, _, err = cli("translate", tmp_path / "missing")
+    assert code == 2 and "no such model directory" in err
+    copy = _copy(exported, tmp_path)
+    (copy / "decoder.onnx").write_bytes(b"\x08\x01garbage")
+    code, _, err = cli("translate", copy)
+    assert code == 2 and "decoder.onnx: onnxruntime cannot load it" in err
+    (copy / "decoder.onnx").unlink()
+    code, _, err = cli("translate", copy)
+    assert code == 2 and "decoder.onnx: missing" in err
+    (copy / "tfspec.json").write_text("{not json")
+    code, _, err = cli("translate", copy)
+    assert code == 2 and "corrupt manifest" in err
+
+
+def test_graphs_from_another_version_or_export_are_refused(cli, exported, tmp_path):
+    copy = _copy(exported, tmp_path)
+    manifest = json.loads((copy / "tfspec.json").read_text())
+    (copy / "tfspec.json").write_text(json.dumps(manifest | {"format": 99, "tfspec_version": "9.0"}))
+    code, _, err = cli("translate", copy)
+    assert code == 2 and "format 99 by tfspec 9.0" in err and "re-export" in err
+    (copy / "tfspec.json").write_text(json.dumps(manifest | {"export_id": "another"}))
+    code, _, err = cli("translate", copy)
+    assert code == 2 and "comes from another export" in err
+
+
+def test_weights_that_do_not_match_the_spec(cli, exported, write_spec, tmp_path):
+    spec = write_spec("""
+        extends: tiny.yaml
+        d_ff: 128
+        decoder: {layers: 1}
+    """.replace("tiny.yaml", str(_shipped("tiny.yaml"))))
+    code, _, err = cli("export", spec, "--weights", exported / "tiny.safetensors", "-o", tmp_path / "x")
+    assert code == 2
+    assert "weights do not match spec" in err
+    assert "encoder.layers.0.ffn.w_1: file has [256, 64], spec needs [128, 64]" in err
+    assert "9 shapes differ, 0 missing, 20 unexpected" in err and "unexpected decoder.layers.1." in err
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("name, content", [("w.safetensors", b"\x00" * 40), ("w.pt", b"PK\x03\x04 not a zip")])
+def test_corrupt_weights_files(cli, tmp_path, name, content):
+    (tmp_path / name).write_bytes(content)
+    code, _, err = cli("export", "tiny", "--weights", tmp_path / name, "-o", tmp_path / "x")
+    assert code == 2 and "not a readable weights file" in err
+
+
+def test_pickled_code_in_weights_is_not_run(cli, tmp_path):
+    import pickle
+
+    class Boom:
+        def __reduce__(self):
+            return (print, ("code ran",))
+
+    (tmp_path / "evil.pt").write_bytes(pickle.dumps({"encoder.embed.weight": Boom()}))
+    code, out, err = cli("export", "tiny", "--weights", tmp_path / "evil.pt", "-o", tmp_path / "x")
+    assert code == 2 and "code ran" not in out and "not a readable weights file" in err
+
+
+def _shipped(name):
+    from tests.conftest import SPECS
+
+    return SPECS / name

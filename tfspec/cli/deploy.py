@@ -1,0 +1,159 @@
+"""``tfspec export`` and ``tfspec translate``: ONNX graphs for deployment and decoding with them."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tfspec.errors import TfspecError
+from tfspec.search import SearchOptions, search
+from tfspec.spec import load_spec
+
+TOKENIZER = "tokenizer.model"  # a sentencepiece model next to the graphs turns text into ids
+
+
+def cmd_export(args) -> int:
+    import torch
+
+    from tfspec.backends.onnx import export
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    spec = load_spec(args.spec)
+    torch.manual_seed(args.seed)
+    model = build_module(spec)
+    if args.weights:
+        load_weights(model, args.weights)
+    else:
+        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
+    started = time.perf_counter()
+    result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
+    print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
+          f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
+          f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
+    if args.no_check:
+        return 0
+    print("parity with the PyTorch backend (onnxruntime CPU):")
+    for check in result.checks:
+        print(f"  {check}")
+    print("parity: ok" if result.ok else "parity: FAILED (the graphs were written; do not deploy them)")
+    return 0 if result.ok else 1
+
+
+def cmd_translate(args) -> int:
+    from tfspec.backends.onnx import OnnxModel
+
+    model = OnnxModel(args.model, device=args.device, threads=args.threads)
+    spec = model.spec
+    print(f"{spec.name}: {model.describe()}", file=sys.stderr)
+    codec = Codec(Path(args.model), spec)
+    decoder = model.decoder()
+    limit = spec.positional.max_len if spec.positional.kind != "none" else None
+    options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
+                            max_length=None if limit is None else limit - 1)
+    lines = _read(args.input)
+    sources = [codec.encode(line, number, limit) for number, line in enumerate(lines, 1)]
+    outputs: list[list[int]] = [[] for _ in lines]
+    started, produced = time.perf_counter(), 0
+    decoder_only = spec.family == "decoder-only"
+    todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: len(sources[i]))
+    batch = 1 if decoder_only else args.batch
+    for first in range(0, len(todo), batch):
+        rows = todo[first:first + batch]
+        tokens = np.full((len(rows), max(len(sources[i]) for i in rows)), spec.vocab.pad_id, dtype=np.int64)
+        for r, i in enumerate(rows):
+            tokens[r, : len(sources[i])] = sources[i]
+        if decoder_only:
+            prefix = np.concatenate([[[spec.vocab.bos_id]], tokens], axis=1)
+            result = search(decoder, None, options, prefix)
+        else:
+            result = search(decoder, tokens, options)
+        for i, out in zip(rows, result):
+            outputs[i] = out
+            produced += len(out) + 1
+    for out in outputs:
+        print(codec.decode(out))
+    elapsed = time.perf_counter() - started
+    print(f"{len(lines)} lines, {produced} tokens in {elapsed:.2f}s ({produced / max(elapsed, 1e-9):.0f} tokens/s), "
+          f"beam {args.beam}", file=sys.stderr)
+    return 0
+
+
+class Codec:
+    """Lines <-> token ids: sentencepiece when the model directory has a tokenizer, else
+    whitespace-separated ids."""
+
+    def __init__(self, directory: Path, spec):
+        self.vocab = spec.vocab
+        self.sp = None
+        if (directory / TOKENIZER).is_file():
+            import sentencepiece
+
+            self.sp = sentencepiece.SentencePieceProcessor(model_file=str(directory / TOKENIZER))
+
+    def encode(self, line: str, number: int, limit: int | None) -> list[int]:
+        """Source ids (with EOS) of input line ``number``; empty lines give no ids."""
+        if not line.strip():
+            return []
+        if self.sp is not None:
+            ids = self.sp.encode(line)
+        else:
+            try:
+                ids = [int(t) for t in line.split()]
+            except ValueError:
+                raise TfspecError(f"line {number}: expected token ids separated by spaces (this model directory "
+                                  f"has no {TOKENIZER}), got {line.strip()[:40]!r}") from None
+            bad = [t for t in ids if not 0 <= t < self.vocab.size]
+            if bad:
+                raise TfspecError(f"line {number}: token id {bad[0]} is outside the vocabulary (0..{self.vocab.size - 1})")
+        ids.append(self.vocab.eos_id)
+        if limit is not None and len(ids) > limit:
+            print(f"warning: line {number}: {len(ids)} tokens, more than the model's {limit} positions; "
+                  f"translating the first {limit}", file=sys.stderr)
+            ids = ids[: limit - 1] + [self.vocab.eos_id]
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.sp.decode(ids) if self.sp is not None else " ".join(map(str, ids))
+
+
+def _read(source: str | None) -> list[str]:
+    if source in (None, "-"):
+        return sys.stdin.read().splitlines()
+    try:
+        return Path(source).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise TfspecError(f"{source}: no such input file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TfspecError(f"{source}: cannot read it as UTF-8 text ({e})") from None
+
+
+def register(command) -> None:
+    c = command("export", cmd_export, "write ONNX graphs for inference, check them, compare with PyTorch",
+                "Emit the model's ONNX graphs straight from the IR into DIR: model.onnx (full sequences), "
+                "encoder.onnx and decoder.onnx (one decoding step with a KV cache), plus tfspec.json. Runs "
+                "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails.")
+    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write (created if needed)")
+    c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: random init)")
+    c.add_argument("--opset", type=int, default=18, choices=range(17, 24), metavar="N",
+                   help="ONNX opset, 17-23 (default 18); 23 emits the fused Attention op")
+    c.add_argument("--fp16", action="store_true", help="float16 weights and activations (for GPUs)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the random weights without --weights")
+    c.add_argument("--no-check", action="store_true", help="skip the parity check")
+    c = command("translate", cmd_translate, "decode input lines with an exported model (onnxruntime)",
+                "Read lines (token ids, or text when DIR has a sentencepiece tokenizer.model) from FILE or "
+                "standard input and print one output line each. Empty lines stay empty; lines longer than the "
+                "model's positions are cut with a warning. Output length is limited to input length + 50.")
+    c.add_argument("model", metavar="DIR", help="a directory written by `tfspec export`")
+    c.add_argument("input", nargs="?", metavar="FILE", help="input lines (default: standard input)")
+    c.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
+    c.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (default 0.6)")
+    c.add_argument("--max-extra", type=int, default=50, help="output may exceed input length by this (default 50)")
+    c.add_argument("--batch", type=int, default=32, help="sentences per batch (default 32)")
+    c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="auto uses CUDA when onnxruntime really gets it (default)")
+    c.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")

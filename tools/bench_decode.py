@@ -1,0 +1,265 @@
+"""Decoding speed: tfspec on ONNX Runtime vs PyTorch eager vs CTranslate2, in one run.
+
+Every engine decodes with the same random base-shaped weights (6+6 layers, d_model 512, 8
+heads, d_ff 2048, shared 37000-token vocabulary): tfspec's exported ONNX graphs run by
+onnxruntime (opset 18, attention spelled out; opset 23, the fused Attention op), tfspec's
+KV-cached PyTorch eager decoder, and CTranslate2 with a TransformerSpec built from the same
+arrays. Sources are 32 random tokens; every engine must emit exactly 64 tokens (end of
+sentence forbidden before), so all do the same work. Greedy and beam 4, batch 1 and 16, fp32
+and int8 (CTranslate2 compute_type int8; onnxruntime's quantize_dynamic on the encoder and
+decoder-step graphs, after rewriting their Gemm nodes to MatMul, which it can quantize).
+
+Before timing, CTranslate2 is checked to compute the same model: its greedy tokens must equal
+tfspec's, and its teacher-forced log-probabilities of random targets (score_batch) must match
+the PyTorch module's (a random model's greedy path barely depends on its input, so the scores
+are the stricter test). Timing is interleaved (each engine once per round, per setting, after
+a warm-up), medians are reported as output tokens/s (batch x 64 / wall time, encoder
+included). Ratios > 1: tfspec's ORT path is faster.
+
+CTranslate2 is a benchmark-only dependency (`pip install ctranslate2`); without it that
+engine is skipped.
+
+    python tools/bench_decode.py                  # everything, ~10 minutes on 2 cores
+    python tools/bench_decode.py --quick          # batch 1 greedy, 3 rounds: a smoke test
+    python tools/bench_decode.py --engines ort23,ct2 --no-int8 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from tfspec import load_spec
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.ir.positions import sinusoids
+from tfspec.search import SearchOptions, search
+
+ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "torch": "PyTorch eager", "ct2": "CTranslate2"}
+SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)
+
+
+def vocabulary(spec) -> list[str]:
+    v = spec.vocab
+    special = {v.pad_id: "<blank>", v.bos_id: "<s>", v.eos_id: "</s>", v.unk_id: "<unk>"}
+    return [special.get(i, f"w{i}") for i in range(v.size)]
+
+
+def ct2_model(model, spec, directory: Path) -> None:
+    """Write a CTranslate2 model with the module's weights (post-norm, tied embeddings)."""
+    from ctranslate2.specs import TransformerSpec, common_spec
+
+    w = {name: p.detach().cpu().float().numpy() for name, p in model.named_parameters()}
+    ct = TransformerSpec.from_config((spec.encoder.layers, spec.decoder.layers), spec.heads, pre_norm=False,
+                                     activation=getattr(common_spec.Activation, spec.activation.upper()))
+    table = sinusoids(spec.positional.max_len, spec.d_model).astype(np.float32)  # interleaved sin/cos, from 0
+    embed = w["encoder.embed.weight"]
+    for stack in (ct.encoder, ct.decoder):
+        stack.scale_embeddings = spec.embed_scale  # x sqrt(d_model)
+        stack.position_encodings.encodings = table  # CT2's own table would be [sin | cos] halves
+    ct.encoder.embeddings[0].weight = ct.decoder.embeddings.weight = ct.decoder.projection.weight = embed
+
+    def linear(spec_, prefix, weight, bias):
+        spec_.weight, spec_.bias = w[prefix + weight], w[prefix + bias]
+
+    def norm(spec_, prefix):
+        spec_.gamma, spec_.beta = w[prefix + ".weight"], w[prefix + ".bias"]
+
+    for stack, layers in (("encoder", ct.encoder.layer), ("decoder", ct.decoder.layer)):
+        for i, layer in enumerate(layers):
+            p = f"{stack}.layers.{i}."
+            attn = layer.self_attention  # linear[0]: fused [q; k; v], like tfspec's w_qkv
+            linear(attn.linear[0], p + "self_attn.", "w_qkv", "b_qkv")
+            linear(attn.linear[1], p + "self_attn.", "w_o", "b_o")
+            norm(attn.layer_norm, p + "self_attn_norm")  # pre_norm=False: applied after the residual
+            if stack == "decoder":  # linear[0]: q, linear[1]: fused [k; v], like tfspec's w_kv
+                for j, (weight, bias) in enumerate((("w_q", "b_q"), ("w_kv", "b_kv"), ("w_o", "b_o"))):
+                    linear(layer.attention.linear[j], p + "cross_attn.", weight, bias)
+                norm(layer.attention.layer_norm, p + "cross_attn_norm")
+            linear(layer.ffn.linear_0, p + "ffn.", "w_1", "b_1")
+            linear(layer.ffn.linear_1, p + "ffn.", "w_2", "b_2")
+            norm(layer.ffn.layer_norm, p + "ffn_norm")
+    ct.config.layer_norm_epsilon = spec.norm_eps
+    ct.config.decoder_start_token = "<s>"  # tfspec's decoder starts from bos; no </s> added to sources
+    words = vocabulary(spec)
+    ct.register_source_vocabulary(words)
+    ct.register_target_vocabulary(words)
+    ct.validate()
+    ct.optimize(quantization=None)
+    directory.mkdir(parents=True, exist_ok=True)
+    ct.save(str(directory))
+
+
+def quantize_ort(directory: Path, target: Path) -> None:
+    """int8 copies of the encoder and step graphs: Gemm(transB) -> MatMul on W^T (+ Add), then
+    onnxruntime's dynamic quantization of MatMuls with constant weights."""
+    import onnx
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    shutil.copytree(directory, target)
+    for kind in ("encoder", "decoder"):
+        proto = onnx.load(str(target / f"{kind}.onnx"))
+        g = proto.graph
+        inits = {t.name: t for t in g.initializer}
+        nodes = []
+        for n in g.node:
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+            if n.op_type != "Gemm" or attrs.get("transB") != 1 or n.input[1] not in inits or attrs.get("transA"):
+                nodes.append(n)
+                continue
+            name = n.input[1] + ".T"
+            if name not in inits:
+                inits[name] = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(inits[n.input[1]]).T),
+                                                      name)
+                g.initializer.append(inits[name])
+            has_bias = len(n.input) > 2 and n.input[2]
+            out = n.output[0] + ".mm" if has_bias else n.output[0]
+            nodes.append(onnx.helper.make_node("MatMul", [n.input[0], name], [out], name=n.name + ".mm"))
+            if has_bias:
+                nodes.append(onnx.helper.make_node("Add", [out, n.input[2]], [n.output[0]], name=n.name + ".add"))
+        del g.node[:]
+        g.node.extend(nodes)
+        quantize_dynamic(proto, target / f"{kind}.onnx", op_types_to_quantize=["MatMul"],
+                         weight_type=QuantType.QInt8, per_channel=True)
+
+
+def engines(args, spec, model, work: Path) -> dict[str, Callable]:
+    """Name -> decode(src (B, S) int64, beam) -> token id lists."""
+    options = lambda beam: SearchOptions(beam=beam, alpha=0.6, min_length=args.out_len, max_length=args.out_len)
+    out: dict[str, Callable] = {}
+    for key in args.engines:
+        if key.startswith("ort"):
+            opset = int(key[3:])
+            export(model, work / key, opset=opset, parity=False)
+            dirs = {"": work / key}
+            if args.int8:
+                quantize_ort(work / key, work / f"{key}-int8")
+                dirs[" int8"] = work / f"{key}-int8"
+            for suffix, d in dirs.items():
+                dec = OnnxModel(d, device="cpu", threads=args.threads).decoder()
+                out[ENGINES[key] + suffix] = lambda src, beam, dec=dec: search(dec, src, options(beam))
+        elif key == "torch":
+            dec = TorchDecoder(model)
+            out[ENGINES[key]] = lambda src, beam: search(dec, src, options(beam))
+        elif key == "ct2":
+            try:
+                import ctranslate2
+            except ImportError:
+                print("CTranslate2 skipped: not installed (`pip install ctranslate2`, a benchmark-only dependency)")
+                continue
+            ct2_model(model, spec, work / "ct2")
+            words, index = vocabulary(spec), {w: i for i, w in enumerate(vocabulary(spec))}
+            for suffix, compute in (("", "float32"), (" int8", "int8")) if args.int8 else (("", "float32"),):
+                tr = ctranslate2.Translator(str(work / "ct2"), device="cpu", compute_type=compute,
+                                            intra_threads=args.threads, inter_threads=1)
+
+                def run(src, beam, tr=tr):
+                    res = tr.translate_batch([[words[i] for i in row] for row in src], beam_size=beam,
+                                             length_penalty=0.6, max_decoding_length=args.out_len,
+                                             min_decoding_length=args.out_len)
+                    return [[index[t] for t in r.hypotheses[0]] for r in res]
+                out[ENGINES[key] + suffix] = run
+                out[ENGINES[key] + suffix].translator = tr
+    return out
+
+
+def verify(runs, model, spec, src, rng) -> None:
+    """Token agreement of every engine with PyTorch eager (greedy and beam 4), and CT2's
+    teacher-forced log-probabilities against the PyTorch module's."""
+    dec = TorchDecoder(model)
+    for beam in (1, 4):
+        ref = search(dec, src, SearchOptions(beam=beam, min_length=64, max_length=64))
+        total = sum(map(len, ref))
+        print(f"{'greedy' if beam == 1 else 'beam 4'} tokens equal to PyTorch eager's ({len(src)} sources x 64): "
+              + ", ".join(f"{name} {sum(a == b for r, o in zip(ref, run(src, beam)) for a, b in zip(r, o))}/{total}"
+                          for name, run in runs.items() if name != ENGINES["torch"]))
+    ct2 = runs.get(ENGINES["ct2"])
+    if ct2 is not None:
+        words = vocabulary(spec)
+        tgt = rng.integers(4, spec.vocab.size, (len(src), 48))
+        scored = ct2.translator.score_batch([[words[i] for i in r] for r in src], [[words[i] for i in r] for r in tgt])
+        bos = np.full((len(src), 1), spec.vocab.bos_id)
+        with torch.inference_mode():
+            lp = torch.log_softmax(model(torch.from_numpy(src), torch.from_numpy(np.hstack([bos, tgt]))), -1).numpy()
+        want = np.take_along_axis(lp, np.hstack([tgt, np.full_like(bos, spec.vocab.eos_id)])[..., None], -1)[..., 0]
+        diff = np.abs(want - np.array([s.log_probs for s in scored])).max()
+        print(f"CTranslate2 score_batch vs PyTorch log-probs, {len(src)} random targets x 49 tokens: "
+              f"max |diff| {diff:.2e}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default="base")
+    p.add_argument("--engines", default="ort18,ort23,torch,ct2",
+                   help="comma-separated subset of " + ",".join(ENGINES) + " (default: all)")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds; each runs every engine once per setting")
+    p.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
+    p.add_argument("--src-len", type=int, default=32)
+    p.add_argument("--out-len", type=int, default=64, help="output tokens, exactly (end of sentence forbidden before)")
+    p.add_argument("--no-int8", dest="int8", action="store_false", help="skip the int8 engines")
+    p.add_argument("--quick", action="store_true", help="batch 1 greedy only, 3 rounds, no int8: a smoke test")
+    args = p.parse_args()
+    args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if unknown := set(args.engines) - set(ENGINES):
+        p.error(f"unknown engines {sorted(unknown)}; choose from {','.join(ENGINES)}")
+    settings = SETTINGS[:1] if args.quick else SETTINGS
+    if args.quick:
+        args.rounds, args.int8 = min(args.rounds, 3), False
+    torch.set_num_threads(args.threads)
+    spec = load_spec(args.spec)
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    rng = np.random.default_rng(0)
+    sources = {b: rng.integers(4, spec.vocab.size, (b, args.src_len)) for b in sorted({b for b, _ in settings})}
+
+    with tempfile.TemporaryDirectory(prefix="bench-decode-") as work:
+        runs = engines(args, spec, model, Path(work))
+        verify(runs, model, spec, rng.integers(4, spec.vocab.size, (4, args.src_len)), rng)
+        times = {(s, name): [] for s in settings for name in runs}
+        for (batch, beam) in settings:  # warm-up
+            for name, run in runs.items():
+                run(sources[batch], beam)
+        load = os.getloadavg()[0]
+        order = list(runs)
+        for r in range(args.rounds):
+            for (batch, beam) in settings:
+                for name in order[r % len(order):] + order[:r % len(order)]:  # rotated: no engine always first
+                    start = time.perf_counter()
+                    runs[name](sources[batch], beam)
+                    times[(batch, beam), name].append(time.perf_counter() - start)
+        load = max(load, os.getloadavg()[0])
+
+    import onnxruntime
+    ct2_version = __import__("ctranslate2").__version__ if any("CTranslate2" in n for n in runs) else "-"
+    print(f"\n{spec.name}: src {args.src_len} -> exactly {args.out_len} tokens, {args.threads} threads, median of "
+          f"{args.rounds} rounds, load average {load:.2f} ({os.cpu_count()} cores); onnxruntime "
+          f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
+          f"{platform.processor() or platform.machine()}")
+    names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs]
+    orts = [n for n in names if n.startswith("ORT")]
+    ratios = [(o, ref) for ref in (ENGINES["ct2"], ENGINES["torch"]) if ref in names for o in orts]
+    head = ["setting", "precision"] + [f"{n} (tok/s)" for n in names] + [f"{o} / {r}" for o, r in ratios]
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for (batch, beam) in settings:
+        for suffix in ("", " int8") if args.int8 else ("",):
+            speed = {n: batch * args.out_len / statistics.median(times[(batch, beam), n + suffix])
+                     for n in names if (n + suffix) in runs}
+            cells = [f"{speed[n]:.0f}" if n in speed else "-" for n in names]
+            cells += [f"{speed[o] / speed[r]:.2f}" if o in speed and r in speed else "-" for o, r in ratios]
+            setting = f"batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'}"
+            print(f"| {setting} | {'int8' if suffix else 'fp32'} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
