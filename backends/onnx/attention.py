@@ -47,8 +47,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         if e.carries(node):  # keys and values of earlier positions, then these
             k = b.op("Concat", e.state(node, "key", ["batch", h, "past_len", d_k]), k, axis=2)
             v = b.op("Concat", e.state(node, "value", ["batch", h, "past_len", d_v]), v, axis=2)
-            e.present(node, "key", k, ["batch", h, "total_len", d_k])
-            e.present(node, "value", v, ["batch", h, "total_len", d_v])
+            k = e.present(node, "key", k, ["batch", h, "total_len", d_k])
+            v = e.present(node, "value", v, ["batch", h, "total_len", d_v])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
     if b.opset >= 23:

@@ -69,7 +69,22 @@ class Builder:
         return name
 
     def output(self, name: str, value: str, shape, elem_type=None) -> str:
-        self.nodes.append(helper.make_node("Identity", [value], [name], name=f"output/{name}"))
+        """Expose ``value`` as graph output ``name``: the producing node's output is renamed
+        (no Identity node per output, which costs a kernel launch per decoding step)."""
+        producer = next((n for n in reversed(self.nodes) if value in n.output), None)
+        if producer is None or value in {o.name for o in self.outputs}:
+            self.nodes.append(helper.make_node("Identity", [value], [name], name=f"output/{name}"))
+        else:
+            producer.output[list(producer.output).index(value)] = name
+            for node in self.nodes:
+                for i, source in enumerate(node.input):
+                    if source == value:
+                        node.input[i] = name
+            for key, shape_name in list(self._shapes.items()):
+                if shape_name == value:
+                    self._shapes[key] = name
+            if self.batch == value:
+                self.batch = name
         self.outputs.append(helper.make_tensor_value_info(name, elem_type or self.elem_type, shape))
         return name
 

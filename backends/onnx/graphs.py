@@ -52,8 +52,9 @@ class Emit:
             self.b.input(name, shape)
         return name
 
-    def present(self, node, role: str, value: str, shape) -> None:
-        self.b.output(f"present.{node.name}.{role}", value, shape)
+    def present(self, node, role: str, value: str, shape) -> str:
+        """Expose ``value`` as the state ``node`` passes to the next step; use the returned name."""
+        return self.b.output(f"present.{node.name}.{role}", value, shape)
 
     def positions(self, seq: str, x: str) -> str:
         """int64 (L,) positions of the L vectors of ``x``: they follow the past in step graphs."""
@@ -128,8 +129,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     b.scope = "outputs"
     vocab = graph.node(ports["logits"]).attrs["vocab"]
     if kind == "encoder":
-        memory = env[ports["memory"]]
-        b.output("memory", memory, ["batch", "src_len", graph.spec.d_model])
+        memory = b.output("memory", env[ports["memory"]], ["batch", "src_len", graph.spec.d_model])
         b.output("memory_bias", e.key_bias("S"), ["batch", 1, 1, "src_len"])
         for node in graph.nodes():
             if node.op == "attention" and node.layer.needs_memory:
@@ -139,7 +139,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                     b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["heads"], "src_len", size])
     elif kind == "decoder":
         log_probs = b.op("Squeeze", b.op("LogSoftmax", env[ports["logits"]], axis=-1), b.ints(1))
-        b.output("log_probs", log_probs, ["batch", vocab])
+        log_probs = b.output("log_probs", log_probs, ["batch", vocab])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)

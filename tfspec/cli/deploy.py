@@ -6,10 +6,9 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from tfspec.errors import TfspecError
-from tfspec.search import SearchOptions, search
+from tfspec.evaluate import decode_all
+from tfspec.search import SearchOptions
 from tfspec.spec import load_spec
 
 TOKENIZER = "tokenizer.model"  # a sentencepiece model next to the graphs turns text into ids
@@ -50,30 +49,14 @@ def cmd_translate(args) -> int:
     spec = model.spec
     print(f"{spec.name}: {model.describe()}", file=sys.stderr)
     codec = Codec(Path(args.model), spec)
-    decoder = model.decoder()
     limit = spec.positional.max_len if spec.positional.kind != "none" else None
     options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
                             max_length=None if limit is None else limit - 1)
     lines = _read(args.input)
     sources = [codec.encode(line, number, limit) for number, line in enumerate(lines, 1)]
-    outputs: list[list[int]] = [[] for _ in lines]
-    started, produced = time.perf_counter(), 0
-    decoder_only = spec.family == "decoder-only"
-    todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: len(sources[i]))
-    batch = 1 if decoder_only else args.batch
-    for first in range(0, len(todo), batch):
-        rows = todo[first:first + batch]
-        tokens = np.full((len(rows), max(len(sources[i]) for i in rows)), spec.vocab.pad_id, dtype=np.int64)
-        for r, i in enumerate(rows):
-            tokens[r, : len(sources[i])] = sources[i]
-        if decoder_only:
-            prefix = np.concatenate([[[spec.vocab.bos_id]], tokens], axis=1)
-            result = search(decoder, None, options, prefix)
-        else:
-            result = search(decoder, tokens, options)
-        for i, out in zip(rows, result):
-            outputs[i] = out
-            produced += len(out) + 1
+    started = time.perf_counter()
+    outputs = decode_all(model.decoder(), sources, options, args.batch, spec.family == "decoder-only")
+    produced = sum(len(out) + 1 for out, src in zip(outputs, sources) if src)
     for out in outputs:
         print(codec.decode(out))
     elapsed = time.perf_counter() - started
