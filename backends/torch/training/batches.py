@@ -1,0 +1,67 @@
+"""Training batches as §5.1 builds them: sentence pairs grouped by length, each batch holding
+about a fixed number of tokens (padding included), in an order fixed by (seed, epoch) so a
+resumed run sees exactly the batches an uninterrupted one would."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Token ids of a corpus: ``src[i]`` ends with EOS; ``tgt[i]`` is BOS ... EOS."""
+
+    src: list[np.ndarray]
+    tgt: list[np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.tgt)
+
+
+def encode(pairs: list[tuple[str, str]], tokenizer, bos: int, eos: int, max_len: int) -> Pairs:
+    """Tokenize sentence pairs; pairs longer than ``max_len`` tokens on either side are dropped."""
+    src_ids = tokenizer.encode([s for s, _ in pairs])
+    tgt_ids = tokenizer.encode([t for _, t in pairs])
+    src, tgt = [], []
+    for s, t in zip(src_ids, tgt_ids):
+        if 0 < len(s) < max_len and 0 < len(t) < max_len - 1:
+            src.append(np.array(s + [eos], dtype=np.int32))
+            tgt.append(np.array([bos] + t + [eos], dtype=np.int32))
+    return Pairs(src, tgt)
+
+
+def make_batches(pairs: Pairs, batch_tokens: int) -> list[np.ndarray]:
+    """Indices of pairs per batch: sorted by length, filled while batch x longest side fits
+    ``batch_tokens`` (a pair longer than the budget gets a batch of its own)."""
+    lengths = np.array([max(len(s), len(t)) for s, t in zip(pairs.src, pairs.tgt)])
+    order = np.lexsort((np.arange(len(lengths)), lengths))
+    batches, start = [], 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end - start + 1) * lengths[order[end]] <= batch_tokens:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+def epoch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
+    """The batch order of ``epoch``: a permutation that depends on nothing but its arguments."""
+    return np.random.default_rng([seed, epoch]).permutation(num_batches)
+
+
+def collate(pairs: Pairs, index: np.ndarray, pad: int) -> dict[str, torch.Tensor]:
+    """src (B, S), tgt_in (B, T) = BOS y1 .. yn, tgt_out (B, T) = y1 .. yn EOS; padded."""
+    src = _pad([pairs.src[i] for i in index], pad)
+    tgt = _pad([pairs.tgt[i] for i in index], pad)
+    return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+
+
+def _pad(rows: list[np.ndarray], pad: int) -> torch.Tensor:
+    out = np.full((len(rows), max(len(r) for r in rows)), pad, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return torch.from_numpy(out)

@@ -1,0 +1,118 @@
+"""Training checkpoints that lose nothing.
+
+``RUN/checkpoints/step-000100/`` holds ``model.safetensors`` (IR parameter names),
+``optimizer.safetensors`` (Adam moments by parameter name, RNG states) and ``trainer.json``
+(step, data position, file checksums). A checkpoint is written into a temporary directory and
+renamed into place, so a crash while saving leaves the previous one intact; loading checks the
+checksums and the parameter names and shapes, and refuses a mismatch with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from tfspec.errors import TfspecError
+
+from ..checkpoint import load_weights, weights_of
+from ..model import TorchModel
+
+FORMAT = 1
+PREFIX = "step-"
+
+
+def checkpoints(run: Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    root = run / "checkpoints"
+    found = [p for p in root.glob(f"{PREFIX}*") if (p / "trainer.json").is_file()] if root.is_dir() else []
+    return sorted(found, key=lambda p: p.name)
+
+
+def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict, rng: list[torch.Tensor],
+         keep: int) -> Path:
+    """Write checkpoint ``state['step']`` atomically; keep the newest ``keep``."""
+    final = run / "checkpoints" / f"{PREFIX}{state['step']:07d}"
+    staging = final.with_name(final.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    save_file({k: v.contiguous().cpu() for k, v in weights_of(model).items()}, str(staging / "model.safetensors"))
+    names = {id(p): n for n, p in model.named_parameters()}
+    tensors = {f"rng.{i}": r for i, r in enumerate(rng)}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            for key, value in optimizer.state.get(p, {}).items():
+                tensors[f"{names[id(p)]}.{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
+    save_file(tensors, str(staging / "optimizer.safetensors"))
+    files = {f: _sha256(staging / f) for f in ("model.safetensors", "optimizer.safetensors")}
+    meta = {"format": FORMAT, **state, "files": files}
+    (staging / "trainer.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    for old in checkpoints(run)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None) -> tuple[dict, list[torch.Tensor]]:
+    """Restore ``model`` (and ``optimizer``) from a checkpoint; return its state and RNG states."""
+    meta = read_meta(path)
+    load_weights(model, path / "model.safetensors")
+    tensors = load_file(str(path / "optimizer.safetensors"))
+    if optimizer is not None:
+        params = dict(model.named_parameters())
+        for name, p in params.items():
+            state = {key[len(name) + 1:]: t for key, t in tensors.items()
+                     if key.startswith(name + ".") and key[len(name) + 1:] in ("step", "exp_avg", "exp_avg_sq")}
+            if state:
+                optimizer.state[p] = {k: v.to(p.device) if k != "step" else v for k, v in state.items()}
+    rng = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.")), key=lambda k: int(k[4:]))]
+    return {k: v for k, v in meta.items() if k not in ("format", "files")}, rng
+
+
+def read_meta(path: Path) -> dict:
+    """trainer.json of a checkpoint, with its files checked against their checksums."""
+    try:
+        meta = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TfspecError(f"{path}: not a checkpoint (no trainer.json)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TfspecError(f"{path}/trainer.json: corrupt ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise TfspecError(f"{path}: checkpoint format {meta.get('format') if isinstance(meta, dict) else '?'!r}, "
+                          f"this tfspec reads format {FORMAT}")
+    for name, digest in meta.get("files", {}).items():
+        file = path / name
+        if not file.is_file():
+            raise TfspecError(f"{file}: missing from the checkpoint")
+        if _sha256(file) != digest:
+            raise TfspecError(f"{file}: checksum mismatch: the file is corrupt or was changed after saving")
+    return meta
+
+
+def average(paths: list[Path], model: TorchModel, out: Path) -> None:
+    """The mean of the checkpoints' weights (§6.1 averages the last 5 or 20), written atomically."""
+    total = None
+    for path in paths:
+        read_meta(path)
+        load_weights(model, path / "model.safetensors")
+        weights = {k: v.double() for k, v in weights_of(model).items()}
+        total = weights if total is None else {k: total[k] + weights[k] for k in total}
+    averaged = {k: (v / len(paths)).float().contiguous() for k, v in total.items()}
+    tmp = out.with_name(out.name + ".tmp")
+    save_file(averaged, str(tmp), metadata={"averaged": json.dumps([p.name for p in paths])})
+    os.replace(tmp, out)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,219 @@
+"""The training loop: the paper's recipe (§5) on any spec, on one process or many (DDP).
+
+A step consumes ``world x accum`` length-grouped batches in an order fixed by (seed, epoch);
+rank r takes its share. The loss is normalised by the step's target tokens counted over all
+of them (every rank knows the global batch), so K processes compute what one process
+accumulating K batches would. Checkpoints hold everything a resumed run needs to continue with
+the same losses as an uninterrupted one; Ctrl-C or SIGTERM saves one before exiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from tfspec.errors import TfspecError
+
+from .. import build_module
+from . import checkpoint
+from .batches import Pairs, collate, epoch_order, make_batches
+from .schedule import adam, rate, smoothed_loss
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    steps: int = 1000
+    """Optimizer steps to reach (a resumed run continues up to this)."""
+    batch_tokens: int = 4096
+    """Tokens per batch, padding included (the paper: ~25000 source + 25000 target per step)."""
+    accum: int = 1
+    """Batches accumulated per optimizer step and process: steps of accum x batch_tokens."""
+    warmup: int = 4000
+    """Warm-up steps of the learning-rate schedule (eq. 3)."""
+    lr_scale: float = 1.0
+    """Multiplies eq. 3's rate (small batches often want 2)."""
+    seed: int = 0
+    save_every: int = 500
+    keep: int = 5
+    """Checkpoints kept (average needs the last k)."""
+    log_every: int = 10
+    clip: float = 0.0
+    """Gradient-norm clipping; 0 disables (the paper does not clip)."""
+
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def setup(cls, device: torch.device) -> Distributed:
+        """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), if any."""
+        import os
+
+        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            return cls()
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        return cls(dist.get_rank(), dist.get_world_size())
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+
+def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.device, resume: bool = False,
+          progress: bool = True, log=print) -> dict:
+    """Train ``spec`` on ``pairs`` into ``run``; return the last logged metrics."""
+    ddp = Distributed.setup(device)
+    run.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(config.seed)
+    model = build_module(spec, device=device)
+    params = list(model.parameters())
+    optimizer = adam(params, fused=device.type == "cuda")
+    state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
+    saved = checkpoint.checkpoints(run)
+    if saved and not resume:
+        raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
+                          "it or choose another --out")
+    if saved:
+        state, rngs = checkpoint.load(saved[-1], model, optimizer)
+        torch.set_rng_state(rngs[ddp.rank] if ddp.rank < len(rngs) else rngs[0])
+        if ddp.rank == 0:
+            _forget_metrics_after(run / "metrics.jsonl", state["step"])
+        log(f"resumed from {saved[-1]} (step {state['step']})")
+    else:
+        torch.manual_seed(config.seed + 1 + ddp.rank)  # dropout masks differ across ranks
+    net = torch.nn.parallel.DistributedDataParallel(model) if ddp.world > 1 else model
+    batches = make_batches(pairs, config.batch_tokens)
+    if not batches:
+        raise TfspecError("no training pairs left after tokenization (all empty or longer than the positions)")
+    pad, smoothing = spec.vocab.pad_id, spec.label_smoothing
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
+    bar = _progress(config.steps, state["step"], progress and ddp.rank == 0)
+    metrics_file = run / "metrics.jsonl"
+    last: dict = {}
+    stop = _StopFlag()
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
+    try:
+        while state["step"] < config.steps:
+            started = time.perf_counter()
+            group = _next_batches(state, len(batches), config.seed, ddp.world * config.accum)
+            step_tokens = sum(int((pairs_tgt_len(pairs, batches[b]))) for b in group)
+            mine = group[ddp.rank * config.accum:(ddp.rank + 1) * config.accum]
+            net.train()
+            loss_sum = nll_sum = 0.0
+            for i, b in enumerate(mine):
+                batch = {k: v.to(device) for k, v in collate(pairs, batches[b], pad).items()}
+                sync = i == len(mine) - 1 or ddp.world == 1
+                with autocast, (net.no_sync() if not sync and ddp.world > 1 else contextlib.nullcontext()):
+                    logits = net(batch["src"], batch["tgt_in"]) if "src" in model.graph.ports else net(batch["tgt_in"])
+                    loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing)
+                    (loss * ddp.world / step_tokens).backward()
+                loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
+            lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
+            for g in optimizer.param_groups:
+                g["lr"] = lr
+            if config.clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, config.clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if ddp.world > 1:
+                sums = torch.tensor([loss_sum, nll_sum], device=device)
+                dist.all_reduce(sums)
+                loss_sum, nll_sum = sums.tolist()
+            state["step"] += 1
+            state["tokens"] += step_tokens
+            state["seconds"] += time.perf_counter() - started
+            window["loss"] += loss_sum
+            window["nll"] += nll_sum
+            window["tokens"] += step_tokens
+            if state["step"] % config.log_every == 0 or state["step"] == config.steps:
+                elapsed = time.perf_counter() - window["start"]
+                last = {"step": state["step"], "loss": window["loss"] / window["tokens"],
+                        "nll": window["nll"] / window["tokens"], "lr": lr, "tokens": state["tokens"],
+                        "tokens_per_s": window["tokens"] / max(elapsed, 1e-9), "seconds": round(state["seconds"], 2),
+                        "epoch": state["epoch"]}
+                window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
+                if ddp.rank == 0:
+                    with open(metrics_file, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(last) + "\n")
+                bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{last['tokens_per_s']:.0f}")
+            bar.update(1)
+            if state["step"] % config.save_every == 0 or state["step"] == config.steps or stop.requested:
+                _save(run, model, optimizer, state, config, ddp)
+            if stop.requested:
+                raise KeyboardInterrupt(f"stopped at step {state['step']}; checkpoint saved, --resume continues")
+    finally:
+        bar.close()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return last
+
+
+def _forget_metrics_after(path: Path, step: int) -> None:
+    """Drop metrics lines a killed run wrote after its last checkpoint: they will be redone."""
+    if path.is_file():
+        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def pairs_tgt_len(pairs: Pairs, index) -> int:
+    """Target tokens a batch is scored on (EOS included, BOS not)."""
+    return sum(len(pairs.tgt[i]) - 1 for i in index)
+
+
+def _next_batches(state: dict, num_batches: int, seed: int, count: int) -> list[int]:
+    """The next ``count`` batch ids in the epoch orders, advancing the data position."""
+    out = []
+    while len(out) < count:
+        order = epoch_order(num_batches, seed, state["epoch"])
+        take = order[state["position"]:state["position"] + count - len(out)]
+        out += [int(b) for b in take]
+        state["position"] += len(take)
+        if state["position"] >= num_batches:
+            state["epoch"], state["position"] = state["epoch"] + 1, 0
+    return out
+
+
+def _save(run, model, optimizer, state, config, ddp) -> None:
+    rng = torch.get_rng_state()
+    rngs = [rng]
+    if ddp.world > 1:
+        rngs = [torch.empty_like(rng) for _ in range(ddp.world)]
+        dist.all_gather_object(rngs, rng)
+    if ddp.rank == 0:
+        checkpoint.save(run, model, optimizer, dict(state), rngs, config.keep)
+    ddp.barrier()
+
+
+class _StopFlag:
+    """Signal handler: the first Ctrl-C/SIGTERM finishes the step and saves; a second one aborts."""
+
+    requested = False
+
+    def __call__(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+
+def _progress(total: int, done: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, disable=not enabled, unit="step", file=sys.stderr, dynamic_ncols=True)
+
+
+def write_config(run: Path, spec, config: TrainConfig, extra: dict) -> None:
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "run.json").write_text(json.dumps({"spec": spec.model_dump(mode="json"), "train": asdict(config),
+                                              **extra}, indent=2) + "\n", encoding="utf-8")
