@@ -12,8 +12,7 @@ import time
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
-from tfspec.cli import analysis
-from tfspec.cli import deploy
+from tfspec.cli import analysis, data, deploy, train
 from tfspec.cli.tables import millions, render
 from tfspec.errors import TfspecError
 from tfspec.ir import build_graph
@@ -211,6 +210,8 @@ def parser() -> argparse.ArgumentParser:
     command("list", cmd_list, "list the shipped specs")
     analysis.register(command)
     deploy.register(command)
+    data.register(command)
+    train.register(command)
     return p
 
 
@@ -222,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in e.lines():
             print(f"error: {line}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0

@@ -210,7 +210,8 @@ class _StopFlag:
 def _progress(total: int, done: int, enabled: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=done, disable=not enabled, unit="step", file=sys.stderr, dynamic_ncols=True)
+    return tqdm(total=total, initial=done, disable=None if enabled else True, unit="step", file=sys.stderr,
+                dynamic_ncols=True)  # None: only on a terminal
 
 
 def write_config(run: Path, spec, config: TrainConfig, extra: dict) -> None:

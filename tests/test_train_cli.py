@@ -1,0 +1,89 @@
+"""`tfspec train`, `average` and `evaluate` end to end on the shipped sample corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ARGS = ["--steps", "12", "--batch-tokens", "600", "--warmup", "6", "--lr-scale", "2", "--save-every", "4",
+        "--log-every", "1", "--threads", "1", "--quiet"]
+
+
+def _losses(run):
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from tfspec.cli import main
+
+    run = tmp_path_factory.mktemp("train") / "run"
+    assert main(["train", "tiny", "--out", str(run), *ARGS]) == 0
+    return run
+
+
+def test_train_writes_a_resumable_run(trained):
+    names = sorted(p.name for p in trained.iterdir())
+    assert {"checkpoints", "metrics.jsonl", "run.json", "tokenizer.model"} <= set(names)
+    losses = _losses(trained)
+    assert len(losses) == 12 and losses[-1] < losses[0]
+
+
+def test_killed_run_resumes_to_the_same_losses(trained, tmp_path):
+    """SIGKILL mid-run (no chance to save), then --resume from the last checkpoint."""
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "tfspec", "train", "tiny", "--out", str(run), *ARGS]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (run / "metrics.jsonl").is_file() and len(_losses(run)) >= 6:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(_losses(run)) < 12, "the run finished before it could be killed"
+    subprocess.run(command + ["--resume"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert _losses(run) == _losses(trained)
+
+
+def test_sigterm_saves_a_checkpoint_first(tmp_path):
+    run = tmp_path / "run"
+    command = [sys.executable, "-m", "tfspec", "train", "tiny", "--out", str(run), "--steps", "500",
+               "--batch-tokens", "600", "--save-every", "1000", "--log-every", "1", "--threads", "1", "--quiet"]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None and not ((run / "metrics.jsonl").is_file() and _losses(run)):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "checkpoint saved" in err and "Traceback" not in err
+    assert list((run / "checkpoints").glob("step-*"))
+
+
+def test_average_and_evaluate_on_both_backends(cli, trained):
+    code, out, err = cli("average", trained, "--last", "3")
+    assert code == 0 and "step-0000004, step-0000008, step-0000012" in out
+    scores = {}
+    for backend in ("torch", "onnx"):
+        code, out, err = cli("evaluate", trained, "--backend", backend, "--limit", "40", "--beam", "2",
+                             "--max-extra", "8", "--threads", "1", "--quiet")
+        assert code == 0, err
+        assert "BLEU" in out and "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp" in out
+        scores[backend] = json.loads((trained / "eval" / f"test.{backend}.json").read_text())
+    hyp = {b: (trained / "eval" / f"test.{b}.hyp").read_text() for b in scores}
+    assert hyp["torch"] == hyp["onnx"] and hyp["torch"].strip()  # the same search, the same words
+    assert scores["torch"]["bleu"] == scores["onnx"]["bleu"]
+
+
+def test_bad_runs_are_refused(cli, trained, tmp_path):
+    code, _, err = cli("evaluate", tmp_path)
+    assert code == 2 and "not a training run" in err
+    code, _, err = cli("train", "tiny", "--out", trained, *ARGS)
+    assert code == 2 and "--resume" in err
+    code, _, err = cli("train", "tiny", "--out", tmp_path / "x", "--data", tmp_path / "nothing", *ARGS)
+    assert code == 2 and "error:" in err and "Traceback" not in err

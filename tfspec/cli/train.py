@@ -1,0 +1,214 @@
+"""``tfspec train``, ``tfspec average`` and ``tfspec evaluate``: from a spec and a corpus to a
+BLEU score, with the paper's recipe (§5, §6.1).
+
+A run directory holds ``run.json`` (spec, options, data), ``tokenizer.model``,
+``metrics.jsonl``, ``checkpoints/step-*`` and, after ``average``, ``average.safetensors``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from tfspec.errors import TfspecError
+from tfspec.spec import Spec, load_spec
+
+TOKENIZER = "tokenizer.model"
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TfspecError("--device cuda: this torch build sees no CUDA device")
+    return torch.device(name)
+
+
+def cmd_train(args) -> int:
+    import torch
+
+    from tfspec.backends.torch.training.batches import encode
+    from tfspec.backends.torch.training.trainer import TrainConfig, train, write_config
+    from tfspec.data import load_tokenizer, read_split, sample_dir, train_tokenizer
+
+    spec = load_spec(args.spec)
+    if spec.family == "encoder-only":
+        raise TfspecError(f"{spec.name}: tfspec train fits sequence-to-sequence and decoder-only models; "
+                          "an encoder-only spec has no target to predict")
+    run, data = Path(args.out), Path(args.data) if args.data else sample_dir()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = _device(args.device)
+    config = TrainConfig(steps=args.steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup,
+                         lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
+                         log_every=args.log_every)
+    run.mkdir(parents=True, exist_ok=True)
+    if not (run / TOKENIZER).is_file():
+        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), run / TOKENIZER)
+    tokenizer = load_tokenizer(run / TOKENIZER)
+    max_len = spec.positional.max_len if spec.positional.kind != "none" else 1024
+    pairs = encode(read_split(data, "train", args.src, args.tgt), tokenizer, spec.vocab.bos_id, spec.vocab.eos_id,
+                   max_len)
+    write_config(run, spec, config, {"data": str(data.resolve()), "src": args.src, "tgt": args.tgt,
+                                     "tokenizer": TOKENIZER})
+    print(f"{spec.name}: training on {len(pairs):,} pairs from {data} on {device} "
+          f"({config.steps:,} steps of {config.accum} x {config.batch_tokens:,} tokens per process)", file=sys.stderr)
+    last = train(spec, pairs, run, config, device, resume=args.resume, progress=not args.quiet,
+                 log=lambda m: print(m, file=sys.stderr))
+    if last:
+        print(f"step {last['step']}: loss {last['loss']:.3f}, nll {last['nll']:.3f}, "
+              f"{last['tokens_per_s']:,.0f} tokens/s; checkpoints in {run / 'checkpoints'}")
+    return 0
+
+
+def _run_spec(run: Path) -> tuple[Spec, dict]:
+    try:
+        meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+        return Spec.model_validate(meta["spec"]), meta
+    except FileNotFoundError:
+        raise TfspecError(f"{run}: not a training run (no run.json); train one with `tfspec train`") from None
+    except (OSError, ValueError, KeyError) as e:
+        raise TfspecError(f"{run}/run.json: corrupt ({str(e).splitlines()[0]})") from None
+
+
+def cmd_average(args) -> int:
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.training import checkpoint
+
+    run = Path(args.run)
+    spec, _ = _run_spec(run)
+    found = checkpoint.checkpoints(run)
+    if len(found) < args.last:
+        raise TfspecError(f"{run}: {len(found)} checkpoints, fewer than --last {args.last} (keep more with "
+                          "`tfspec train --keep`)")
+    chosen = found[-args.last:]
+    checkpoint.average(chosen, build_module(spec), run / "average.safetensors")
+    print(f"averaged {', '.join(p.name for p in chosen)} -> {run / 'average.safetensors'}")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    import torch
+
+    from tfspec.backends.torch import TorchDecoder, build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training import checkpoint
+    from tfspec.data import load_tokenizer, read_split
+    from tfspec.evaluate import decode_all, score
+    from tfspec.search import SearchOptions
+
+    run = Path(args.run)
+    spec, meta = _run_spec(run)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    weights = _weights(run, args.checkpoint, checkpoint)
+    model = build_module(spec)
+    load_weights(model, weights)
+    tokenizer = load_tokenizer(run / meta.get("tokenizer", TOKENIZER))
+    pairs = read_split(Path(args.data or meta["data"]), args.split, meta["src"], meta["tgt"])
+    if args.limit:
+        pairs = pairs[: args.limit]
+    limit = spec.positional.max_len if spec.positional.kind != "none" else None
+    sources = [ids[: (limit or 10**9) - 1] + [spec.vocab.eos_id] for ids in tokenizer.encode([s for s, _ in pairs])]
+    if args.backend == "onnx":
+        decoder, where = _onnx_decoder(model, run, weights)
+    else:
+        decoder, where = TorchDecoder(model), "PyTorch (CPU)"
+    options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
+                            max_length=None if limit is None else limit - 1)
+    started = time.perf_counter()
+    from tqdm import tqdm
+
+    with tqdm(total=len(sources), unit="sent", file=sys.stderr, disable=True if args.quiet else None) as bar:
+        outputs = decode_all(decoder, sources, options, args.batch, spec.family == "decoder-only", bar.update)
+    hypotheses = tokenizer.decode(outputs)
+    result = score(hypotheses, [t for _, t in pairs])
+    result |= {"split": args.split, "backend": args.backend, "weights": str(weights), "beam": args.beam,
+               "alpha": args.alpha, "seconds": round(time.perf_counter() - started, 1)}
+    out = run / "eval"
+    out.mkdir(exist_ok=True)
+    (out / f"{args.split}.{args.backend}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    (out / f"{args.split}.{args.backend}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"{spec.name} on {args.split} ({result['sentences']} sentences, {where}, beam {args.beam}): "
+          f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}")
+    print(f"  {result['bleu_signature']}\n  {result['chrf_signature']}")
+    return 0
+
+
+def _weights(run: Path, chosen: str | None, checkpoint) -> Path:
+    """The weights to evaluate: --checkpoint, else the average, else the newest checkpoint."""
+    if chosen:
+        path = Path(chosen)
+        return path / "model.safetensors" if path.is_dir() else path
+    if (run / "average.safetensors").is_file():
+        return run / "average.safetensors"
+    found = checkpoint.checkpoints(run)
+    if not found:
+        raise TfspecError(f"{run}: no checkpoints yet")
+    checkpoint.read_meta(found[-1])
+    return found[-1] / "model.safetensors"
+
+
+def _onnx_decoder(model, run: Path, weights: Path):
+    """Export (once per weights file) and decode with onnxruntime."""
+    from tfspec.backends.onnx import OnnxModel, export
+
+    target = run / "onnx" / weights.parent.name if weights.name == "model.safetensors" else run / "onnx" / weights.stem
+    if not (target / "tfspec.json").is_file() or (target / "tfspec.json").stat().st_mtime < weights.stat().st_mtime:
+        result = export(model, target)
+        if not result.ok:
+            raise TfspecError(f"{target}: ONNX parity check failed: {[str(c) for c in result.checks if not c.ok]}")
+    shutil.copyfile(run / TOKENIZER, target / TOKENIZER)
+    onnx_model = OnnxModel(target)
+    return onnx_model.decoder(), onnx_model.describe()
+
+
+def register(command) -> None:
+    c = command("train", cmd_train, "train a spec on a parallel corpus with the paper's recipe",
+                "Train with §5 of the paper: length-grouped batches of --batch-tokens tokens, Adam (0.9, 0.98, "
+                "1e-9), the warm-up / inverse-square-root rate of eq. 3, dropout and label smoothing from the spec. "
+                "A shared sentencepiece model of the spec's vocabulary size is trained on the corpus first. "
+                "Checkpoints go to RUN/checkpoints (Ctrl-C saves one); --resume continues exactly. Under torchrun "
+                "(`torchrun --nproc_per_node=K -m tfspec train ...`) each process takes its share of every step.")
+    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("--data", metavar="DIR", help="corpus from `tfspec data fetch/prepare` (default: the built-in sample)")
+    c.add_argument("--out", required=True, metavar="RUN", help="run directory")
+    c.add_argument("--src", default="en", help="source language suffix (default en)")
+    c.add_argument("--tgt", default="de", help="target language suffix (default de)")
+    c.add_argument("--steps", type=int, default=1000, help="optimizer steps (default 1000)")
+    c.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch incl. padding (default 4096)")
+    c.add_argument("--accum", type=int, default=1, help="batches per optimizer step and process (default 1)")
+    c.add_argument("--warmup", type=int, default=4000, help="warm-up steps of eq. 3 (default 4000)")
+    c.add_argument("--lr-scale", type=float, default=1.0, help="multiplies eq. 3's rate (default 1)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--save-every", type=int, default=500, help="steps between checkpoints (default 500)")
+    c.add_argument("--keep", type=int, default=5, help="checkpoints kept (default 5)")
+    c.add_argument("--log-every", type=int, default=10, help="steps between metrics lines (default 10)")
+    c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    c.add_argument("--threads", type=int, help="torch CPU threads")
+    c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c = command("average", cmd_average, "average the last k checkpoints of a run (§6.1)")
+    c.add_argument("run", metavar="RUN")
+    c.add_argument("--last", type=int, default=5, help="how many (default 5; the paper: 5 base, 20 big)")
+    c = command("evaluate", cmd_evaluate, "translate a split with beam search and score it with sacrebleu",
+                "Beam search (beam 4, alpha 0.6, max length source + 50, §6.1) with the run's averaged weights "
+                "(else its newest checkpoint), detokenised, scored with sacrebleu BLEU and chrF. --backend onnx "
+                "exports the weights and decodes with onnxruntime: the same search, the same tokens.")
+    c.add_argument("run", metavar="RUN")
+    c.add_argument("--split", default="test", choices=["dev", "test", "train"])
+    c.add_argument("--data", metavar="DIR", help="corpus directory (default: the one the run trained on)")
+    c.add_argument("--checkpoint", metavar="PATH", help="a checkpoint directory or weights file")
+    c.add_argument("--backend", choices=["torch", "onnx"], default="torch")
+    c.add_argument("--beam", type=int, default=4)
+    c.add_argument("--alpha", type=float, default=0.6)
+    c.add_argument("--max-extra", type=int, default=50)
+    c.add_argument("--batch", type=int, default=32, help="sentences per batch (default 32)")
+    c.add_argument("--limit", type=int, help="only the first N sentences")
+    c.add_argument("--threads", type=int, help="torch CPU threads")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
