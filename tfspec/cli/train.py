@@ -46,7 +46,7 @@ def cmd_train(args) -> int:
     device = _device(args.device)
     config = TrainConfig(steps=args.steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup,
                          lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
-                         log_every=args.log_every)
+                         log_every=args.log_every, max_minutes=args.max_minutes)
     run.mkdir(parents=True, exist_ok=True)
     if not (run / TOKENIZER).is_file():
         shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), run / TOKENIZER)
@@ -189,6 +189,7 @@ def register(command) -> None:
     c.add_argument("--save-every", type=int, default=500, help="steps between checkpoints (default 500)")
     c.add_argument("--keep", type=int, default=5, help="checkpoints kept (default 5)")
     c.add_argument("--log-every", type=int, default=10, help="steps between metrics lines (default 10)")
+    c.add_argument("--max-minutes", type=float, default=0, help="stop with a checkpoint after this long (default: no limit)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     c.add_argument("--threads", type=int, help="torch CPU threads")
     c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN")

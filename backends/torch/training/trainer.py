@@ -47,6 +47,8 @@ class TrainConfig:
     log_every: int = 10
     clip: float = 0.0
     """Gradient-norm clipping; 0 disables (the paper does not clip)."""
+    max_minutes: float = 0.0
+    """Stop (with a checkpoint) after this much wall time in this process; 0: no limit."""
 
 
 @dataclass
@@ -103,6 +105,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     stop = _StopFlag()
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
+    deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else float("inf")
     try:
         while state["step"] < config.steps:
             started = time.perf_counter()
@@ -148,8 +151,12 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                         f.write(json.dumps(last) + "\n")
                 bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{last['tokens_per_s']:.0f}")
             bar.update(1)
-            if state["step"] % config.save_every == 0 or state["step"] == config.steps or stop.requested:
+            out_of_time = _agree(time.perf_counter() > deadline, ddp, device)
+            if state["step"] % config.save_every == 0 or state["step"] == config.steps or stop.requested or out_of_time:
                 _save(run, model, optimizer, state, config, ddp)
+            if out_of_time:
+                log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
+                break
             if stop.requested:
                 raise KeyboardInterrupt(f"stopped at step {state['step']}; checkpoint saved, --resume continues")
     finally:
@@ -183,6 +190,15 @@ def _next_batches(state: dict, num_batches: int, seed: int, count: int) -> list[
         if state["position"] >= num_batches:
             state["epoch"], state["position"] = state["epoch"] + 1, 0
     return out
+
+
+def _agree(flag: bool, ddp: Distributed, device) -> bool:
+    """True on every rank when any rank says so (ranks must stop at the same step)."""
+    if ddp.world == 1:
+        return flag
+    value = torch.tensor([float(flag)], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
 
 
 def _save(run, model, optimizer, state, config, ddp) -> None:
