@@ -18,13 +18,16 @@ PAPER_MILLIONS = {"base": 65, "table3/B1": 58, "table3/B2": 60, "table3/C1": 36,
 
 
 def closed_form(spec) -> int:
-    """The paper's model counted by hand: shared embedding/projection matrix, biased projections."""
+    """The paper's model counted by hand: shared embedding/projection matrix, biased projections,
+    and for pre-norm stacks the final LayerNorm of encoder and decoder."""
     d, f, h, dk, dv, n = spec.d_model, spec.d_ff, spec.heads, spec.d_k, spec.d_v, spec.encoder.num_layers
     attention = d * h * dk * 2 + 2 * h * dk + d * h * dv + h * dv + h * dv * d + d
     ffn = 2 * d * f + f + d
     norm = 2 * d
     learned = spec.positional.max_len * d * 2 if spec.positional.kind == "learned" else 0
-    return spec.vocab.size * d + learned + n * (attention + ffn + 2 * norm) + n * (2 * attention + ffn + 3 * norm)
+    final = 2 * norm if spec.uses_final_norm else 0
+    return (spec.vocab.size * d + learned + final + n * (attention + ffn + 2 * norm)
+            + n * (2 * attention + ffn + 3 * norm))
 
 
 @pytest.mark.parametrize("name", SHIPPED)
