@@ -113,7 +113,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
         fed, targets = {ports["tgt"]} | ({ports["memory"]} if "memory" in ports else set()), [ports["logits"]]
     else:
         fed, targets = {ports[p] for p in ("src", "tgt") if p in ports}, [ports["logits"]]
-    needed = _needed(graph, fed, targets)
+    needed = graph.needed(fed, targets)
     env: dict[str, str | None] = {}
     for node in graph.nodes():
         if node.name not in needed:
@@ -157,15 +157,3 @@ def _tokens(e: Emit, node) -> str:
     if e.kind != "step":
         e.pads[seq] = b.op("Equal", tokens, b.const(np.int64(e.graph.spec.vocab.pad_id)))
     return tokens
-
-
-def _needed(graph: Graph, fed: set[str], targets: list[str]) -> set[str]:
-    """Nodes on a path from ``fed`` (or from nothing) to ``targets``."""
-    needed, stack = set(), list(targets)
-    while stack:
-        name = stack.pop()
-        if name not in needed:
-            needed.add(name)
-            if name not in fed:
-                stack.extend(graph.node(name).inputs)
-    return needed

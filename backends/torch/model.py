@@ -185,15 +185,10 @@ class TorchModel(nn.Module):
         """The steps needed for ``targets`` given ``fed``, in IR order (cached)."""
         key = (fed, targets)
         if key not in self._plans:
-            needed, stack = set(), list(targets)
-            while stack:
-                name = stack.pop()
-                if name in needed or name in fed:
-                    continue
-                if name not in self._steps:
-                    raise TfspecError(f"cannot compute {name!r}: feed its input")
-                needed.add(name)
-                stack.extend(self._steps[name].inputs)
+            needed = self.graph.needed(fed, targets) - set(fed)
+            unfed = sorted(n for n in needed if n not in self._steps)
+            if unfed:
+                raise TfspecError(f"cannot compute {unfed[0]!r}: feed its input")
             self._plans[key] = [s for n, s in self._steps.items() if n in needed]
         return self._plans[key]
 

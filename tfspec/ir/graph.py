@@ -105,3 +105,15 @@ class Graph:
     def tied(self) -> dict[str, str]:
         """Each tied use ``<node>.<role>`` -> the canonical parameter it shares."""
         return {f"{n.name}.{role}": p for n in self.nodes() for role, p in n.params.items() if not n.owns(role)}
+
+    def needed(self, fed: set[str] | tuple[str, ...], targets) -> set[str]:
+        """Ops on the paths into ``targets`` that stop at ``fed`` ops (which are included):
+        what a backend must run, or declare as inputs, to compute ``targets``."""
+        needed, stack = set(), list(targets)
+        while stack:
+            name = stack.pop()
+            if name not in needed:
+                needed.add(name)
+                if name not in fed:
+                    stack.extend(self.nx.nodes[name]["inputs"])
+        return needed

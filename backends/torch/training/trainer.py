@@ -110,7 +110,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
         while state["step"] < config.steps:
             started = time.perf_counter()
             group = _next_batches(state, len(batches), config.seed, ddp.world * config.accum)
-            step_tokens = sum(int((pairs_tgt_len(pairs, batches[b]))) for b in group)
+            step_tokens = sum(pairs_tgt_len(pairs, batches[b]) for b in group)
             mine = group[ddp.rank * config.accum:(ddp.rank + 1) * config.accum]
             net.train()
             loss_sum = nll_sum = 0.0
