@@ -26,6 +26,9 @@ def shrunk(name: str) -> Spec:
     for key in ("d_model", "d_ff", "d_k", "d_v"):
         data[key] = max(1, data[key] // SCALE)
     data["vocab"] |= {"size": 300, "target_size": None if data["vocab"]["target_size"] is None else 200}
+    for key in ("pad_id", "bos_id", "eos_id", "unk_id", "mask_id"):  # GPT-2's ids sit at 50256
+        if (data["vocab"][key] or 0) >= 200:
+            data["vocab"][key] = 199
     return Spec.model_validate(data)
 
 

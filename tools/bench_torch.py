@@ -101,7 +101,7 @@ def main() -> None:
     padding = "dense" if args.dense else "ragged"
     print(f"{spec.name}: batch {args.batch} x src {args.src_len} / tgt {args.tgt_len} tokens ({padding}), "
           f"{args.threads} threads, torch {torch.__version__}, {platform.processor() or platform.machine()}")
-    print(f"| task | tfspec (ms) | nn.Transformer (ms) | tfspec / nn.Transformer |\n|---|---|---|---|")
+    print("| task | tfspec (ms) | nn.Transformer (ms) | tfspec / nn.Transformer |\n|---|---|---|---|")
     for task, r in results.items():
         print(f"| {task} | {1e3 * r['tfspec']:.1f} | {1e3 * r['nn.Transformer']:.1f} | "
               f"{r['tfspec'] / r['nn.Transformer']:.2f} |")

@@ -3,15 +3,22 @@
 Opset 18 spells attention out (MatMul, Softmax, MatMul); opset 23 emits the fused
 ``Attention`` op. Either way the kind's mask comes from its own ``visible(q, k)`` (see
 ``graphs.Emit.mask``), step graphs append new keys/values to the past ones they are fed, and
-cross-attention in a step graph reads keys/values the encoder graph computed once.
+cross-attention in a step graph reads keys/values the encoder graph computed once. Kinds with
+a ``band`` (restricted attention) are computed block by block outside step graphs: blocks of w
+queries against their neighbouring blocks' keys, O(n * w) work and memory instead of n x n.
 """
 
 from __future__ import annotations
 
 import math
 
-from tfspec.ir import Node
+import numpy as np
+from onnx import TensorProto
 
+from tfspec.ir import Node
+from tfspec.layers.attention import block_plan
+
+from .builder import Index
 from .lowerings import lowering
 
 
@@ -43,6 +50,11 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     else:
         q, k, v = b.op("Split", b.linear(x, p["w_qkv"], p.get("b_qkv")), b.ints(h * d_k, h * d_k, h * d_v),
                        axis=-1, outputs=3)
+        positions = a["positions"] or {}
+        if positions.get("kind") == "rotary":
+            q, k = (_rotary(e, node, t, positions["base"]) for t in (q, k))
+        if node.layer.band() is not None and e.kind != "step" and _plain(node):
+            return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, h, d_k), split_heads(b, v, h, d_v)
         if e.carries(node):  # keys and values of earlier positions, then these
             k = b.op("Concat", e.state(node, "key", ["batch", h, "past_len", d_k]), k, axis=2)
@@ -51,16 +63,130 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             v = e.present(node, "value", v, ["batch", h, "total_len", d_v])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
+    if _plain(node):
+        y = _attend(b, q, k, v, mask, d_k)  # (B, h, Lq, d_v)
+    else:
+        y = _explicit(b, node, q, k, v, mask)
+    y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(0, 0, h * d_v))
+    return b.linear(y, p["w_o"], p.get("b_o"))
+
+
+def _attend(b, q: str, k: str, v: str, mask: str | None, d_k: int) -> str:
+    """softmax(Q K^T / sqrt(d_k) + mask) V on (N, h, L, d) tensors: fused at opset 23."""
     if b.opset >= 23:
         if mask is not None:  # onnxruntime's CPU kernel wants the mask as (B, 1, Lq, Lk)
             full = b.op("Concat", b.op("Shape", q, start=0, end=1), b.ints(1), b.op("Shape", q, start=2, end=3),
                         b.op("Shape", k, start=2, end=3), axis=0)
             mask = b.op("Expand", mask, full)
-        y = b.op("Attention", q, k, v, mask)
+        return b.op("Attention", q, k, v, mask)
+    scores = b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))), b.op("Transpose", k, perm=[0, 1, 3, 2]))
+    if mask is not None:
+        scores = b.op("Add", scores, mask)
+    return b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
+
+
+def _plain(node: Node) -> bool:
+    """Dot-product scores with nothing added: the fused and blocked paths apply."""
+    return node.attrs["score"] == "dot" and (node.attrs["positions"] or {}).get("kind") != "relative"
+
+
+def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
+    """Additive scores and/or relative positions (Shaw et al. 2018), spelled out on (B, h, L, d);
+    mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend."""
+    a, p = node.attrs, node.params
+    h, d_k = a["heads"], a["d_k"]
+    if a["score"] == "additive":  # w_h · tanh(q_i + k_j): (B, h, Lq, Lk, d) x (1, h, 1, d, 1)
+        summed = b.op("Tanh", b.op("Add", b.op("Unsqueeze", q, b.ints(3)), b.op("Unsqueeze", k, b.ints(2))))
+        w = b.op("Reshape", b.param(p["w_score"]), b.ints(1, h, 1, d_k, 1))
+        scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
         scores = b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))), b.op("Transpose", k, perm=[0, 1, 3, 2]))
-        if mask is not None:
-            scores = b.op("Add", scores, mask)
-        y = b.op("MatMul", b.op("Softmax", scores, axis=-1), v)  # (B, h, Lq, d_v)
-    y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(0, 0, h * d_v))
-    return b.linear(y, p["w_o"], p.get("b_o"))
+    positions = a["positions"] or {}
+    relative = positions.get("kind") == "relative"
+    if relative:  # one-hot (Lq, Lk, R) of each pair's clipped distance j - i
+        far = positions["max_distance"]
+        lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
+        one = b.const(np.int64(1))
+        rows = b.op("Unsqueeze", b.op("Range", b.op("Sub", lk, lq), lk, one), b.ints(1))
+        cols = b.op("Unsqueeze", b.op("Range", b.const(np.int64(0)), lk, one), b.ints(0))
+        distance = b.op("Add", b.op("Clip", b.op("Sub", cols, rows), b.const(np.int64(-far)), b.const(np.int64(far))),
+                        b.const(np.int64(far)))
+        onehot = b.op("Cast", b.op("Equal", b.op("Unsqueeze", distance, b.ints(2)),
+                                   b.const(np.arange(2 * far + 1, dtype=np.int64))), to=b.elem_type)
+        by_distance = b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))),
+                           b.op("Transpose", b.param(p["rel_k"])))  # (B, h, Lq, R)
+        spread = b.op("MatMul", b.op("Unsqueeze", by_distance, b.ints(3)), b.op("Transpose", onehot, perm=[0, 2, 1]))
+        scores = b.op("Add", scores, b.op("Squeeze", spread, b.ints(3)))
+    if mask is not None:
+        scores = b.op("Add", scores, mask)
+    weights = b.op("Softmax", scores, axis=-1)
+    y = b.op("MatMul", weights, v)
+    if relative:
+        per_distance = b.op("Squeeze", b.op("MatMul", b.op("Unsqueeze", weights, b.ints(3)), onehot), b.ints(3))
+        y = b.op("Add", y, b.op("MatMul", per_distance, b.param(p["rel_v"])))
+    return y
+
+
+def _rotary(e, node: Node, x: str, base: float) -> str:
+    """(B, L, h*d) queries or keys rotated by position as ``rotary`` of the PyTorch backend."""
+    b, a = e.b, node.attrs
+    h, d = a["heads"], a["d_k"]
+    half = d // 2
+    positions = b.op("Cast", e.positions(node.shape[1], x), to=TensorProto.FLOAT)  # angles in fp32 even in fp16 graphs
+    frequencies = b.const((base ** (-np.arange(half, dtype=np.float64) * 2 / d)).reshape(1, half), np.float32)
+    angles = b.op("Unsqueeze", b.op("Mul", b.op("Unsqueeze", positions, b.ints(1)), frequencies), b.ints(1))
+    cos, sin = (b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))  # (L, 1, d/2)
+    x1, x2 = b.op("Split", b.op("Reshape", x, b.ints(0, 0, h, d)), b.ints(half, half), axis=-1, outputs=2)
+    rotated = b.op("Concat", b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin)),
+                   b.op("Add", b.op("Mul", x1, sin), b.op("Mul", x2, cos)), axis=-1)
+    return b.op("Reshape", rotated, b.ints(0, 0, h * d))
+
+
+def _banded(e, node: Node, q: str, k: str, v: str) -> str:
+    """Attention of a kind with a ``band`` on (B, L, h*d) queries, keys and values ->
+    (B, L, h*d_v): blocks of w queries against the W keys of their neighbouring blocks, as
+    (B * blocks, h, w, W) scores. Mirrors ``banded_attention`` of the PyTorch backend."""
+    b, a = e.b, node.attrs
+    h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
+    w, before, after = block_plan(node.layer.band())
+    width = (before + 1 + after) * w
+    length = b.shape_of(q, 1)
+    blocks = b.op("Div", b.op("Add", length, b.const(np.int64(w - 1))), b.const(np.int64(w)))
+    extra = b.op("Unsqueeze", b.op("Sub", b.op("Mul", blocks, b.const(np.int64(w))), length), b.ints(0))
+
+    def to_blocks(x, size, fill=None):  # (B, L, h*size) -> (B, blocks, w, h, size)
+        padded = b.op("Pad", x, b.op("Concat", b.ints(0), extra, axis=0), fill, b.ints(1))
+        return b.op("Reshape", padded, b.ints(0, -1, w, h, size))
+
+    def windows(x, fill=None):  # (B, blocks, w, ...) -> (B, blocks, W, ...): each block and its neighbours
+        padded = b.op("Pad", x, b.ints(before, after), fill, b.ints(1))
+        last = before + after
+        return b.op("Concat", *[b.op("Slice", padded, b.ints(i), b.ints(i - last if i < last else 2**62), b.ints(1))
+                                for i in range(last + 1)], axis=2)
+
+    def heads_first(x, size, rows):  # (B, blocks, rows, h, size) -> (B * blocks, h, rows, size)
+        return b.op("Reshape", b.op("Transpose", x, perm=[0, 1, 3, 2, 4]), b.ints(-1, h, rows, size))
+
+    q4 = heads_first(to_blocks(q, d_k), d_k, w)
+    k4 = heads_first(windows(to_blocks(k, d_k)), d_k, width)
+    v4 = heads_first(windows(to_blocks(v, d_v)), d_v, width)
+    # The kind's visibility on each block's true positions; keys outside 0..L-1 or padded hidden.
+    start = b.op("Unsqueeze", b.op("Mul", b.op("Range", b.const(np.int64(0)), blocks, b.const(np.int64(1))),
+                                   b.const(np.int64(w))), b.ints(1, 2))  # (blocks, 1, 1)
+    rows = Index(b, b.op("Add", start, b.const(np.arange(w, dtype=np.int64).reshape(1, w, 1))))
+    cols = Index(b, b.op("Add", start, b.const(np.arange(-before * w, width - before * w,
+                                                         dtype=np.int64).reshape(1, 1, width))))
+    visible = node.layer.visible(rows, cols) & (cols >= 0) & (cols < Index(b, length))
+    mask = b.op("Unsqueeze", b.op("Where", visible.name, b.const(0.0), b.neg()), b.ints(0))  # (1, blocks, w, W)
+    pad = e.padding(node.shape[1])
+    if pad is not None:
+        bias = b.op("Where", b.op("Unsqueeze", pad, b.ints(2)), b.neg(), b.const(0.0))  # (B, L, 1)
+        bias = windows(b.op("Reshape", b.op("Pad", bias, b.op("Concat", b.ints(0), extra, axis=0), b.neg(), b.ints(1)),
+                            b.ints(0, -1, w)), b.neg())  # (B, blocks, W)
+        mask = b.op("Add", mask, b.op("Unsqueeze", bias, b.ints(2)))
+    mask = b.op("Reshape", b.op("Expand", mask, b.op("Concat", b.batch, b.ints(1, 1, 1), axis=0)),
+                b.ints(-1, 1, w, width))  # (B * blocks, 1, w, W)
+    y = _attend(b, q4, k4, v4, mask, d_k)  # (B * blocks, h, w, d_v)
+    y = b.op("Reshape", y, b.op("Concat", b.batch, b.ints(-1, h, w, d_v), axis=0))
+    y = b.op("Reshape", b.op("Transpose", y, perm=[0, 1, 3, 2, 4]), b.op("Concat", b.batch, b.ints(-1, h * d_v), axis=0))
+    return b.op("Slice", y, b.ints(0), b.op("Unsqueeze", length, b.ints(0)), b.ints(1))

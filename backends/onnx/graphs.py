@@ -107,12 +107,15 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     (IR parameter name -> array)."""
     ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
     e = Emit(graph, "step" if kind == "decoder" else kind, b)
+    pooled = [ports["pooled"]] if "pooled" in ports else []
     if kind == "encoder":
-        fed, targets = {ports["src"]}, [ports["memory"]]
+        fed, targets = {ports["src"]} | ({ports["segments"]} if "segments" in ports else set()), [ports["memory"]]
     elif kind == "decoder":
         fed, targets = {ports["tgt"]} | ({ports["memory"]} if "memory" in ports else set()), [ports["logits"]]
     else:
-        fed, targets = {ports[p] for p in ("src", "tgt") if p in ports}, [ports["logits"]]
+        fed, targets = {ports[p] for p in ("src", "tgt", "segments") if p in ports}, [ports["logits"]]
+    if kind != "decoder":
+        targets += pooled
     needed = graph.needed(fed, targets)
     env: dict[str, str | None] = {}
     for node in graph.nodes():
@@ -146,6 +149,8 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     else:
         seq = "tgt_len" if "tgt" in ports else "src_len"
         b.output("logits", env[ports["logits"]], ["batch", seq, vocab])
+    if pooled and kind != "decoder":
+        b.output("pooled", env[ports["pooled"]], ["batch", graph.spec.d_model])
     return b.model(metadata or {})
 
 
@@ -154,6 +159,6 @@ def _tokens(e: Emit, node) -> str:
     b, seq = e.b, node.shape[1]
     length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)
-    if e.kind != "step":
+    if e.kind != "step" and not node.attrs.get("optional"):
         e.pads[seq] = b.op("Equal", tokens, b.const(np.int64(e.graph.spec.vocab.pad_id)))
     return tokens

@@ -3,7 +3,8 @@
 Random tokens at shapes no graph was built for (batch 3 and 1, ragged padding), compared
 at non-padded positions (PyTorch zeroes fully masked rows, decomposed attention does not):
 the full-sequence graph, the encoder, the step graph after pasts of 0, 1, 3 and 6 tokens, and
-greedy decoding token for token.
+greedy decoding token for token. Specs with banded attention (restricted) are also compared
+on sequences long enough for PyTorch to compute them block by block.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from tfspec.backends.torch import TorchDecoder, TorchModel
+from tfspec.layers.attention import block_plan
 from tfspec.search import SearchOptions, search
 
 from .runtime import OnnxModel
@@ -47,12 +49,29 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     checks = []
     with torch.no_grad():
         feeds = {k: v for k, v in (("src", src), ("tgt", tgt)) if v is not None}
-        ref = model(*[torch.from_numpy(v) for v in feeds.values()]).numpy()
+        if "segments" in ports:
+            feeds["segments"] = rng.integers(0, spec.segments, src.shape)
+        outputs = ["logits"] + (["pooled"] if "pooled" in ports else [])
+        ref = model.run({k: torch.from_numpy(v) for k, v in feeds.items()}, tuple(outputs))
+        ours = dict(zip(outputs, ort_model.run("model", outputs, feeds)))
         keep = (tgt if tgt is not None else src) != pad
-        checks.append(Check("full-sequence logits, batch 3", _diff(ort_model.logits(**feeds), ref, keep), tolerance))
+        checks.append(Check("full-sequence logits, batch 3", _diff(ours["logits"], ref["logits"].numpy(), keep),
+                            tolerance))
+        if "pooled" in ports:
+            checks.append(Check("pooled output, batch 3", float(np.abs(ours["pooled"] - ref["pooled"].numpy()).max()),
+                                tolerance))
+        long = _blocked_length(model)
+        if long is not None:
+            sizes = {"src": spec.vocab.size, "tgt": spec.vocab.tgt_size}
+            feeds = {port: _tokens(rng, sizes[port], 2, long, pad, pad_from=(1, long // 2)) for port in sizes
+                     if port in feeds}
+            ref = model(*[torch.from_numpy(v) for v in feeds.values()]).numpy()
+            keep = feeds["tgt" if "tgt" in feeds else "src"] != pad
+            checks.append(Check(f"full-sequence logits, length {long} (blocked attention)",
+                                _diff(ort_model.logits(**feeds), ref, keep), tolerance))
         if src is not None:
             memory = model.run({"src": torch.from_numpy(src)}, ("memory",))["memory"].numpy()
-            ours = ort_model.sessions["encoder"].run(["memory"], {"src": src})[0]
+            ours = ort_model.run("encoder", ["memory"], {"src": src})[0]
             checks.append(Check("encoder memory, batch 3", _diff(ours, memory, src != pad), tolerance))
     if tgt is None:
         return checks
@@ -76,6 +95,16 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     differ = sum(x != y for x, y in zip(ours, theirs))
     checks.append(Check("greedy decoding, batch 3 (sentences that differ)", float(differ), 0))
     return checks
+
+
+def _blocked_length(model: TorchModel) -> int | None:
+    """A length at which every banded attention kind of the model runs in blocks, if positions allow."""
+    bands = [n.layer.band() for n in model.graph.nodes() if n.op == "attention" and n.layer.band() is not None]
+    if not bands:
+        return None
+    length = max(3 * block_plan(band)[0] + 5 for band in bands)
+    positional = model.graph.spec.positional
+    return length if positional.kind == "none" or length <= positional.max_len else None
 
 
 def _tokens(rng, vocab: int, batch: int, length: int, pad: int, pad_from: tuple[int, int]) -> np.ndarray:

@@ -97,7 +97,14 @@ class OnnxModel:
 
     def logits(self, **tokens: np.ndarray) -> np.ndarray:
         """The full-sequence graph: src and/or tgt (B, L) int64 -> logits (B, L, vocab)."""
-        return self.sessions["model"].run(["logits"], tokens)[0]
+        return self.run("model", ["logits"], tokens)[0]
+
+    def run(self, kind: str, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run graph ``kind``; an optional ``segments`` input left out means one segment (ids 0)."""
+        session = self.sessions[kind]
+        if "src" in feeds and "segments" not in feeds and any(i.name == "segments" for i in session.get_inputs()):
+            feeds = {**feeds, "segments": np.zeros_like(feeds["src"])}
+        return session.run(outputs, feeds)
 
     def decoder(self) -> OnnxDecoder:
         if "decoder" not in self.sessions:
@@ -113,7 +120,7 @@ class OnnxDecoder:
     def __init__(self, model: OnnxModel):
         vocab = model.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
-        self.encoder, self.step_session = model.sessions.get("encoder"), model.sessions["decoder"]
+        self.model, self.step_session = model, model.sessions["decoder"]
         self.inputs = {i.name: i for i in self.step_session.get_inputs()}
         outputs = {o.name: o for o in self.step_session.get_outputs()}
         self.presents = [name for name in outputs if name.startswith("present.")]
@@ -125,7 +132,7 @@ class OnnxDecoder:
         state = {}
         if src is not None:
             names = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
-            state |= dict(zip(names, self.encoder.run(names, {"src": src.astype(np.int64)})))
+            state |= dict(zip(names, self.model.run("encoder", names, {"src": src.astype(np.int64)})))
         for name, info in self.inputs.items():
             if name.startswith("past."):  # empty keys/values, zero windows and hidden states
                 shape = [batch if d == "batch" else 0 if isinstance(d, str) else d for d in info.shape]

@@ -52,6 +52,80 @@ class Positional(OpModule):
         return x + table[start:end]
 
 
+@lowering("segment_embedding")
+class SegmentEmbedding(OpModule):
+    """Adds the embedding of each position's segment id (BERT's token types)."""
+
+    def forward(self, ctx, x, segments):
+        return x + F.embedding(segments, self.weight)
+
+
+@lowering("pooler")
+class Pooler(OpModule):
+    """tanh(x_1 W^T + b) of the first position: (B, L, d) -> (B, d) (BERT)."""
+
+    def forward(self, ctx, x):
+        return torch.tanh(F.linear(x[:, 0], self.w_pool, self.b_pool))
+
+
+@lowering("timestep")
+class Timestep(OpModule):
+    """Universal Transformer: adds the sinusoid of the step (and of each position) before a step."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.step, self.positions, self.seq = node.attrs["step"], node.attrs["positions"], node.shape[1]
+
+    def forward(self, ctx, x):
+        L, d = x.shape[1:]
+        start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
+        table = torch.from_numpy(sinusoids(max(self.step, start + L) + 1, d)).to(x.device, x.dtype)
+        x = x + table[self.step]
+        return x + table[start:start + L] if self.positions else x
+
+
+@lowering("act")
+class AdaptiveComputationTime(OpModule):
+    """One step of adaptive computation time (Graves 2016), per position: the halting
+    probability p = sigmoid(w · s + b) of the step's input s weighs the step's output y into the
+    state, until the summed p would pass the threshold; that step gets the remainder 1 - sum p
+    instead (so the weights sum to 1) and the position halts. The last step halts every position
+    still running. Packed as (B, L, d + 3): state, summed halting probability, remainder, steps."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.threshold, self.penalty, self.last, self.seq = (node.attrs["threshold"], node.attrs["penalty"],
+                                                             node.attrs["last"], node.shape[1])
+
+    def forward(self, ctx, s, y, packed=None):
+        d = y.shape[-1]
+        p = torch.sigmoid(F.linear(s, self.w_halt, self.b_halt))[..., 0]  # (B, L)
+        if packed is None:
+            state, halting, remainders, updates = torch.zeros_like(y), *torch.zeros(3, *p.shape, dtype=p.dtype,
+                                                                                    device=p.device)
+        else:
+            state, halting, remainders, updates = packed[..., :d], packed[..., d], packed[..., d + 1], packed[..., d + 2]
+        running = (halting < 1.0).to(p.dtype)
+        halted = running if self.last else ((halting + p * running) > self.threshold).to(p.dtype) * running
+        running = running - halted
+        halting = halting + p * running
+        remainders = remainders + halted * (1 - halting)
+        halting = halting + halted * remainders
+        updates = updates + running + halted
+        state = state + y * (p * running + halted * remainders)[..., None]
+        if self.last and self.penalty:  # the ponder cost (steps + remainder) of non-padded positions
+            pad = ctx.padding.get(self.seq)
+            cost = updates + remainders
+            ctx.ponder.append(self.penalty * (cost if pad is None else cost.masked_fill(pad, 0.0)).sum())
+        return torch.cat([state, halting[..., None], remainders[..., None], updates[..., None]], -1)
+
+
+@lowering("act_state")
+def act_state(node, graph):
+    d = node.shape[-1]
+    return lambda ctx, packed: packed[..., :d]
+
+
 @lowering("dropout")
 def dropout(node, graph):
     p = node.attrs["p"]

@@ -60,15 +60,20 @@ class RunContext:
     """Sequence symbol (S, T) -> bool (B, L), True at padding; None when nothing is padded."""
     state: DecodeState | None = None
     """Set when decoding incrementally: the new target tokens follow ``state.offset`` others."""
+    ponder: list = field(default_factory=list)
+    """Weighted ponder costs of adaptive-computation stacks, for the training loss."""
     _masks: dict = field(default_factory=dict)
+
+    def cached(self, key, build):
+        """A mask built once per call and shared by the layers that ask with the same key."""
+        if key not in self._masks:
+            self._masks[key] = build()
+        return self._masks[key]
 
     def attention_mask(self, layer, q_seq: str, kv_seq: str, lq: int, lk: int, device):
         """(mask, is_causal) for ``scaled_dot_product_attention``: the kind's visibility
         combined with key padding, built once per call and shared by all layers of a kind."""
-        key = (layer, q_seq, kv_seq)
-        if key not in self._masks:
-            self._masks[key] = self._build_mask(layer, q_seq, kv_seq, lq, lk, device)
-        return self._masks[key]
+        return self.cached((layer, q_seq, kv_seq), lambda: self._build_mask(layer, q_seq, kv_seq, lq, lk, device))
 
     def _build_mask(self, layer, q_seq, kv_seq, lq, lk, device):
         pad = self.padding.get(kv_seq)
@@ -111,6 +116,8 @@ class TorchModel(nn.Module):
         self._tie()
         self._check_against_ir()
         self._plans: dict = {}
+        self.ponder = None
+        """The last forward pass's weighted ponder cost (adaptive computation time), if any."""
 
     def _attach(self, name: str, module: nn.Module) -> None:
         parent = self
@@ -171,12 +178,15 @@ class TorchModel(nn.Module):
                 padding[seq] = pad if bool(pad.any()) else None
         if state is not None and "S" not in padding:
             padding["S"] = state.src_padding
+        if "segments" in ports and "src" in feeds and "segments" not in feeds:  # one segment: ids 0
+            feeds = {**feeds, "segments": torch.zeros_like(feeds["src"])}
         ctx = RunContext(self.training, padding, state)
         if state is not None and state.memory is not None:
             feeds = {"memory": state.memory, **feeds}
         env = {ports[name]: value for name, value in feeds.items()}
         for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
             env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
+        self.ponder = sum(ctx.ponder) if ctx.ponder else None
         if state is not None and "tgt" in feeds:
             state.offset += feeds["tgt"].shape[1]
         return {o: env[ports[o]] for o in outputs}

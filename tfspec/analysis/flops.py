@@ -59,13 +59,19 @@ def layer_values(spec, layer=None) -> dict:
 def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
     """Forward FLOPs of one IR op over one sequence, by term (empty: no matrix products)."""
     if node.layer is not None:
+        positions = node.attrs.get("positions") or {}
+        extra = {"relative": 2 * positions["max_distance"] + 1} if positions.get("kind") == "relative" else {}
         try:
-            return node.layer.flops(SYMBOLS, dense)
+            return node.layer.flops(SYMBOLS, dense, **extra)
         except NotImplementedError:
             raise TfspecError(f"{node.name}: layer kind {node.layer.kind!r} states no FLOP formula; define "
                               "`flops` in its module (tfspec/layers) to analyse it") from None
     if node.op == "projection":
         return {"logits": 2 * SYMBOLS.n * SYMBOLS.d * SYMBOLS.V}
+    if node.op == "pooler":  # one position per sequence
+        return {"pooler": 2 * SYMBOLS.d * SYMBOLS.d}
+    if node.op == "act":  # the halting unit, one output per position
+        return {"halting": 2 * SYMBOLS.n * SYMBOLS.d}
     return {}
 
 
@@ -138,7 +144,7 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
         raise TfspecError(f"sequence length n must be at least 1 (got {n})")
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes():
-        if node.layer is not None or node.op == "projection":
+        if node.layer is not None or node.op in ("projection", "pooler", "act"):
             groups.setdefault((node.stack, node.layer if node.layer is not None else node.op), []).append(node)
     rows, total = [], sympy.Integer(0)
     for (stack, key), nodes in groups.items():

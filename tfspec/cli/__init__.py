@@ -96,8 +96,16 @@ def cmd_report(args) -> int:
     else:
         print(f"{heading}\n{dims}\n")
     print(render(["component", "parameters", "share"], rows, args.format), end="")
+    shared_depth = {}  # universal stacks: layers.K.<rest> = layers.0.<rest>, one line per stack
     for use, owner in report.tied.items():
-        print(f"\ntied: {use} = {owner}", end="")
+        stack, _, rest = use.partition(".layers.")
+        index, _, role = rest.partition(".")
+        if rest and owner == f"{stack}.layers.0.{role}" and index.isdigit():
+            shared_depth.setdefault(stack, set()).add(int(index))
+        else:
+            print(f"\ntied: {use} = {owner}", end="")
+    for stack, indices in shared_depth.items():
+        print(f"\ntied: {stack} layers {min(indices)}-{max(indices)} = {stack} layer 0 (shared across depth)", end="")
     if report.tied:
         print()
     ref = spec.reference

@@ -38,6 +38,9 @@ def register(command) -> None:
     c.add_argument("--n", type=int, default=128, help="sequence length for the exact counts (default: 128)")
     c.add_argument("--d", type=int, help="model width d for the exact counts (default: the specs', 512)")
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    c.add_argument("--measure", action="store_true",
+                   help="also time one layer of each kind on this machine (GPU when present; ~1-2 min on a "
+                        "laptop CPU) and fit the growth exponents of time in n and in d")
     c = command("plot", cmd_plot, "plot per-layer cost and path length against n (PNG or SVG)",
                 "Draw per-layer FLOPs against n, with the n = d crossover of §4, and the measured growth of "
                 "the maximum path length, for the layer kinds of SPEC or of Table 1. Needs matplotlib "
@@ -45,6 +48,8 @@ def register(command) -> None:
     c.add_argument("spec", metavar="SPEC", nargs="?", help="a spec (default: the rows of Table 1)")
     c.add_argument("-o", "--output", required=True, help="file to write: .png or .svg")
     c.add_argument("--d", type=int, help="model width (default: the specs')")
+    c.add_argument("--measure", action="store_true",
+                   help="add the Table 1 kinds' measured times against n beside their analytic curves")
 
 
 def _layer_rows(spec, graph, n):
@@ -136,8 +141,13 @@ def cmd_table1(args) -> int:
     from tfspec.analysis.table1 import MEASURES, table1
 
     rows = table1(args.n, args.d)
+    measured = _measure(args.format != "json") if args.measure else None
     if args.format == "json":
-        print(json.dumps([r.to_json() for r in rows], indent=2))
+        out = [r.to_json() for r in rows]
+        if measured:
+            for row, m in zip(out, measured[1]):
+                row["timed"] = m.to_json() | {"device": measured[0]}
+        print(json.dumps(out, indent=2))
         return 0
     mark = {True: " ✓", False: " ✗", None: ""}
     table = [[r.paper.label] + [x for m in MEASURES for x in (f"{r.derived(m) or 'none'}{mark[r.match(m)]}",
@@ -154,7 +164,42 @@ def cmd_table1(args) -> int:
     print(f"exact counts at n = {rows[0].n}, d = {rows[0].d}:\n")
     print(render(["layer type", "FLOPs (Table 1 terms)", "FLOPs (whole layer)", "sequential ops",
                   "max path length"], counts, args.format), end="")
+    if measured:
+        _print_measured(*measured, args.format)
     return 0
+
+
+def _measure(verbose: bool):
+    """(machine, rows) of ``tfspec.analysis.measure``, with a line per kind as it finishes."""
+    import sys
+
+    import torch
+
+    from tfspec.analysis.measure import device_name, measure
+    from tfspec.paper import TABLE1
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    machine = device_name(device)
+    if verbose:
+        print(f"timing one layer of each kind on {machine} ...", file=sys.stderr)
+    rows = measure(TABLE1, device, progress=(lambda m: print(f"  {m.label}: done", file=sys.stderr))
+                   if verbose else None)
+    return machine, rows
+
+
+def _print_measured(machine: str, rows, fmt: str) -> None:
+    from tfspec.analysis.measure import D_FOR_N, FITTED, N_FOR_D
+
+    table = []
+    for m in rows:
+        table.append([m.label, m.complexity, m.expected_n, f"{m.in_n.exponent:.2f}", m.expected_d,
+                      f"{m.in_d.exponent:.2f}"] + [f"{t * 1e3:.3g}" for t in m.in_n.seconds])
+    sizes = rows[0].in_n.sizes
+    print(f"\nmeasured on {machine}: forward time of one layer (attention: the attention itself, as Table 1 "
+          f"counts it), batch of 2; exponents fitted over the {FITTED} largest sizes, in n at d = {D_FOR_N} "
+          f"({', '.join(map(str, sizes))}) and in d at n = {N_FOR_D} ({', '.join(map(str, rows[0].in_d.sizes))}):\n")
+    print(render(["layer type", "complexity", "n: O()", "n: measured", "d: O()", "d: measured"]
+                 + [f"ms at n={n}" for n in sizes], table, fmt), end="")
 
 
 def cmd_plot(args) -> int:
@@ -175,5 +220,6 @@ def cmd_plot(args) -> int:
         kinds = {describe(layer): layer for _, stack in spec.stacks for _, layer in stack.sublayers()}
         layers = [(label, layer, spec) for label, layer in kinds.items()]
         title = f"{spec.name}: layer kinds"
-    print(f"wrote {plot_layers(layers, args.output, title)}")
+    measured = _measure(True) if args.measure else None
+    print(f"wrote {plot_layers(layers, args.output, title, measured)}")
     return 0

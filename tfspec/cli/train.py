@@ -37,14 +37,12 @@ def cmd_train(args) -> int:
     from tfspec.data import load_tokenizer, read_split, sample_dir, train_tokenizer
 
     spec = load_spec(args.spec)
-    if spec.family == "encoder-only":
-        raise TfspecError(f"{spec.name}: tfspec train fits sequence-to-sequence and decoder-only models; "
-                          "an encoder-only spec has no target to predict")
     run, data = Path(args.out), Path(args.data) if args.data else sample_dir()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = _device(args.device)
-    config = TrainConfig(steps=args.steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup,
+    steps = args.steps or (100_000 if args.max_minutes else 1000)
+    config = TrainConfig(steps=steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup,
                          lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
                          log_every=args.log_every, max_minutes=args.max_minutes)
     run.mkdir(parents=True, exist_ok=True)
@@ -104,6 +102,9 @@ def cmd_evaluate(args) -> int:
 
     run = Path(args.run)
     spec, meta = _run_spec(run)
+    if spec.family == "encoder-only":
+        raise TfspecError(f"{spec.name} is encoder-only: it has no decoder to translate with, so there is nothing "
+                          "for BLEU to score (its masked-LM loss is in the run's metrics.jsonl)")
     if args.threads:
         torch.set_num_threads(args.threads)
     weights = _weights(run, args.checkpoint, checkpoint)
@@ -172,7 +173,9 @@ def register(command) -> None:
     c = command("train", cmd_train, "train a spec on a parallel corpus with the paper's recipe",
                 "Train with §5 of the paper: length-grouped batches of --batch-tokens tokens, Adam (0.9, 0.98, "
                 "1e-9), the warm-up / inverse-square-root rate of eq. 3, dropout and label smoothing from the spec. "
-                "A shared sentencepiece model of the spec's vocabulary size is trained on the corpus first. "
+                "Encoder-decoder specs learn to translate SRC to TGT, decoder-only specs to continue TGT text, "
+                "encoder-only specs (BERT) to predict masked SRC tokens (15%%: 80%% [MASK], 10%% random, 10%% "
+                "kept). A shared sentencepiece model of the spec's vocabulary size is trained on the corpus first. "
                 "Checkpoints go to RUN/checkpoints (Ctrl-C saves one); --resume continues exactly. Under torchrun "
                 "(`torchrun --nproc_per_node=K -m tfspec train ...`) each process takes its share of every step.")
     c.add_argument("spec", metavar="SPEC")
@@ -180,7 +183,8 @@ def register(command) -> None:
     c.add_argument("--out", required=True, metavar="RUN", help="run directory")
     c.add_argument("--src", default="en", help="source language suffix (default en)")
     c.add_argument("--tgt", default="de", help="target language suffix (default de)")
-    c.add_argument("--steps", type=int, default=1000, help="optimizer steps (default 1000)")
+    c.add_argument("--steps", type=int, help="optimizer steps (default 1000; 100000 with --max-minutes, which then "
+                   "ends the run)")
     c.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch incl. padding (default 4096)")
     c.add_argument("--accum", type=int, default=1, help="batches per optimizer step and process (default 1)")
     c.add_argument("--warmup", type=int, default=4000, help="warm-up steps of eq. 3 (default 4000)")

@@ -28,6 +28,9 @@ class LayerBuilder:
     seq: str
     memory: str | None = None
     memory_seq: str = "S"
+    share: tuple[str, str] | None = None
+    """(prefix, owner prefix): parameters declared under ``prefix`` tie to the owner's instead
+    (a universal stack's layers all use layer 0's weights)."""
 
     def op(self, name: str, op: str, inputs: list[str], *, attrs=None, params=None, component=None,
            layer=None, shape=None) -> str:
@@ -36,6 +39,8 @@ class LayerBuilder:
         for role, declared in (params or {}).items():
             if isinstance(declared, str):
                 roles[role] = declared
+            elif self.share is not None and name.startswith(self.share[0]):
+                roles[role] = f"{self.share[1]}{name[len(self.share[0]):]}.{role}"
             else:
                 roles[role] = self.graph.add_param(f"{name}.{role}", *declared)
         component = component or (layer.component if layer is not None else "")
@@ -57,6 +62,11 @@ def build_graph(spec: Spec) -> Graph:
         x, embedding = _embed(b, spec.vocab.size, tie=None)
         memory = graph.ports["memory"] = _stack(b, spec.encoder, x)
         out, out_seq = memory, "S"
+        if spec.pooler:  # BERT: the first position's vector through a tanh layer
+            graph.ports["pooled"] = b.op("encoder.pooler", "pooler", [memory], component="pooler",
+                                         params={"w_pool": ((spec.d_model, spec.d_model), "xavier_uniform"),
+                                                 "b_pool": ((spec.d_model,), "zeros")},
+                                         shape=("B", spec.d_model))
     if spec.decoder is not None:
         b = LayerBuilder(graph, spec, "decoder", "T", memory=memory)
         tie = embedding if spec.tie_embeddings == "all" else None
@@ -76,12 +86,20 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
     scale = math.sqrt(s.d_model) if s.embed_scale else 1.0
     x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
              params={"weight": weight}, component="embedding")
-    if s.positional.kind != "none":
+    if s.positional.kind in ("sinusoidal", "learned"):
         params = {}
         if s.positional.kind == "learned":
             params["weight"] = ((s.positional.max_len, s.d_model), "normal:0.02")
         x = b.op(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
                  component="positional")
+    if s.segments and stack == "encoder":
+        ids = b.op("segments", "input", [], attrs={"dtype": "int64", "vocab": s.segments, "optional": True},
+                   shape=("B", b.seq))
+        b.graph.ports["segments"] = ids
+        x = b.op(f"{stack}.segment", "segment_embedding", [x, ids], component="embedding",
+                 params={"weight": ((s.segments, s.d_model), "normal:0.02")})
+    if s.embed_norm:
+        x = b.norm(f"{stack}.embed_norm", x)
     x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout})
     return x, b.graph.node(f"{stack}.embed").params["weight"]
 
@@ -89,11 +107,27 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
     """N layers of residual sub-layers, then the final norm pre-norm stacks need."""
     stems: dict[tuple[int, str], int] = {}
+    halting = current = None
     for index, layer in stack.sublayers():
         seen = stems.get((index, layer.stem), 0)
         stems[index, layer.stem] = seen + 1
-        name = f"{b.stack}.layers.{index}.{layer.stem}" + (f"_{seen}" if seen else "")
+        prefix = f"{b.stack}.layers.{index}."
+        if stack.shared and index != current:  # a new step of a universal stack
+            current, b.share = index, (prefix, f"{b.stack}.layers.0.") if index else None
+            step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
+                "step": index, "positions": b.spec.positional.kind == "sinusoidal"})
+        name = prefix + layer.stem + (f"_{seen}" if seen else "")
         x = _residual(b, layer, name, x)
+        if stack.act is not None and layer is stack.block[-1]:  # the step's last sub-layer: update the halting state
+            inputs = [step_input, x] + ([halting] if halting is not None else [])
+            halting = b.op(f"{prefix}act", "act", inputs, component="act",
+                           attrs={"threshold": stack.act.threshold, "penalty": stack.act.penalty,
+                                  "last": index == stack.num_layers - 1},
+                           params={"w_halt": ((1, b.spec.d_model), "xavier_uniform"), "b_halt": ((1,), "ones")},
+                           shape=("B", b.seq, b.spec.d_model + 3))
+    b.share = None
+    if halting is not None:  # the positions' states where each halted
+        x = b.op(f"{b.stack}.act_state", "act_state", [halting])
     if b.spec.uses_final_norm:
         x = b.norm(f"{b.stack}.norm", x)
     return x

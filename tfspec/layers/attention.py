@@ -16,11 +16,16 @@ from typing import ClassVar, Literal
 
 from tfspec.layers.base import Sublayer, linear, register
 
+POSITIONS_IN_ATTENTION = ("rotary", "relative")
+
 
 class Attention(Sublayer):
     """softmax(Q K^T / sqrt(d_k)) V over h heads, concatenated and projected by W^O (eq. 1)."""
 
     component: ClassVar[str] = "attention"
+    score: Literal["dot", "additive"] = "dot"
+    """dot: q·k / sqrt(d_k) (§3.2.1); additive: w·tanh(q + k) per head, the additive
+    attention (Bahdanau et al. 2015) §3.2.1 compares it with."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
@@ -28,6 +33,12 @@ class Attention(Sublayer):
     def visible(self, q, k):
         """Boolean (Lq, Lk) mask from query positions ``q`` (Lq, 1) and key positions ``k``
         (1, Lk); ``None`` when every key is visible."""
+        return None
+
+    def band(self) -> tuple[int, int] | None:
+        """(behind, ahead) when ``visible(q, k)`` implies q - behind <= k <= q + ahead; None when
+        a query may see keys arbitrarily far away. Backends compute a bounded kind block by
+        block (``block_plan``): O(n * band) work and memory instead of an n x n masked matrix."""
         return None
 
     def reads(self, q, k):
@@ -38,16 +49,32 @@ class Attention(Sublayer):
         """Query-key pairs whose scores are needed: n queries, n keys (m for cross-attention)."""
         return s.n * (s.m if self.needs_memory else s.n)
 
-    def flops(self, s, dense=False):
+    def computed_pairs(self, s):
+        """Scores the PyTorch kernels compute, masked ones included: n x keys, or with a band
+        and more than three blocks, each block's w queries against its W keys."""
+        from sympy import Piecewise, ceiling
+
+        dense = s.n * (s.m if self.needs_memory else s.n)
+        if self.band() is None:
+            return dense
+        w, before, after = block_plan(self.band())
+        return Piecewise((dense, s.n <= 3 * w), (ceiling(s.n / w) * w * (before + 1 + after) * w, True))
+
+    def flops(self, s, dense=False, relative: int | None = None):
+        """``relative``: the number of clipped distances (2 max_distance + 1) when relative
+        position embeddings enter the scores and values."""
         n, d, h, d_k, d_v = s.n, s.d, s.h, s.d_k, s.d_v
-        keys = s.m if self.needs_memory else n
-        pairs = n * keys if dense else self.pairs(s)
+        pairs = self.computed_pairs(s) if dense else self.pairs(s)
         if self.needs_memory:
-            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * keys * d * h * (d_k + d_v)}
+            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * s.m * d * h * (d_k + d_v)}
         else:
             terms = {"qkv": 2 * n * d * h * (2 * d_k + d_v)}
-        # Q K^T (pairs x d_k per head), then the weighted sum of values (pairs x d_v per head).
-        return terms | {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
+        # Q K^T (pairs x d_k per head; additive scores w·tanh(q + k) cost the same products),
+        # then the weighted sum of values (pairs x d_v per head).
+        terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
+        if relative:  # q·a_K for each query and distance, then the weights bucketed by distance x a_V
+            terms |= {"relative": 2 * n * h * relative * (d_k + d_v)}
+        return terms
 
     def lower(self, b, name, x):
         s = b.spec
@@ -61,9 +88,31 @@ class Attention(Sublayer):
             params = linear("qkv", h * (2 * d_k + d_v), d, s.bias)
             inputs = [x]
         params |= linear("o", d, h * d_v, s.bias)
+        if self.score == "additive":
+            params["w_score"] = ((h, d_k), "xavier_uniform")
+        positions = s.positional if s.positional.in_attention and not self.needs_memory else None
+        if positions is not None and positions.kind == "relative":
+            # One table of clipped distances for keys and one for values, shared by the heads.
+            rows = 2 * positions.max_distance + 1
+            params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
         attrs = {"kind": self.kind, "heads": h, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
-                 "kv_seq": b.memory_seq if self.needs_memory else b.seq}
+                 "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
+                 "positions": None if positions is None else positions.model_dump()}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=self)
+
+
+def block_plan(band: tuple[int, int]) -> tuple[int, int, int]:
+    """(w, before, after) for banded attention: queries go in blocks of w, and block b reads
+    the keys of blocks b - before .. b + after. With w at least the band's reach each way, one
+    neighbouring block per side holds every visible key; w >= 32 keeps the matmuls efficient."""
+    behind, ahead = band
+    return max(behind, ahead, 32), int(behind > 0), int(ahead > 0)
+
+
+def use_blocks(band: tuple[int, int] | None, n: int) -> bool:
+    """Whether the PyTorch backend computes n queries block by block: from three blocks on,
+    blocks compute fewer scores than one dense n x n matrix."""
+    return band is not None and n > 3 * block_plan(band)[0]
 
 
 @register

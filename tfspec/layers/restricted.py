@@ -2,7 +2,9 @@
 
 Position i sees positions j with |i - j| <= r (i - r <= j <= i when causal), so a stack of L
 such layers connects positions at most L*r apart: the O(n/r) maximum path length of Table 1.
-About n*(2r + 1) query-key pairs are visible instead of n^2: the O(r*n*d) complexity.
+About n*(2r + 1) query-key pairs are visible instead of n^2: the O(r*n*d) complexity. The
+``band`` lets both backends compute only those pairs (blocks of queries against their keys'
+neighbourhood), so time and memory really grow linearly in n.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ class RestrictedSelfAttention(Attention):
 
     def visible(self, q, k):
         return (k >= q - self.r) & (k <= (q if self.causal else q + self.r))
+
+    def band(self) -> tuple[int, int]:
+        return self.r, 0 if self.causal else self.r
 
     def pairs(self, s):
         from sympy import Min

@@ -44,6 +44,9 @@ class Vocab(SpecModel):
     bos_id: NonNegativeInt = 1
     eos_id: NonNegativeInt = 2
     unk_id: NonNegativeInt = 3
+    mask_id: NonNegativeInt | None = None
+    """The [MASK] token of masked-LM training (encoder-only specs); None: ``tfspec train``
+    uses unk_id."""
 
     @model_validator(mode="before")
     @classmethod
@@ -56,11 +59,14 @@ class Vocab(SpecModel):
             raise field_error("target_size", f"a shared vocabulary has one size, but size is {self.size} "
                               f"and target_size {self.target_size}; drop target_size or set shared: false")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id, "unk_id": self.unk_id}
-        for key, value in ids.items():
+        for key, value in (ids | {"mask_id": self.mask_id or 0}).items():
             if value >= min(self.size, self.tgt_size):
                 raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
-        if len(set(ids.values())) < len(ids):
-            raise field_error("pad_id", f"special token ids must differ, got {ids}")
+        # Padding is found by id, so it needs its own, except in GPT-2's convention of one token
+        # (<|endoftext|>) for everything; bos, eos and unk may share one.
+        if self.pad_id in (self.bos_id, self.eos_id, self.unk_id) and len(set(ids.values())) > 1:
+            raise field_error("pad_id", f"pad_id must differ from the other special ids (or all four be one "
+                              f"token, as GPT-2's <|endoftext|>), got {ids}")
         return self
 
     @property
@@ -71,11 +77,22 @@ class Vocab(SpecModel):
 class Positional(SpecModel):
     """How positions enter the model (§3.5)."""
 
-    kind: Literal["sinusoidal", "learned", "none"] = "sinusoidal"
-    """sinusoidal: fixed sines/cosines; learned: a trained table (Table 3 row E); none: for
-    models whose layers see order themselves (recurrent, convolutional)."""
+    kind: Literal["sinusoidal", "learned", "rotary", "relative", "none"] = "sinusoidal"
+    """sinusoidal: fixed sines/cosines added to the embeddings; learned: a trained table (Table 3
+    row E); rotary: queries and keys of self-attention rotated by position (Su et al. 2021);
+    relative: learned embeddings of the clipped distance j - i added to keys and values inside
+    self-attention (Shaw et al. 2018); none: for models whose layers see order themselves."""
     max_len: PositiveInt = 1024
     """Longest sequence the model accepts; rows of the learned table."""
+    max_distance: PositiveInt = 16
+    """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
+    base: PositiveFloat = 10000.0
+    """rotary: the wavelength base of the rotation frequencies."""
+
+    @property
+    def in_attention(self) -> bool:
+        """Positions enter through self-attention rather than the embeddings."""
+        return self.kind in ("rotary", "relative")
 
     @model_validator(mode="before")
     @classmethod
@@ -92,6 +109,16 @@ class Group(SpecModel):
     """The sub-layers of each layer, in order; each is wrapped in residual + norm + dropout."""
 
 
+class Act(SpecModel):
+    """Adaptive computation time (Graves 2016) as the Universal Transformer uses it: each
+    position halts once its halting probabilities sum past ``threshold``."""
+
+    threshold: float = Field(0.99, gt=0, le=1)
+    """1 - epsilon: a position stops updating when its summed halting probability passes it."""
+    penalty: float = Field(0.01, ge=0)
+    """Weight of the ponder cost (steps taken + remainder, per token) in the training loss."""
+
+
 class Stack(SpecModel):
     """An encoder or decoder: N layers of a block, or groups of layers with different blocks."""
 
@@ -101,6 +128,13 @@ class Stack(SpecModel):
     """The sub-layers of each layer, in order, e.g. [self_attention, ffn]."""
     groups: list[Group] | None = Field(default=None, min_length=1)
     """Instead of layers + block: runs of layers with their own blocks, bottom to top."""
+    shared: bool = False
+    """Universal Transformer (Dehghani et al. 2019): one layer's weights applied ``layers``
+    times, a timestep signal (and, with sinusoidal positions, the position signal) added
+    before each application."""
+    act: Act | None = None
+    """With ``shared``: adaptive computation time per position; ``layers`` is then the most
+    steps any position takes (the fixed depth of exported graphs)."""
 
     @model_validator(mode="after")
     def _one_form(self) -> Stack:
@@ -109,6 +143,10 @@ class Stack(SpecModel):
         if self.groups is None and (self.layers is None or self.block is None):
             missing = "layers" if self.layers is None else "block"
             raise field_error(missing, f"missing {missing}: a stack needs layers and block (or groups)")
+        if self.shared and self.groups is not None:
+            raise field_error("shared", "a shared (universal) stack repeats one block: use layers + block")
+        if self.act is not None and not self.shared:
+            raise field_error("act", "adaptive computation time halts a repeated layer: set shared: true")
         return self
 
     @property
@@ -192,6 +230,13 @@ class Spec(SpecModel):
     embedding too, as in the paper (§3.4; needs a shared vocabulary)."""
     embed_scale: bool = True
     """Multiply embeddings by sqrt(d_model) (§3.4)."""
+    embed_norm: bool = False
+    """LayerNorm on embeddings + positions, before dropout (BERT)."""
+    segments: NonNegativeInt = 0
+    """Segment (token type) embeddings added to the encoder input, BERT's sentences A and B;
+    0: none. Ids come as the optional ``segments`` input (all 0 when absent)."""
+    pooler: bool = False
+    """tanh(W x_1 + b) of the encoder's first position (BERT's [CLS] pooler): output ``pooled``."""
     bias: bool = True
     """Biases in attention, feed-forward, recurrent and convolution layers."""
     output_bias: bool = False
@@ -225,6 +270,12 @@ class Spec(SpecModel):
         if self.tie_embeddings == "all" and (self.family != "encoder-decoder" or not self.vocab.shared):
             raise field_error("tie_embeddings", "tie_embeddings 'all' ties the source embedding too: it needs "
                               "family encoder-decoder and vocab.shared true; use 'output' instead")
+        if self.positional.kind == "rotary" and self.d_k % 2:
+            raise field_error("positional", f"rotary positions rotate pairs of query/key features: d_k "
+                              f"({self.d_k}) must be even")
+        for field in ("segments", "pooler"):
+            if getattr(self, field) and self.encoder is None:
+                raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
         for stack in ("encoder", "decoder"):
             self._check_stack(stack)
         return self

@@ -60,6 +60,31 @@ def collate(pairs: Pairs, index: np.ndarray, pad: int) -> dict[str, torch.Tensor
     return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
 
 
+MASKED = 0.15
+"""Share of tokens masked-LM training predicts (BERT: 80% shown as [MASK], 10% as a random
+token, 10% unchanged)."""
+
+
+def masked(pairs: Pairs, index: np.ndarray, pad: int, mask_id: int, vocab: int, seed) -> dict[str, torch.Tensor]:
+    """A masked-LM batch of source sentences (encoder-only training): src (B, L) with 15% of
+    the tokens (EOS excepted) replaced, tgt_out (B, L) holding the originals there and pad
+    elsewhere. The choice depends on ``seed`` only, so every process and a resumed run agree."""
+    tokens = _pad([pairs.src[i] for i in index], pad).numpy()
+    rng = np.random.default_rng(seed)
+    lengths = np.array([len(pairs.src[i]) for i in index])
+    candidate = np.arange(tokens.shape[1])[None, :] < lengths[:, None] - 1  # not EOS, not padding
+    chosen = candidate & (rng.random(tokens.shape) < MASKED)
+    if not chosen.any():  # a small batch where chance chose nothing: predict one token anyway
+        row, column = np.argwhere(candidate)[0]  # every source has a token before its EOS
+        chosen[row, column] = True
+    roll = rng.random(tokens.shape)
+    inputs = tokens.copy()
+    inputs[chosen & (roll < 0.8)] = mask_id
+    swap = chosen & (roll >= 0.8) & (roll < 0.9)
+    inputs[swap] = rng.integers(4, vocab, int(swap.sum()))
+    return {"src": torch.from_numpy(inputs), "tgt_out": torch.from_numpy(np.where(chosen, tokens, pad))}
+
+
 def _pad(rows: list[np.ndarray], pad: int) -> torch.Tensor:
     out = np.full((len(rows), max(len(r) for r in rows)), pad, dtype=np.int64)
     for i, r in enumerate(rows):

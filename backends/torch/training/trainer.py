@@ -1,6 +1,8 @@
 """The training loop: the paper's recipe (§5) on any spec, on one process or many (DDP).
 
-A step consumes ``world x accum`` length-grouped batches in an order fixed by (seed, epoch);
+Encoder-decoder specs learn to translate, decoder-only specs to continue the target text,
+encoder-only specs to fill in masked source tokens (BERT's masked LM). A step consumes
+``world x accum`` length-grouped batches in an order fixed by (seed, epoch);
 rank r takes its share. The loss is normalised by the step's target tokens counted over all
 of them (every rank knows the global batch), so K processes compute what one process
 accumulating K batches would. Checkpoints hold everything a resumed run needs to continue with
@@ -24,7 +26,7 @@ from tfspec.errors import TfspecError
 
 from .. import build_module
 from . import checkpoint
-from .batches import Pairs, collate, epoch_order, make_batches
+from .batches import Pairs, collate, epoch_order, make_batches, masked
 from .schedule import adam, rate, smoothed_loss
 
 
@@ -98,6 +100,8 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     if not batches:
         raise TfspecError("no training pairs left after tokenization (all empty or longer than the positions)")
     pad, smoothing = spec.vocab.pad_id, spec.label_smoothing
+    masked_lm = spec.family == "encoder-only"  # BERT's objective: predict masked source tokens
+    mask_id = spec.vocab.mask_id if spec.vocab.mask_id is not None else spec.vocab.unk_id
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     bar = _progress(config.steps, state["step"], progress and ddp.rank == 0)
     metrics_file = run / "metrics.jsonl"
@@ -110,16 +114,26 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
         while state["step"] < config.steps:
             started = time.perf_counter()
             group = _next_batches(state, len(batches), config.seed, ddp.world * config.accum)
-            step_tokens = sum(pairs_tgt_len(pairs, batches[b]) for b in group)
+            if masked_lm:  # every rank masks every batch of the step: it needs the global token count
+                made = {b: masked(pairs, batches[b], pad, mask_id, spec.vocab.size, [config.seed, state["step"], b])
+                        for b in group}
+                step_tokens = sum(int((m["tgt_out"] != pad).sum()) for m in made.values())
+            else:
+                step_tokens = sum(pairs_tgt_len(pairs, batches[b]) for b in group)
             mine = group[ddp.rank * config.accum:(ddp.rank + 1) * config.accum]
             net.train()
             loss_sum = nll_sum = 0.0
             for i, b in enumerate(mine):
-                batch = {k: v.to(device) for k, v in collate(pairs, batches[b], pad).items()}
+                batch = made[b] if masked_lm else collate(pairs, batches[b], pad)
+                batch = {k: v.to(device) for k, v in batch.items()}
                 sync = i == len(mine) - 1 or ddp.world == 1
                 with autocast, (net.no_sync() if not sync and ddp.world > 1 else contextlib.nullcontext()):
-                    logits = net(batch["src"], batch["tgt_in"]) if "src" in model.graph.ports else net(batch["tgt_in"])
+                    inputs = {"encoder-decoder": ("src", "tgt_in"), "decoder-only": ("tgt_in",),
+                              "encoder-only": ("src",)}[spec.family]
+                    logits = net(*[batch[k] for k in inputs])
                     loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing)
+                    if model.ponder is not None:  # adaptive computation time: steps cost
+                        loss = loss + model.ponder
                     (loss * ddp.world / step_tokens).backward()
                 loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
             lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
