@@ -188,18 +188,22 @@ def _measure(verbose: bool):
 
 
 def _print_measured(machine: str, rows, fmt: str) -> None:
-    from tfspec.analysis.measure import D_FOR_N, FITTED, N_FOR_D
+    from tfspec.analysis.measure import AGREE, BATCH_D, BATCH_N, D_FOR_N, FITTED, N_FOR_D
 
     table = []
     for m in rows:
         table.append([m.label, m.complexity, m.expected_n, f"{m.in_n.exponent:.2f}", m.expected_d,
-                      f"{m.in_d.exponent:.2f}"] + [f"{t * 1e3:.3g}" for t in m.in_n.seconds])
+                      f"{m.in_d.exponent:.2f}", "✓" if m.agrees else "✗"] + [f"{t * 1e3:.3g}" for t in m.in_n.seconds])
     sizes = rows[0].in_n.sizes
     print(f"\nmeasured on {machine}: forward time of one layer (attention: the attention itself, as Table 1 "
-          f"counts it), batch of 2; exponents fitted over the {FITTED} largest sizes, in n at d = {D_FOR_N} "
-          f"({', '.join(map(str, sizes))}) and in d at n = {N_FOR_D} ({', '.join(map(str, rows[0].in_d.sizes))}):\n")
-    print(render(["layer type", "complexity", "n: O()", "n: measured", "d: O()", "d: measured"]
+          f"counts it), the fastest of interleaved rounds; exponents fitted over the {FITTED} largest sizes, in n "
+          f"at d = {D_FOR_N}, batch {BATCH_N} ({', '.join(map(str, sizes))}) and in d at n = {N_FOR_D}, batch "
+          f"{BATCH_D} ({', '.join(map(str, rows[0].in_d.sizes))}):\n")
+    print(render(["layer type", "complexity", "n: O()", "n: measured", "d: O()", "d: measured", "agree"]
                  + [f"ms at n={n}" for n in sizes], table, fmt), end="")
+    agreeing = sum(m.agrees for m in rows)
+    print(f"\n{agreeing}/{len(rows)} kinds grow as their class says (fitted exponents within {AGREE} of the "
+          "analytic ones).")
 
 
 def cmd_plot(args) -> int:
