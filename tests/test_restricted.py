@@ -159,3 +159,39 @@ def test_table1_measure_runs_from_the_cli_and_plots(cli, monkeypatch, tmp_path):
     monkeypatch.setattr(analysis, "_measure", lambda verbose: measured)
     code, out, _ = cli("plot", "--measure", "-o", tmp_path / "measured.png")
     assert code == 0 and (tmp_path / "measured.png").stat().st_size > 10_000
+
+
+def test_decoding_keeps_only_the_band_of_past_keys(tmp_path):
+    """A causal restricted layer's cache holds its r newest keys, in PyTorch and in the ONNX
+    step graph, and step-by-step log-probabilities still equal the full forward pass."""
+    from tfspec.backends.onnx.runtime import OnnxModel
+    from tfspec.backends.torch import DecodeState
+
+    spec = Spec.model_validate({"name": "lm", "family": "decoder-only", "vocab": 50, "d_model": 32, "heads": 2,
+                                "dropout": 0.0, "positional": {"kind": "sinusoidal", "max_len": 64},
+                                "decoder": {"layers": 2, "block": [{"kind": "restricted_self_attention", "r": 3,
+                                                                    "causal": True}, "ffn"]}})
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    tokens = torch.randint(4, 50, (2, 20))
+    state = DecodeState()
+    decoder = OnnxModel(_exported(model, tmp_path)).decoder()
+    onnx_state = decoder.start(None)
+    onnx_state = decoder.select(onnx_state, np.zeros(2, dtype=np.int64), cross=True)
+    with torch.no_grad():
+        full = torch.log_softmax(model(tokens), -1)
+        for t in range(20):
+            step = torch.log_softmax(model.run({"tgt": tokens[:, t:t + 1]}, state=state)["logits"], -1)
+            assert torch.allclose(step[:, 0], full[:, t], atol=1e-5)
+            assert all(k.shape[2] == min(t + 1, 3) for k, _ in state.cache.values())
+            ours, onnx_state = decoder.run(onnx_state, tokens[:, t:t + 1].numpy(), ["log_probs"])
+            assert np.abs(ours - full[:, t].numpy()).max() < 1e-4
+    assert all(v.shape[2] == 3 for n, v in onnx_state.items() if n.startswith("past."))
+
+
+def _exported(model, tmp_path):
+    from tfspec.backends.onnx.export import export
+
+    result = export(model, tmp_path / "onnx")
+    assert result.ok, result
+    return tmp_path / "onnx"

@@ -59,8 +59,14 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         if e.carries(node):  # keys and values of earlier positions, then these
             k = b.op("Concat", e.state(node, "key", ["batch", h, "past_len", d_k]), k, axis=2)
             v = b.op("Concat", e.state(node, "value", ["batch", h, "past_len", d_v]), v, axis=2)
-            k = e.present(node, "key", k, ["batch", h, "total_len", d_k])
-            v = e.present(node, "value", v, ["batch", h, "total_len", d_v])
+            band = node.layer.band()
+            if band is None:
+                k = e.present(node, "key", k, ["batch", h, "total_len", d_k])
+                v = e.present(node, "value", v, ["batch", h, "total_len", d_v])
+            else:  # a banded kind never looks further back than its band: pass on just that
+                for role, t, size in (("key", k, d_k), ("value", v, d_v)):
+                    e.present(node, role, b.op("Slice", t, b.ints(-band[0]), b.ints(2**62), b.ints(2)),
+                              ["batch", h, "kept_len", size])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
     if _plain(node):

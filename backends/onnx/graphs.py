@@ -62,11 +62,12 @@ class Emit:
         return self.b.op("Range", start, self.b.op("Add", start, self.b.shape_of(x, 1)), self.b.const(np.int64(1)))
 
     def offset(self) -> str:
-        """Target positions already decoded: the first self-attention's past length (an
-        ``offset`` input only for decoders without self-attention)."""
+        """Target positions already decoded: the past length of the first self-attention that
+        keeps every past key (an ``offset`` input for decoders without one: banded kinds keep
+        only their band)."""
         if self._offset is None:
             attn = next((n for n in self.graph.nodes() if n.stack == "decoder" and n.op == "attention"
-                         and not n.layer.needs_memory), None)
+                         and not n.layer.needs_memory and n.layer.band() is None), None)
             if attn is None:
                 self._offset = self.b.input("offset", [], TensorProto.INT64)
             else:
