@@ -88,3 +88,53 @@ def test_bert_matches_transformers():
     keep = tokens != 0
     assert torch.allclose(got["memory"][keep], expected.last_hidden_state[keep], atol=1e-5)
     assert torch.allclose(got["pooled"], expected.pooler_output, atol=1e-5)
+
+
+@torch.no_grad()
+def test_bert_masked_lm_head_matches_transformers():
+    """``head_transform`` + ``output_bias`` (pooler off) is BertForMaskedLM: its 109,514,298
+    parameters at full size and its logits at a small one."""
+    full = Spec.model_validate(load_spec("zoo/bert-base").model_dump() | {"head_transform": True,
+                                                                          "output_bias": True, "pooler": False})
+    from tfspec import build_graph
+
+    assert build_graph(full).num_params == 109_514_298
+    spec = shrink("zoo/bert-base", 1, vocab={"size": 100, "pad_id": 0, "unk_id": 1, "bos_id": 2, "eos_id": 3},
+                  positional={"kind": "learned", "max_len": 40}, head_transform=True, output_bias=True,
+                  pooler=False)
+    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                     intermediate_size=64, max_position_embeddings=40, hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
+    torch.manual_seed(0)
+    ref = transformers.BertForMaskedLM(config).eval()
+    ours = build_module(spec).eval()
+    with torch.no_grad():
+        for p in ours.parameters():  # the head's bias starts at zero in both: make it matter
+            p.normal_(0, 0.2)
+    e, a, layer, head = ref.bert.embeddings, ref.bert.encoder.layer[0].attention, ref.bert.encoder.layer[0], ref.cls.predictions
+    pairs = {"encoder.embed.weight": e.word_embeddings.weight, "encoder.pos.weight": e.position_embeddings.weight,
+             "encoder.segment.weight": e.token_type_embeddings.weight, "encoder.embed_norm.weight": e.LayerNorm.weight,
+             "encoder.embed_norm.bias": e.LayerNorm.bias,
+             "encoder.layers.0.self_attn.w_qkv": (a.self.query.weight, a.self.key.weight, a.self.value.weight),
+             "encoder.layers.0.self_attn.b_qkv": (a.self.query.bias, a.self.key.bias, a.self.value.bias),
+             "encoder.layers.0.self_attn.w_o": a.output.dense.weight, "encoder.layers.0.self_attn.b_o": a.output.dense.bias,
+             "encoder.layers.0.self_attn_norm.weight": a.output.LayerNorm.weight,
+             "encoder.layers.0.self_attn_norm.bias": a.output.LayerNorm.bias,
+             "encoder.layers.0.ffn.w_1": layer.intermediate.dense.weight, "encoder.layers.0.ffn.b_1": layer.intermediate.dense.bias,
+             "encoder.layers.0.ffn.w_2": layer.output.dense.weight, "encoder.layers.0.ffn.b_2": layer.output.dense.bias,
+             "encoder.layers.0.ffn_norm.weight": layer.output.LayerNorm.weight,
+             "encoder.layers.0.ffn_norm.bias": layer.output.LayerNorm.bias,
+             "head.dense.weight": head.transform.dense.weight, "head.dense.bias": head.transform.dense.bias,
+             "head.norm.weight": head.transform.LayerNorm.weight,
+             "head.norm.bias": head.transform.LayerNorm.bias, "output.bias": head.bias}
+    state = ours.state_dict()
+    for name, theirs in pairs.items():  # ours -> theirs, so the bias is non-zero in both
+        ours_value = state[name]
+        if isinstance(theirs, tuple):
+            for part, chunk in zip(theirs, ours_value.chunk(3)):
+                part.copy_(chunk)
+        else:
+            theirs.copy_(ours_value)
+    tokens = torch.randint(5, 100, (2, 11))
+    expected = ref(input_ids=tokens, token_type_ids=torch.zeros_like(tokens)).logits
+    assert torch.allclose(ours(tokens), expected, atol=1e-4)

@@ -109,6 +109,11 @@ def act_state(e, node: Node, packed: str) -> str:
     return e.b.op("Slice", packed, e.b.ints(0), e.b.ints(node.shape[-1]), e.b.ints(2))
 
 
+@lowering("dense")
+def dense(e, node: Node, x: str) -> str:
+    return activation(e.b, e.b.linear(x, node.params["weight"], node.params["bias"]), node.attrs["activation"])
+
+
 @lowering("dropout")
 def dropout(e, node: Node, x: str) -> str:
     return x  # inference graphs

@@ -162,6 +162,18 @@ class FeedForward(OpModule):
         return F.linear(h, self.w_2, getattr(self, "b_2", None))
 
 
+@lowering("dense")
+class Dense(OpModule):
+    """act(x W^T + b) (BERT's masked-LM head transform)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.act = ACTIVATIONS[node.attrs["activation"]]
+
+    def forward(self, ctx, x):
+        return self.act(F.linear(x, self.weight, self.bias))
+
+
 @lowering("projection")
 class Projection(OpModule):
     """The pre-softmax linear layer: (B, L, d_model) -> logits (B, L, vocab)."""

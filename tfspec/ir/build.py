@@ -146,6 +146,10 @@ def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
 def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None:
     """The pre-softmax linear layer, sharing the embedding matrix when tied (§3.4)."""
     s = b.spec
+    if s.head_transform:  # BERT's masked-LM head: act(x W + b), normalised, then the projection
+        x = b.op("head.dense", "dense", [x], attrs={"activation": s.activation}, component="head",
+                 params={"weight": ((s.d_model, s.d_model), "xavier_uniform"), "bias": ((s.d_model,), "zeros")})
+        x = b.norm("head.norm", x)
     params = {"weight": embedding if s.tie_embeddings != "none" else ((vocab, s.d_model), "xavier_uniform")}
     if s.output_bias:
         params["bias"] = ((vocab,), "zeros")

@@ -235,6 +235,9 @@ class Spec(SpecModel):
     segments: NonNegativeInt = 0
     """Segment (token type) embeddings added to the encoder input, BERT's sentences A and B;
     0: none. Ids come as the optional ``segments`` input (all 0 when absent)."""
+    head_transform: bool = False
+    """Dense + activation + LayerNorm before the output projection: BERT's masked-LM head (with
+    ``output_bias: true``)."""
     pooler: bool = False
     """tanh(W x_1 + b) of the encoder's first position (BERT's [CLS] pooler): output ``pooled``."""
     bias: bool = True
