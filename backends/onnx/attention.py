@@ -52,7 +52,9 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
                        axis=-1, outputs=3)
         positions = a["positions"] or {}
         if positions.get("kind") == "rotary":
-            q, k = (_rotary(e, node, t, positions["base"]) for t in (q, k))
+            cos, sin = e.cached(("rotary", node.shape[1], d_k, positions["base"]),
+                                lambda: _rotation(e, node.shape[1], q, d_k, positions["base"]))
+            q, k = (_rotate(b, t, cos, sin, h, d_k) for t in (q, k))
         if node.layer.band() is not None and e.kind != "step" and _plain(node):
             return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, h, d_k), split_heads(b, v, h, d_v)
@@ -85,10 +87,15 @@ def _attend(b, q: str, k: str, v: str, mask: str | None, d_k: int) -> str:
                         b.op("Shape", k, start=2, end=3), axis=0)
             mask = b.op("Expand", mask, full)
         return b.op("Attention", q, k, v, mask)
-    scores = b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))), b.op("Transpose", k, perm=[0, 1, 3, 2]))
+    scores = _dot_scores(b, q, k, d_k)
     if mask is not None:
         scores = b.op("Add", scores, mask)
     return b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
+
+
+def _dot_scores(b, q: str, k: str, d_k: int) -> str:
+    """Q K^T / sqrt(d_k) on (N, h, L, d) queries and keys."""
+    return b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))), b.op("Transpose", k, perm=[0, 1, 3, 2]))
 
 
 def _plain(node: Node) -> bool:
@@ -106,7 +113,7 @@ def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
         w = b.op("Reshape", b.param(p["w_score"]), b.ints(1, h, 1, d_k, 1))
         scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
-        scores = b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))), b.op("Transpose", k, perm=[0, 1, 3, 2]))
+        scores = _dot_scores(b, q, k, d_k)
     positions = a["positions"] or {}
     relative = positions.get("kind") == "relative"
     if relative:  # one-hot (Lq, Lk, R) of each pair's clipped distance j - i
@@ -133,16 +140,19 @@ def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
     return y
 
 
-def _rotary(e, node: Node, x: str, base: float) -> str:
-    """(B, L, h*d) queries or keys rotated by position as ``rotary`` of the PyTorch backend."""
-    b, a = e.b, node.attrs
-    h, d = a["heads"], a["d_k"]
-    half = d // 2
-    positions = b.op("Cast", e.positions(node.shape[1], x), to=TensorProto.FLOAT)  # angles in fp32 even in fp16 graphs
+def _rotation(e, seq: str, x: str, d: int, base: float) -> tuple[str, str]:
+    """cos and sin (L, 1, d/2) of the positions of ``x``'s L vectors, as ``rotation`` of the
+    PyTorch backend (angles in fp32 even in fp16 graphs)."""
+    b, half = e.b, d // 2
+    positions = b.op("Cast", e.positions(seq, x), to=TensorProto.FLOAT)
     frequencies = b.const((base ** (-np.arange(half, dtype=np.float64) * 2 / d)).reshape(1, half), np.float32)
     angles = b.op("Unsqueeze", b.op("Mul", b.op("Unsqueeze", positions, b.ints(1)), frequencies), b.ints(1))
-    cos, sin = (b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))  # (L, 1, d/2)
-    x1, x2 = b.op("Split", b.op("Reshape", x, b.ints(0, 0, h, d)), b.ints(half, half), axis=-1, outputs=2)
+    return tuple(b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))
+
+
+def _rotate(b, x: str, cos: str, sin: str, h: int, d: int) -> str:
+    """(B, L, h*d) queries or keys with each pair (x_i, x_{i+d/2}) of every head rotated."""
+    x1, x2 = b.op("Split", b.op("Reshape", x, b.ints(0, 0, h, d)), b.ints(d // 2, d // 2), axis=-1, outputs=2)
     rotated = b.op("Concat", b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin)),
                    b.op("Add", b.op("Mul", x1, sin), b.op("Mul", x2, cos)), axis=-1)
     return b.op("Reshape", rotated, b.ints(0, 0, h * d))

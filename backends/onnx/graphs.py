@@ -36,7 +36,7 @@ class Emit:
         self.pads: dict[str, str] = {}
         """Sequence symbol -> bool (B, L), True at padding (absent in step graphs' targets)."""
         self.bias: dict[str, str] = {}
-        self._masks: dict = {}
+        self._cache: dict = {}
         self._offset: str | None = None
 
     def padding(self, seq: str) -> str | None:
@@ -86,7 +86,7 @@ class Emit:
         """The kind's visibility plus key padding, as one additive mask shared by all layers
         of the kind; None when every key is visible."""
         key = (layer, q_seq, kv_seq)
-        if key not in self._masks:
+        if key not in self._cache:
             b, bias = self.b, self.key_bias(kv_seq)
             lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
             # Self-attention queries are the last lq of the lk positions (lq < lk in step graphs).
@@ -98,8 +98,14 @@ class Emit:
             if visible is not None:
                 visible = b.op("Where", visible.name, b.const(0.0), b.neg())  # (Lq, Lk)
                 bias = visible if bias is None else b.op("Add", bias, visible)
-            self._masks[key] = bias
-        return self._masks[key]
+            self._cache[key] = bias
+        return self._cache[key]
+
+    def cached(self, key, build):
+        """Nodes built once per graph (a rotation table) and shared by the layers that ask."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
 
 
 def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 18,

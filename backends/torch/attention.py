@@ -41,9 +41,11 @@ class MultiHeadAttention(OpModule):
         if memory is None:
             q, k, v = F.linear(x, self.w_qkv, getattr(self, "b_qkv", None)).split([h * d_k, h * d_k, h * d_v], -1)
             q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, h, d_k), v.view(B, Lq, h, d_v)
-            if self.positions.get("kind") == "rotary":
-                offset = ctx.state.offset if ctx.state is not None else 0
-                q, k = (rotary(t, offset, self.positions["base"]) for t in (q, k))
+            if self.positions.get("kind") == "rotary":  # one rotation table per call, for every layer
+                offset, base = ctx.state.offset if ctx.state is not None else 0, self.positions["base"]
+                cos, sin = ctx.cached(("rotary", offset, Lq, d_k, base),
+                                      lambda: rotation(offset, Lq, d_k, base, x.device, x.dtype))
+                q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             if cache is None and self.plain:
                 return F.linear(self_attention(ctx, self.layer, self.q_seq, q, k, v, dropout), self.w_o,
                                 getattr(self, "b_o", None))
@@ -102,16 +104,23 @@ class MultiHeadAttention(OpModule):
         return y
 
 
-def rotary(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
-    """Rotary position embedding (Su et al. 2021) of (B, L, h, d) queries or keys at positions
-    offset..offset+L-1: each pair (x_i, x_{i+d/2}) rotated by position x base^(-2i/d)."""
-    L, d = x.shape[1], x.shape[-1]
-    half = d // 2
-    frequencies = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / d)
-    angles = torch.arange(offset, offset + L, dtype=torch.float64, device=x.device)[:, None] * frequencies
-    cos, sin = (t.to(x.dtype)[:, None, :] for t in (angles.cos(), angles.sin()))  # (L, 1, d/2)
-    x1, x2 = x[..., :half], x[..., half:]
+def rotation(offset: int, length: int, d: int, base: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (L, 1, d/2) of rotary position embedding (Su et al. 2021) at positions
+    offset..offset+L-1: pair i turns by position x base^(-2i/d), computed in float64."""
+    frequencies = base ** (-torch.arange(d // 2, dtype=torch.float64, device=device) * 2 / d)
+    angles = torch.arange(offset, offset + length, dtype=torch.float64, device=device)[:, None] * frequencies
+    return tuple(t.to(dtype)[:, None, :] for t in (angles.cos(), angles.sin()))
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """(B, L, h, d) queries or keys with each pair (x_i, x_{i+d/2}) rotated by ``rotation``."""
+    x1, x2 = x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+
+
+def rotary(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
+    """(B, L, h, d) queries or keys at positions offset..offset+L-1, rotated."""
+    return rotate(x, *rotation(offset, x.shape[1], x.shape[-1], base, x.device, x.dtype))
 
 
 def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tensor:

@@ -75,11 +75,16 @@ class Timestep(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         self.step, self.positions, self.seq = node.attrs["step"], node.attrs["positions"], node.shape[1]
+        self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
         L, d = x.shape[1:]
         start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
-        table = torch.from_numpy(sinusoids(max(self.step, start + L) + 1, d)).to(x.device, x.dtype)
+        rows = max(self.step, start + L) + 1
+        table = self._table
+        if table is None or len(table) < rows or table.device != x.device or table.dtype != x.dtype:
+            rows = max(rows, 0 if table is None else 2 * len(table))  # grows by doubling while decoding
+            table = self._table = torch.from_numpy(sinusoids(rows, d)).to(x.device, x.dtype)
         x = x + table[self.step]
         return x + table[start:start + L] if self.positions else x
 

@@ -65,7 +65,8 @@ class RunContext:
     _masks: dict = field(default_factory=dict)
 
     def cached(self, key, build):
-        """A mask built once per call and shared by the layers that ask with the same key."""
+        """Something built once per call (a mask, a rotation table) and shared by the layers
+        that ask with the same key."""
         if key not in self._masks:
             self._masks[key] = build()
         return self._masks[key]

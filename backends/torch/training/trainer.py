@@ -102,6 +102,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     pad, smoothing = spec.vocab.pad_id, spec.label_smoothing
     masked_lm = spec.family == "encoder-only"  # BERT's objective: predict masked source tokens
     mask_id = spec.vocab.mask_id if spec.vocab.mask_id is not None else spec.vocab.unk_id
+    inputs = {"encoder-decoder": ("src", "tgt_in"), "decoder-only": ("tgt_in",), "encoder-only": ("src",)}[spec.family]
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     bar = _progress(config.steps, state["step"], progress and ddp.rank == 0)
     metrics_file = run / "metrics.jsonl"
@@ -128,8 +129,6 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                 batch = {k: v.to(device) for k, v in batch.items()}
                 sync = i == len(mine) - 1 or ddp.world == 1
                 with autocast, (net.no_sync() if not sync and ddp.world > 1 else contextlib.nullcontext()):
-                    inputs = {"encoder-decoder": ("src", "tgt_in"), "decoder-only": ("tgt_in",),
-                              "encoder-only": ("src",)}[spec.family]
                     logits = net(*[batch[k] for k in inputs])
                     loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing)
                     if model.ponder is not None:  # adaptive computation time: steps cost
