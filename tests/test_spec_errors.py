@@ -26,11 +26,11 @@ CASES = {
     "wrong_type": (GOOD.replace("d_model: 64", "d_model: big"), ["spec.yaml:2", "d_model", "integer", "'big'"]),
     "heads_do_not_divide": (GOOD.replace("d_model: 64", "d_model: 50"),
                             ["heads", "d_model (50)", "heads (4)", "set d_k and d_v"]),
-    "non_positive": (GOOD.replace("d_ff: 128", "d_ff: 0"), ["spec.yaml:4", "d_ff", "greater than 0"]),
+    "non_positive": (GOOD.replace("d_ff: 128", "d_ff: 0"), ["spec.yaml:4", "d_ff", "greater than or equal to 1"]),
     "negative_layers": (GOOD.replace("{layers: 2, block: [self", "{layers: -1, block: [self"),
-                        ["encoder.layers", "greater than 0"]),
+                        ["encoder.layers", "greater than or equal to 1"]),
     "restricted_r_below_1": (GOOD.replace("block: [self_attention", "block: [{kind: restricted_self_attention, r: 0}"),
-                             ["spec.yaml:5", "encoder.block[0].r", "greater than 0"]),
+                             ["spec.yaml:5", "encoder.block[0].r", "greater than or equal to 1"]),
     "unknown_kind": (GOOD.replace("[self_attention", "[self_atention"),
                      ["encoder.block[0]", "unknown layer kind 'self_atention'", "did you mean 'self_attention'"]),
     "bad_literal": (GOOD + "norm: prenorm\n", ["spec.yaml:7", "norm", "did you mean 'pre'"]),
@@ -110,7 +110,7 @@ def test_all_problems_reported_together(cli, write_spec):
 
 
 def test_absurd_size_warns_and_compile_refuses_before_allocating(cli, write_spec):
-    path = write_spec(GOOD.replace("d_model: 64", "d_model: 4194304").replace("heads: 4", "heads: 4"))
+    path = write_spec(GOOD.replace("d_model: 64", "d_model: 1048576").replace("heads: 4", "heads: 4"))
     code, out, err = cli("validate", path)
     assert code == 0 and "warning" in err and "parameters" in err
     code, out, err = cli("compile", path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import PositiveInt
+from tfspec.spec.bounds import Dilation, Kernel
 
 from tfspec.layers.base import Sublayer, register
 from tfspec.layers.ffn import Activation
@@ -26,9 +26,9 @@ class Convolution(Sublayer):
     kind: Literal["conv"] = "conv"
     stem: ClassVar[str] = "conv"
     component: ClassVar[str] = "conv"
-    kernel: PositiveInt
+    kernel: Kernel
     """Kernel width k."""
-    dilation: PositiveInt = 1
+    dilation: Dilation = 1
     """Gap between kernel taps; dilations growing k^l give O(log_k n) path length."""
     separable: bool = False
     """Depthwise (k taps per channel) then pointwise (d x d) instead of a dense kernel."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import PositiveInt
+from tfspec.spec.bounds import Width
 
 from tfspec.layers.base import Sublayer, linear, register
 
@@ -18,7 +18,7 @@ class FeedForward(Sublayer):
     kind: Literal["ffn"] = "ffn"
     stem: ClassVar[str] = "ffn"
     component: ClassVar[str] = "ffn"
-    d_ff: PositiveInt | None = None
+    d_ff: Width | None = None
     """Inner size; defaults to the spec's d_ff."""
     activation: Activation | None = None
     """Defaults to the spec's activation."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import PositiveInt
+from tfspec.spec.bounds import Positions
 
 from tfspec.layers.attention import Attention
 from tfspec.layers.base import register
@@ -23,7 +23,7 @@ class RestrictedSelfAttention(Attention):
 
     kind: Literal["restricted_self_attention"] = "restricted_self_attention"
     stem: ClassVar[str] = "local_attn"
-    r: PositiveInt
+    r: Positions
     """Neighbourhood radius: each query sees keys at distance <= r (window of 2r + 1)."""
     causal: bool = False
     """Only look back (window [i - r, i]); required in a decoder."""

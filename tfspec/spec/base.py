@@ -26,9 +26,10 @@ def field_error(field: str, message: str) -> PydanticCustomError:
 
 
 class SpecModel(BaseModel):
-    """Frozen, forbids unknown keys, takes field descriptions from attribute docstrings."""
+    """Frozen, forbids unknown keys and non-finite floats, takes field descriptions from attribute
+    docstrings."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import (BeforeValidator, Field, NonNegativeInt, PositiveFloat, PositiveInt,
-                      field_validator, model_validator)
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
+from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Epsilon, Heads, Layers, Positions, RotaryBase,
+                                Segments, Steps, Text, TokenId, VocabSize, Width)
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -28,23 +29,23 @@ Layer = Annotated[
     _KindUnion,
     BeforeValidator(_expand_kind, json_schema_input_type=Union[Literal[tuple(SUBLAYERS)], _KindUnion]),
 ]
-Block = Annotated[list[Layer], Field(min_length=1)]
+Block = Annotated[list[Layer], Field(min_length=1, max_length=MAX_BLOCK)]
 
 
 class Vocab(SpecModel):
     """Token vocabularies. Ids 0-3 are reserved for pad, bos, eos and unk by default."""
 
-    size: PositiveInt
+    size: VocabSize
     """Tokens in the (source) vocabulary, special tokens included."""
-    target_size: PositiveInt | None = None
+    target_size: VocabSize | None = None
     """Target vocabulary size when not shared; defaults to size."""
     shared: bool = True
     """Source and target use one vocabulary (the paper's shared BPE, §5.1)."""
-    pad_id: NonNegativeInt = 0
-    bos_id: NonNegativeInt = 1
-    eos_id: NonNegativeInt = 2
-    unk_id: NonNegativeInt = 3
-    mask_id: NonNegativeInt | None = None
+    pad_id: TokenId = 0
+    bos_id: TokenId = 1
+    eos_id: TokenId = 2
+    unk_id: TokenId = 3
+    mask_id: TokenId | None = None
     """The [MASK] token of masked-LM training (encoder-only specs); None: ``tfspec train``
     uses unk_id."""
 
@@ -82,11 +83,11 @@ class Positional(SpecModel):
     row E); rotary: queries and keys of self-attention rotated by position (Su et al. 2021);
     relative: learned embeddings of the clipped distance j - i added to keys and values inside
     self-attention (Shaw et al. 2018); none: for models whose layers see order themselves."""
-    max_len: PositiveInt = 1024
+    max_len: Positions = 1024
     """Longest sequence the model accepts; rows of the learned table."""
-    max_distance: PositiveInt = 16
+    max_distance: Positions = 16
     """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
-    base: PositiveFloat = 10000.0
+    base: RotaryBase = 10000.0
     """rotary: the wavelength base of the rotation frequencies."""
 
     @property
@@ -103,7 +104,7 @@ class Positional(SpecModel):
 class Group(SpecModel):
     """Consecutive layers that share one block layout."""
 
-    layers: PositiveInt
+    layers: Layers
     """How many layers use this block."""
     block: Block
     """The sub-layers of each layer, in order; each is wrapped in residual + norm + dropout."""
@@ -115,18 +116,18 @@ class Act(SpecModel):
 
     threshold: float = Field(0.99, gt=0, le=1)
     """1 - epsilon: a position stops updating when its summed halting probability passes it."""
-    penalty: float = Field(0.01, ge=0)
+    penalty: float = Field(0.01, ge=0, le=1e3)
     """Weight of the ponder cost (steps taken + remainder, per token) in the training loss."""
 
 
 class Stack(SpecModel):
     """An encoder or decoder: N layers of a block, or groups of layers with different blocks."""
 
-    layers: PositiveInt | None = None
+    layers: Layers | None = None
     """N, the number of identical layers (§3.1); use groups for heterogeneous stacks."""
     block: Block | None = None
     """The sub-layers of each layer, in order, e.g. [self_attention, ffn]."""
-    groups: list[Group] | None = Field(default=None, min_length=1)
+    groups: list[Group] | None = Field(default=None, min_length=1, max_length=MAX_LAYERS)
     """Instead of layers + block: runs of layers with their own blocks, bottom to top."""
     shared: bool = False
     """Universal Transformer (Dehghani et al. 2019): one layer's weights applied ``layers``
@@ -147,6 +148,9 @@ class Stack(SpecModel):
             raise field_error("shared", "a shared (universal) stack repeats one block: use layers + block")
         if self.act is not None and not self.shared:
             raise field_error("act", "adaptive computation time halts a repeated layer: set shared: true")
+        if self.num_layers > MAX_LAYERS:
+            raise field_error("groups", f"the groups add up to {self.num_layers:,} layers; a stack holds at most "
+                              f"{MAX_LAYERS:,}")
         return self
 
     @property
@@ -177,38 +181,38 @@ class Stack(SpecModel):
 class Reference(SpecModel):
     """What a published source reports for this model: shown beside tfspec's own numbers."""
 
-    source: str
+    source: Text
     """Citation, e.g. 'Vaswani et al. 2017, Table 3'."""
-    row: str | None = None
+    row: Text | None = None
     """Row or variant label in the source."""
-    params_millions: PositiveFloat | None = None
+    params_millions: float | None = Field(None, gt=0, le=1e9)
     """Parameter count the source reports, in millions."""
-    bleu: PositiveFloat | None = None
-    perplexity: PositiveFloat | None = None
-    train_steps: PositiveInt | None = None
+    bleu: float | None = Field(None, gt=0, le=100)
+    perplexity: float | None = Field(None, gt=0, le=1e9)
+    train_steps: Steps | None = None
 
 
 class Spec(SpecModel):
     """A Transformer variant. Unlisted fields take the paper's base-model values."""
 
-    name: str = Field("model", min_length=1)
+    name: str = Field("model", min_length=1, max_length=200)
     """Model name; defaults to the spec's file name."""
-    description: str = ""
+    description: Text = ""
     """One line about the model (not inherited through extends)."""
-    extends: str | None = None
+    extends: Text | None = None
     """Path (relative to this file) or shipped name of a spec to inherit; fields set here win.
     Mappings merge key by key, lists are replaced, null removes an inherited key."""
     family: Literal["encoder-decoder", "encoder-only", "decoder-only"] = "encoder-decoder"
     vocab: Vocab
-    d_model: PositiveInt = 512
+    d_model: Width = 512
     """Width of every residual stream (d_model)."""
-    heads: PositiveInt = 8
+    heads: Heads = 8
     """Attention heads h."""
-    d_k: PositiveInt | None = None
+    d_k: Width | None = None
     """Query/key width per head; defaults to d_model / heads."""
-    d_v: PositiveInt | None = None
+    d_v: Width | None = None
     """Value width per head; defaults to d_model / heads."""
-    d_ff: PositiveInt = 2048
+    d_ff: Width = 2048
     """Inner size of the feed-forward layers."""
     activation: Activation = "relu"
     dropout: Probability = 0.1
@@ -222,7 +226,7 @@ class Spec(SpecModel):
     positional: Positional = Positional()
     norm: Literal["post", "pre"] = "post"
     """post: LayerNorm(x + Sublayer(x)) as in the paper; pre: x + Sublayer(LayerNorm(x))."""
-    norm_eps: PositiveFloat = 1e-5
+    norm_eps: Epsilon = 1e-5
     final_norm: bool | None = None
     """LayerNorm after each stack's last layer; defaults to true for pre-norm, false for post."""
     tie_embeddings: Literal["none", "output", "all"] = "output"
@@ -232,7 +236,7 @@ class Spec(SpecModel):
     """Multiply embeddings by sqrt(d_model) (§3.4)."""
     embed_norm: bool = False
     """LayerNorm on embeddings + positions, before dropout (BERT)."""
-    segments: NonNegativeInt = 0
+    segments: Segments = 0
     """Segment (token type) embeddings added to the encoder input, BERT's sentences A and B;
     0: none. Ids come as the optional ``segments`` input (all 0 when absent)."""
     head_transform: bool = False

@@ -1,0 +1,55 @@
+"""The ranges a real model's numbers can have, enforced by the schema.
+
+Past them lies overflow in numpy and int32 arithmetic, minutes of IR building, or a
+``torch.empty`` that cannot succeed, not a model. Each bound leaves wide headroom over the
+largest published value (noted beside it), so anything a real model uses validates and
+analyses; sizes beyond this machine's memory still validate and report (``tfspec report``)
+and are refused by ``compile``/``export`` before allocating (``tfspec.spec.bounds.check_allocatable``).
+The bounds land in the JSON Schema (``minimum``/``maximum``), so editors show them.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+MAX_WIDTH = 2**20
+"""d_model, d_k, d_v, d_ff: PaLM's d_ff is 73,728 (14x headroom)."""
+MAX_HEADS = 4096
+"""Attention heads: published models use at most 128."""
+MAX_VOCAB = 2**24
+"""Vocabulary rows: published vocabularies reach ~256k (byte-level: 1M)."""
+MAX_POSITIONS = 2**24
+"""Longest sequence (max_len), attention reach r, relative distances: 16M tokens."""
+MAX_LAYERS = 1024
+"""Layers in one stack (unrolled): published models use at most ~200. The IR holds one
+node per sub-layer, so this also bounds how long validation takes."""
+MAX_BLOCK = 64
+"""Sub-layers in one layer's block: published blocks have 2-3."""
+MAX_KERNEL = 4096
+"""Convolution width."""
+MAX_DILATION = 2**20
+MAX_SEGMENTS = 2**16
+"""Segment (token type) rows: BERT uses 2."""
+MAX_STEPS = 10**12
+MAX_SPEC_BYTES = 2**21
+"""A spec file: shipped specs are ~1 KB; 2 MiB of YAML already takes seconds to parse."""
+MAX_TEXT = 4096
+"""Characters in a name, path or description."""
+
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
+VocabSize = Annotated[int, Field(ge=1, le=MAX_VOCAB)]
+TokenId = Annotated[int, Field(ge=0, lt=MAX_VOCAB)]
+Positions = Annotated[int, Field(ge=1, le=MAX_POSITIONS)]
+Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
+Kernel = Annotated[int, Field(ge=1, le=MAX_KERNEL)]
+Dilation = Annotated[int, Field(ge=1, le=MAX_DILATION)]
+Segments = Annotated[int, Field(ge=0, le=MAX_SEGMENTS)]
+Steps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
+Epsilon = Annotated[float, Field(gt=0.0, le=1.0)]
+"""Norm epsilon: published values are 1e-12..1e-5."""
+RotaryBase = Annotated[float, Field(gt=1.0, le=1e12)]
+"""Rotary wavelength base: published 1e4..1e8."""
+Text = Annotated[str, Field(max_length=MAX_TEXT)]
