@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from tfspec.errors import TfspecError
-from tfspec.spec import Spec
+from tfspec.spec import spec_from_data
 
 FORMAT = 1
 """Version of the layout of exported directories (tensor names, manifest keys)."""
@@ -73,7 +73,7 @@ class OnnxModel:
 
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
-        self.spec = Spec.model_validate(self.manifest["spec"])
+        self.spec = spec_from_data(self.manifest["spec"], str(self.directory / MANIFEST))
         self.dtype = np.dtype(self.manifest["dtype"])
         warn_if_both_runtimes()
         wanted, options = providers(device), session_options(threads)

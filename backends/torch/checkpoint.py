@@ -7,6 +7,7 @@ A file that does not match the spec is refused with the names and shapes that di
 
 from __future__ import annotations
 
+import pickle
 import warnings
 from pathlib import Path
 
@@ -43,6 +44,9 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
             with warnings.catch_warnings():  # the restricted unpickler warns about protocols it reads fine
                 warnings.simplefilter("ignore", UserWarning)
                 tensors = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # torch's text here suggests weights_only=False: never for a user's file
+        raise TfspecError(f"{path}: not a weights file that loads without running code (a PyTorch pickle of "
+                          "tensors only, or safetensors)") from None
     except Exception as e:  # noqa: BLE001 - every reader error means the same thing to the user
         raise TfspecError(f"{path}: not a readable weights file ({type(e).__name__}: {str(e).strip()[:200]})") from e
     for wrapper in ("model", "state_dict"):

@@ -48,7 +48,7 @@ def reads_mask(layer, n: int, own_sequence: bool = False) -> np.ndarray:
     if own_sequence and layer.needs_memory:
         mask = np.eye(n, dtype=bool)
     else:
-        i = np.arange(n, dtype=np.int32)
+        i = np.arange(n, dtype=np.int64)  # offsets such as dilation x (kernel - 1) pass 2**31
         mask = np.broadcast_to(np.asarray(layer.reads(i[:, None], i[None, :]), dtype=bool), (n, n)).copy()
     mask.flags.writeable = False
     return mask
@@ -140,7 +140,7 @@ def summarize(dist: np.ndarray, causal: bool) -> Paths:
     finite = np.isfinite(dist) & allowed
     gap = np.abs(np.arange(n)[None, :] - np.arange(n)[:, None])
     longest = int(dist[finite].max()) if finite[allowed].all() else None
-    return Paths(n, causal, longest, int(gap[finite].max()))
+    return Paths(n, causal, longest, int(gap[finite].max()) if finite.any() else 0)  # 0: taps all in padding
 
 
 def stack_paths(layers, n: int) -> Paths:

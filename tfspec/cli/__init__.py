@@ -9,11 +9,13 @@ import argparse
 import json
 import sys
 import time
+import traceback
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
 from tfspec.cli import analysis, data, deploy, train
 from tfspec.cli.tables import millions, render
+from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
 from tfspec.ir import build_graph
 from tfspec.paper import deviation, table3
@@ -201,7 +203,7 @@ def parser() -> argparse.ArgumentParser:
     c = command("graph", cmd_graph, "dump the IR graph of a spec (ops, tensors with symbolic shapes, params)")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--format", choices=["json", "dot", "mermaid"], default="json")
-    c.add_argument("-o", "--output", help="write here instead of standard output")
+    c.add_argument("-o", "--output", type=out_file, help="write here instead of standard output")
     c = command("report", cmd_report, "parameters, FLOPs, paths and training cost, from the IR (no allocation)")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
@@ -213,8 +215,8 @@ def parser() -> argparse.ArgumentParser:
                 "and backward pass on random tokens. --device meta builds shapes only (any size).")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--device", default="cpu", help="cpu, cuda or meta (default: cpu)")
-    c.add_argument("--batch", type=int, default=2, help="sequences in the random batch (default: 2)")
-    c.add_argument("--length", type=int, default=16, help="tokens per sequence (default: 16)")
+    c.add_argument("--batch", type=integer(1, 4096), default=2, help="sequences in the random batch (default: 2)")
+    c.add_argument("--length", type=POSITIVE, default=16, help="tokens per sequence (default: 16)")
     command("list", cmd_list, "list the shipped specs")
     analysis.register(command)
     deploy.register(command)
@@ -223,16 +225,37 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+BUG = 70  # EX_SOFTWARE: tfspec itself failed; input errors exit 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. The exception boundary: whatever input can cause (a bad spec, file or
+    size, an unreadable path, a full disk, memory) ends as ``error:`` lines and exit 2; anything
+    else is a bug in tfspec and keeps its traceback, under a line that says so."""
     args = parser().parse_args(argv)
     try:
         return args.fn(args)
     except TfspecError as e:
-        for line in e.lines():
-            print(f"error: {line}", file=sys.stderr)
-        return 2
+        return _refuse(e.lines())
     except KeyboardInterrupt as e:
         print(f"interrupted: {e}" if str(e) else "interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:  # the file system's answer about a path the user gave: missing, denied, full
+        where = f"{e.filename}: " if e.filename else ""
+        return _refuse([f"{where}{e.strerror or e}"])
+    except MemoryError:
+        return _refuse(["out of memory: this machine cannot hold the model or data asked for; try a smaller "
+                        "spec, batch or --device meta"])
+    except Exception:
+        traceback.print_exc()
+        print(f"error: this is a bug in tfspec {__version__}, not a problem with your input; please report it "
+              "with the command line and the traceback above", file=sys.stderr)
+        return BUG
+
+
+def _refuse(lines: list[str]) -> int:
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    return 2

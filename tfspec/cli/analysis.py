@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 from tfspec.cli.tables import render
+from tfspec.cli.types import POSITIVE, integer, out_file
+from tfspec.spec.bounds import MAX_STEPS, MAX_WIDTH
 
 DEFAULT_N = 25
 """Sequence length reports use by default: a sentence, the paper's unit of translation; FLOPs
@@ -21,11 +23,11 @@ def sci(x: float | None) -> str:
 
 
 def add_report_options(c) -> None:
-    c.add_argument("--n", type=int, default=DEFAULT_N,
+    c.add_argument("--n", type=POSITIVE, default=DEFAULT_N,
                    help=f"sequence length (source and target) for FLOPs and paths (default: {DEFAULT_N})")
-    c.add_argument("--steps", type=int, help="training steps for the cost estimate (default: the spec's "
+    c.add_argument("--steps", type=integer(1, MAX_STEPS), help="training steps for the cost estimate (default: the spec's "
                    "reference.train_steps, e.g. 100000 for base)")
-    c.add_argument("--tokens-per-step", type=int, default=None,
+    c.add_argument("--tokens-per-step", type=integer(1, MAX_STEPS), default=None,
                    help="target tokens per training step (default: 25000, the paper's batches, §5.1)")
 
 
@@ -35,8 +37,8 @@ def register(command) -> None:
                 "Derive Table 1 (complexity per layer, sequential operations, maximum path length) from the "
                 "one-layer specs in specs/table1 and print each cell beside the paper's, with exact counts at "
                 "--n and --d.")
-    c.add_argument("--n", type=int, default=128, help="sequence length for the exact counts (default: 128)")
-    c.add_argument("--d", type=int, help="model width d for the exact counts (default: the specs', 512)")
+    c.add_argument("--n", type=POSITIVE, default=128, help="sequence length for the exact counts (default: 128)")
+    c.add_argument("--d", type=integer(1, MAX_WIDTH), help="model width d for the exact counts (default: the specs', 512)")
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     c.add_argument("--measure", action="store_true",
                    help="also time one layer of each kind on this machine (GPU when present; ~1-2 min on a "
@@ -46,8 +48,8 @@ def register(command) -> None:
                 "the maximum path length, for the layer kinds of SPEC or of Table 1. Needs matplotlib "
                 "(pip install 'tfspec[plot]').")
     c.add_argument("spec", metavar="SPEC", nargs="?", help="a spec (default: the rows of Table 1)")
-    c.add_argument("-o", "--output", required=True, help="file to write: .png or .svg")
-    c.add_argument("--d", type=int, help="model width (default: the specs')")
+    c.add_argument("-o", "--output", required=True, type=out_file, help="file to write: .png or .svg")
+    c.add_argument("--d", type=integer(1, MAX_WIDTH), help="model width (default: the specs')")
     c.add_argument("--measure", action="store_true",
                    help="add the Table 1 kinds' measured times against n beside their analytic curves")
 

@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 
 from tfspec.cli.tables import render
+from tfspec.cli.types import POSITIVE, integer
 from tfspec.data import (SOURCES, SPLITS, fetch_corpus, load_manifest, make_sample, prepare_corpus, read_split,
                          train_tokenizer, verify)
 from tfspec.errors import TfspecError
+from tfspec.spec.bounds import MAX_VOCAB
 
 LAYOUT = """\
 A corpus directory holds {train,dev,test}.{SRC,TGT} (one segment per line, UTF-8, aligned line
@@ -152,7 +154,7 @@ def register(command) -> None:
                "written as DIR/spm-TYPE-VOCAB.model and .vocab with tfspec's special ids pad 0, bos 1, eos 2, "
                "unk 3. Deterministic; re-used when already there and newer than the corpus.")
     a.add_argument("dir", metavar="DIR")
-    a.add_argument("--vocab", type=int, required=True, help="vocabulary size, as in the spec's vocab.size")
+    a.add_argument("--vocab", type=integer(8, MAX_VOCAB), required=True, help="vocabulary size, as in the spec's vocab.size")
     a.add_argument("--type", choices=["bpe", "unigram"], default="bpe", help="sentencepiece model (default bpe)")
     a.add_argument("--out", metavar="OUT", help="write the model here instead of DIR")
     a.add_argument("--force", action="store_true", help="train again even if the model exists")
@@ -168,10 +170,10 @@ def register(command) -> None:
     a.add_argument("dir", metavar="DIR")
     a.add_argument("--source", default="libreoffice", help="take pairs of this source only (default libreoffice)")
     a.add_argument("--sizes", default="2000,200,200", help="pairs in train,dev,test (default 2000,200,200)")
-    a.add_argument("--max-words", type=int, default=30, help="longest side in words (default 30)")
+    a.add_argument("--max-words", type=POSITIVE, default=30, help="longest side in words (default 30)")
 
 
 def _common(a) -> None:
-    a.add_argument("--held-out", type=int, metavar="N",
+    a.add_argument("--held-out", type=POSITIVE, metavar="N",
                    help="pairs in dev and in test each (default 2500, or a twentieth of a small corpus)")
     a.add_argument("--force", action="store_true", help="rebuild (fetch: download again) even if cached")

@@ -6,12 +6,14 @@ import sys
 import time
 from pathlib import Path
 
+from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions
 from tfspec.spec import load_spec
 
 TOKENIZER = "tokenizer.model"  # a sentencepiece model next to the graphs turns text into ids
+MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take a few hundred tokens
 
 
 def cmd_export(args) -> int:
@@ -75,12 +77,19 @@ class Codec:
         if (directory / TOKENIZER).is_file():
             import sentencepiece
 
-            self.sp = sentencepiece.SentencePieceProcessor(model_file=str(directory / TOKENIZER))
+            try:
+                self.sp = sentencepiece.SentencePieceProcessor(model_file=str(directory / TOKENIZER))
+            except (OSError, RuntimeError) as e:
+                raise TfspecError(f"{directory / TOKENIZER}: not a sentencepiece model "
+                                  f"({str(e).strip().splitlines()[0][:120]})") from None
 
     def encode(self, line: str, number: int, limit: int | None) -> list[int]:
         """Source ids (with EOS) of input line ``number``; empty lines give no ids."""
         if not line.strip():
             return []
+        if len(line) > MAX_LINE:
+            raise TfspecError(f"line {number}: {len(line):,} characters, more than the {MAX_LINE:,} a line may "
+                              "have; split it into sentences")
         if self.sp is not None:
             ids = self.sp.encode(line)
         else:
@@ -120,12 +129,12 @@ def register(command) -> None:
                 "encoder.onnx and decoder.onnx (one decoding step with a KV cache), plus tfspec.json. Runs "
                 "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails.")
     c.add_argument("spec", metavar="SPEC")
-    c.add_argument("-o", "--output", required=True, metavar="DIR", help="directory to write (created if needed)")
+    c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: random init)")
     c.add_argument("--opset", type=int, default=18, choices=range(17, 24), metavar="N",
                    help="ONNX opset, 17-23 (default 18); 23 emits the fused Attention op")
     c.add_argument("--fp16", action="store_true", help="float16 weights and activations (for GPUs)")
-    c.add_argument("--seed", type=int, default=0, help="seed of the random weights without --weights")
+    c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--no-check", action="store_true", help="skip the parity check")
     c = command("translate", cmd_translate, "decode input lines with an exported model (onnxruntime)",
                 "Read lines (token ids, or text when DIR has a sentencepiece tokenizer.model) from FILE or "
@@ -133,10 +142,10 @@ def register(command) -> None:
                 "model's positions are cut with a warning. Output length is limited to input length + 50.")
     c.add_argument("model", metavar="DIR", help="a directory written by `tfspec export`")
     c.add_argument("input", nargs="?", metavar="FILE", help="input lines (default: standard input)")
-    c.add_argument("--beam", type=int, default=4, help="beam size; 1 is greedy (default 4)")
-    c.add_argument("--alpha", type=float, default=0.6, help="GNMT length penalty (default 0.6)")
-    c.add_argument("--max-extra", type=int, default=50, help="output may exceed input length by this (default 50)")
-    c.add_argument("--batch", type=int, default=32, help="sentences per batch (default 32)")
+    c.add_argument("--beam", type=BEAM, default=4, help="beam size; 1 is greedy (default 4)")
+    c.add_argument("--alpha", type=ALPHA, default=0.6, help="GNMT length penalty (default 0.6)")
+    c.add_argument("--max-extra", type=integer(0), default=50, help="output may exceed input length by this (default 50)")
+    c.add_argument("--batch", type=integer(1, 65536), default=32, help="sentences per batch (default 32)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto uses CUDA when onnxruntime really gets it (default)")
-    c.add_argument("--threads", type=int, help="onnxruntime threads (default: all cores)")
+    c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")

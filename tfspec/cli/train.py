@@ -13,8 +13,10 @@ import sys
 import time
 from pathlib import Path
 
+from tfspec.cli.types import ALPHA, BEAM, POSITIVE, SEED, THREADS, integer, number, out_dir
 from tfspec.errors import TfspecError
-from tfspec.spec import Spec, load_spec
+from tfspec.spec import Spec, load_spec, spec_from_data
+from tfspec.spec.bounds import MAX_STEPS
 
 TOKENIZER = "tokenizer.model"
 
@@ -67,7 +69,7 @@ def cmd_train(args) -> int:
 def _run_spec(run: Path) -> tuple[Spec, dict]:
     try:
         meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
-        return Spec.model_validate(meta["spec"]), meta
+        return spec_from_data(meta["spec"], str(run / "run.json")), meta
     except FileNotFoundError:
         raise TfspecError(f"{run}: not a training run (no run.json); train one with `tfspec train`") from None
     except (OSError, ValueError, KeyError) as e:
@@ -180,27 +182,27 @@ def register(command) -> None:
                 "(`torchrun --nproc_per_node=K -m tfspec train ...`) each process takes its share of every step.")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--data", metavar="DIR", help="corpus from `tfspec data fetch/prepare` (default: the built-in sample)")
-    c.add_argument("--out", required=True, metavar="RUN", help="run directory")
+    c.add_argument("--out", required=True, metavar="RUN", type=out_dir, help="run directory")
     c.add_argument("--src", default="en", help="source language suffix (default en)")
     c.add_argument("--tgt", default="de", help="target language suffix (default de)")
-    c.add_argument("--steps", type=int, help="optimizer steps (default 1000; 100000 with --max-minutes, which then "
+    c.add_argument("--steps", type=integer(1, MAX_STEPS), help="optimizer steps (default 1000; 100000 with --max-minutes, which then "
                    "ends the run)")
-    c.add_argument("--batch-tokens", type=int, default=4096, help="tokens per batch incl. padding (default 4096)")
-    c.add_argument("--accum", type=int, default=1, help="batches per optimizer step and process (default 1)")
-    c.add_argument("--warmup", type=int, default=4000, help="warm-up steps of eq. 3 (default 4000)")
-    c.add_argument("--lr-scale", type=float, default=1.0, help="multiplies eq. 3's rate (default 1)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--save-every", type=int, default=500, help="steps between checkpoints (default 500)")
-    c.add_argument("--keep", type=int, default=5, help="checkpoints kept (default 5)")
-    c.add_argument("--log-every", type=int, default=10, help="steps between metrics lines (default 10)")
-    c.add_argument("--max-minutes", type=float, default=0, help="stop with a checkpoint after this long (default: no limit)")
+    c.add_argument("--batch-tokens", type=integer(8, 2**24), default=4096, help="tokens per batch incl. padding (default 4096)")
+    c.add_argument("--accum", type=integer(1, 4096), default=1, help="batches per optimizer step and process (default 1)")
+    c.add_argument("--warmup", type=integer(1, MAX_STEPS), default=4000, help="warm-up steps of eq. 3 (default 4000)")
+    c.add_argument("--lr-scale", type=number(0, 1e3, low_open=True), default=1.0, help="multiplies eq. 3's rate (default 1)")
+    c.add_argument("--seed", type=SEED, default=0)
+    c.add_argument("--save-every", type=integer(1, MAX_STEPS), default=500, help="steps between checkpoints (default 500)")
+    c.add_argument("--keep", type=integer(1, 10**6), default=5, help="checkpoints kept (default 5)")
+    c.add_argument("--log-every", type=integer(1, MAX_STEPS), default=10, help="steps between metrics lines (default 10)")
+    c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long (default: no limit)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    c.add_argument("--threads", type=int, help="torch CPU threads")
+    c.add_argument("--threads", type=THREADS, help="torch CPU threads")
     c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c = command("average", cmd_average, "average the last k checkpoints of a run (§6.1)")
     c.add_argument("run", metavar="RUN")
-    c.add_argument("--last", type=int, default=5, help="how many (default 5; the paper: 5 base, 20 big)")
+    c.add_argument("--last", type=integer(1, 10**6), default=5, help="how many (default 5; the paper: 5 base, 20 big)")
     c = command("evaluate", cmd_evaluate, "translate a split with beam search and score it with sacrebleu",
                 "Beam search (beam 4, alpha 0.6, max length source + 50, §6.1) with the run's averaged weights "
                 "(else its newest checkpoint), detokenised, scored with sacrebleu BLEU and chrF. --backend onnx "
@@ -210,10 +212,10 @@ def register(command) -> None:
     c.add_argument("--data", metavar="DIR", help="corpus directory (default: the one the run trained on)")
     c.add_argument("--checkpoint", metavar="PATH", help="a checkpoint directory or weights file")
     c.add_argument("--backend", choices=["torch", "onnx"], default="torch")
-    c.add_argument("--beam", type=int, default=4)
-    c.add_argument("--alpha", type=float, default=0.6)
-    c.add_argument("--max-extra", type=int, default=50)
-    c.add_argument("--batch", type=int, default=32, help="sentences per batch (default 32)")
-    c.add_argument("--limit", type=int, help="only the first N sentences")
-    c.add_argument("--threads", type=int, help="torch CPU threads")
+    c.add_argument("--beam", type=BEAM, default=4)
+    c.add_argument("--alpha", type=ALPHA, default=0.6)
+    c.add_argument("--max-extra", type=integer(0), default=50)
+    c.add_argument("--batch", type=integer(1, 65536), default=32, help="sentences per batch (default 32)")
+    c.add_argument("--limit", type=POSITIVE, help="only the first N sentences")
+    c.add_argument("--threads", type=THREADS, help="torch CPU threads")
     c.add_argument("--quiet", action="store_true", help="no progress bar")

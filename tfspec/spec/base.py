@@ -15,7 +15,9 @@ from pydantic_core import PydanticCustomError
 
 def did_you_mean(word: str, choices) -> str:
     """' (did you mean 'x'?)' when a choice is close to ``word``, else ''."""
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    if not isinstance(word, str) or len(word) > 100:
+        return ""
+    close = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 

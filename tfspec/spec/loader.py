@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from tfspec.errors import Problem, SpecError
 from tfspec.layers import SUBLAYERS
 from tfspec.spec.base import did_you_mean
+from tfspec.spec.bounds import MAX_SPEC_BYTES, MAX_TEXT
 from tfspec.spec.schema import Spec
 
 Origins = dict[tuple, tuple[str, int]]
@@ -35,7 +36,15 @@ def resolve(ref: str | Path, relative_to: Path | None = None) -> Path:
     if not str(ref).endswith((".yaml", ".yml")):
         candidates.append(shipped_specs() / f"{ref}.yaml")
     candidates.append(shipped_specs() / str(ref))
-    return next((c for c in candidates if c.is_file()), candidates[0])
+    return next((c for c in candidates if _is_file(c)), candidates[0])
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False where the name itself is impossible (too long, a NUL byte)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def load_spec(ref: str | Path) -> Spec:
@@ -43,24 +52,58 @@ def load_spec(ref: str | Path) -> Spec:
     path = resolve(ref)
     data, origins = _load_tree(path, ())
     data.setdefault("name", path.stem)
+    return spec_from_data(data, str(path), origins)
+
+
+def spec_from_data(data: Any, source: str, origins: Origins | None = None) -> Spec:
+    """Validate spec data read from ``source`` (a spec file, or a spec stored inside a manifest,
+    run or checkpoint); problems become a ``SpecError`` naming ``source``."""
     try:
         return Spec.model_validate(data)
     except ValidationError as e:
-        raise SpecError([_problem(err, origins, str(path)) for err in e.errors()]) from None
+        raise SpecError([_problem(err, origins or {}, source) for err in e.errors()]) from None
 
 
 def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
     """The merged data of ``path`` and its ``extends`` ancestors, with where each key came from."""
-    if not path.is_file():
-        raise SpecError.one(str(path), "no such spec file" + (" (is the path right?)" if not chain else ""))
+    if not _is_file(path):
+        raise SpecError.one(_short(path), "no such spec file" + (" (is the path right?)" if not chain else ""))
     if path.resolve() in chain:
         cycle = " -> ".join(p.name for p in (*chain, path.resolve()))
         raise SpecError.one(str(path), f"extends forms a cycle: {cycle}; remove one extends", "extends")
+    node, data = _parse(path)
+    if not isinstance(data, dict):
+        raise SpecError.one(str(path), "a spec must be a YAML mapping of fields (name: ..., d_model: ...)",
+                            line=1)
+    origins: Origins = {}
+    _record_lines(node, (), str(path), origins, set())
+    base = data.get("extends")
+    if base is None:
+        return data, origins
+    line = origins.get(("extends",), (None, None))[1]
+    if not isinstance(base, str) or not base or len(base) > MAX_TEXT or "\0" in base:
+        raise SpecError.one(str(path), "extends must be a file path or a shipped spec name", "extends", line)
+    base_path = resolve(base, path.parent)
+    if not _is_file(base_path):
+        raise SpecError.one(str(path), f"extends {_short(base)!r}, but no such spec ({_short(base_path)}) exists",
+                            "extends", line)
+    base_data, base_origins = _load_tree(base_path, (*chain, path.resolve()))
+    for key in NOT_INHERITED:
+        base_data.pop(key, None)
+        base_origins = {k: v for k, v in base_origins.items() if k[:1] != (key,)}
+    return _merge(base_data, data), base_origins | origins
+
+
+def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
+    """The YAML node tree of ``path`` (for line numbers) and the data built from that same tree."""
     try:
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise SpecError.one(str(path), f"{path.stat().st_size:,} bytes is too large for a spec (at most "
+                                f"{MAX_SPEC_BYTES:,}); specs are short YAML files")
         loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
-        try:  # one parse: the node tree gives line numbers, the same tree builds the data
+        try:
             node = loader.get_single_node()
-            data = loader.construct_document(node) if node is not None else None
+            return node, loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
     except UnicodeDecodeError as e:
@@ -74,26 +117,14 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
         what = getattr(e, "problem", None) or str(e).splitlines()[0]
         column = f", column {mark.column + 1}" if mark else ""
         raise SpecError.one(str(path), f"malformed YAML: {what}{column}", line=mark.line + 1 if mark else None)
-    if not isinstance(data, dict):
-        raise SpecError.one(str(path), "a spec must be a YAML mapping of fields (name: ..., d_model: ...)",
-                            line=1)
-    origins: Origins = {}
-    _record_lines(node, (), str(path), origins, set())
-    base = data.get("extends")
-    if base is None:
-        return data, origins
-    if not isinstance(base, str):
-        raise SpecError.one(str(path), "extends must be a file path or a shipped spec name", "extends",
-                            origins.get(("extends",), (None, None))[1])
-    base_path = resolve(base, path.parent)
-    if not base_path.is_file():
-        raise SpecError.one(str(path), f"extends {base!r}, but no such spec ({base_path}) exists", "extends",
-                            origins[("extends",)][1])
-    base_data, base_origins = _load_tree(base_path, (*chain, path.resolve()))
-    for key in NOT_INHERITED:
-        base_data.pop(key, None)
-        base_origins = {k: v for k, v in base_origins.items() if k[:1] != (key,)}
-    return _merge(base_data, data), base_origins | origins
+    except (ValueError, TypeError, OverflowError) as e:  # PyYAML's constructors: a 5000-digit int, 2020-13-45
+        raise SpecError.one(str(path), f"malformed YAML: a value cannot be read ({str(e)[:120]})") from None
+
+
+def _short(path: Path) -> str:
+    """A path fit for one line of an error message."""
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:80]}...{text[-40:]} ({len(text):,} characters)"
 
 
 def _merge(base: Any, over: Any) -> Any:
@@ -124,6 +155,10 @@ def _record_lines(node: yaml.Node, path: tuple, file: str, origins: Origins, see
         for key_node, value_node in node.value:
             key = key_node.value
             line = key_node.start_mark.line + 1
+            if not (isinstance(key, str) and key.isascii() and key.isidentifier()):
+                shown = key if isinstance(key, str) else "a " + type(key_node).__name__.replace("Node", "").lower()
+                raise SpecError.one(file, f"key {_show(shown)} is not a field name (ASCII letters, digits and "
+                                    "_, not starting with a digit)", _dotted(path), line)
             if key in seen:
                 raise SpecError.one(file, f"duplicate key {key!r} (first set on line {seen[key]}); keep one",
                                     _dotted(path + (key,)), line)
@@ -140,19 +175,19 @@ def _problem(err: dict, origins: Origins, file: str) -> Problem:
     loc = _user_loc(err["loc"])
     ctx = err.get("ctx") or {}
     if "field" in ctx:
-        loc += tuple(int(p) if p.isdigit() else p for p in ctx["field"].split("."))
+        loc += tuple(int(p) if p.isdecimal() and p.isascii() else p for p in ctx["field"].split("."))
     message = err["msg"]
     value = err.get("input")
     if err["type"] == "union_tag_invalid":
-        message = f"unknown layer kind {ctx['tag']!r}{did_you_mean(ctx['tag'], SUBLAYERS)}; " \
+        message = f"unknown layer kind {_show(ctx['tag'])}{did_you_mean(ctx['tag'], SUBLAYERS)}; " \
                   f"known kinds: {', '.join(SUBLAYERS)}"
     elif err["type"] == "literal_error":
         choices = re.findall(r"'([^']*)'", ctx.get("expected", ""))
-        message = f"{message} (got {value!r}){did_you_mean(value, choices)}"
+        message = f"{message} (got {_show(value)}){did_you_mean(value, choices)}"
     elif err["type"] == "missing":
         message = "missing required field"
     elif not isinstance(value, (dict, list)) and err["type"] not in ("unknown_field", "spec_field"):
-        message = f"{message} (got {value!r})"
+        message = f"{message} (got {_show(value)})"
     for depth in range(len(loc), -1, -1):
         if loc[:depth] in origins:
             file, line = origins[loc[:depth]]
@@ -160,6 +195,15 @@ def _problem(err: dict, origins: Origins, file: str) -> Problem:
     else:
         line = None
     return Problem(file, line, _dotted(loc), message[0].lower() + message[1:])
+
+
+def _show(value: Any) -> str:
+    """repr of a value, shortened: an error line must stay one readable line (and Python refuses
+    to print ints of over 4,300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length() * 0.30103:,.0f} digits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 def _user_loc(loc: tuple) -> tuple:

@@ -34,11 +34,54 @@ def checkpoints(run: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
+def remove_stale(run: Path) -> list[str]:
+    """Delete the ``.tmp`` directories of checkpoint writes that were interrupted; their names."""
+    root = run / "checkpoints"
+    stale = sorted(p for p in root.glob(f"{PREFIX}*.tmp") if p.is_dir()) if root.is_dir() else []
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return [p.name for p in stale]
+
+
+def newest_intact(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, log
+                  ) -> tuple[Path, dict, list[torch.Tensor]]:
+    """Load the newest checkpoint that passes its checks, saying which newer ones were skipped
+    and why; refuse when none does."""
+    skipped = []
+    for path in reversed(checkpoints(run)):
+        try:
+            return (path, *load(path, model, optimizer))
+        except TfspecError as e:
+            skipped.append(str(e))
+            log(f"warning: skipping checkpoint {path.name}: {e}")
+    raise TfspecError(f"{run}: no intact checkpoint to resume from ({'; '.join(skipped)})")
+
+
 def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict, rng: list[torch.Tensor],
          keep: int) -> Path:
-    """Write checkpoint ``state['step']`` atomically; keep the newest ``keep``."""
+    """Write checkpoint ``state['step']`` atomically; keep the newest ``keep``. A failed write
+    (a full disk) removes its partial files, leaves the previous checkpoints intact and ends
+    in one line that says so."""
     final = run / "checkpoints" / f"{PREFIX}{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
+    try:
+        _write(staging, model, optimizer, state, rng)
+    except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
+        previous = checkpoints(run)
+        kept = f"the newest intact checkpoint is {previous[-1].name}" if previous else "no earlier checkpoint exists"
+        raise TfspecError(f"could not write checkpoint {final.name} ({e.strerror or e}); {kept}: free space, "
+                          "then rerun with --resume") from None
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    for old in checkpoints(run)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _write(staging: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict,
+           rng: list[torch.Tensor]) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     save_file({k: v.contiguous().cpu() for k, v in weights_of(model).items()}, str(staging / "model.safetensors"))
@@ -52,12 +95,6 @@ def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: 
     files = {f: _sha256(staging / f) for f in ("model.safetensors", "optimizer.safetensors")}
     meta = {"format": FORMAT, **state, "files": files}
     (staging / "trainer.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(staging, final)
-    for old in checkpoints(run)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None) -> tuple[dict, list[torch.Tensor]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -83,16 +84,19 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     params = list(model.parameters())
     optimizer = adam(params, fused=device.type == "cuda")
     state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
+    if ddp.rank == 0 and (stale := checkpoint.remove_stale(run)):
+        log(f"removed {', '.join(stale)}: checkpoint writes an earlier run did not finish")
+    ddp.barrier()
     saved = checkpoint.checkpoints(run)
     if saved and not resume:
         raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
                           "it or choose another --out")
     if saved:
-        state, rngs = checkpoint.load(saved[-1], model, optimizer)
+        path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
         torch.set_rng_state(rngs[ddp.rank] if ddp.rank < len(rngs) else rngs[0])
         if ddp.rank == 0:
             _forget_metrics_after(run / "metrics.jsonl", state["step"])
-        log(f"resumed from {saved[-1]} (step {state['step']})")
+        log(f"resumed from {path} (step {state['step']})")
     else:
         torch.manual_seed(config.seed + 1 + ddp.rank)  # dropout masks differ across ranks
     net = torch.nn.parallel.DistributedDataParallel(model) if ddp.world > 1 else model
@@ -180,11 +184,21 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
 
 
 def _forget_metrics_after(path: Path, step: int) -> None:
-    """Drop metrics lines a killed run wrote after its last checkpoint: they will be redone."""
-    if path.is_file():
-        kept = [line for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
-        path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+    """Keep one metrics line per step up to the checkpoint resumed from: lines a killed run wrote
+    after it will be redone, and a line cut short by the kill is dropped. Rewritten atomically."""
+    if not path.is_file():
+        return
+    by_step = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("step"), int) and entry["step"] <= step:
+            by_step[entry["step"]] = line
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(by_step[s] + "\n" for s in sorted(by_step)), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def pairs_tgt_len(pairs: Pairs, index) -> int:

@@ -1,0 +1,98 @@
+"""Interrupted and damaged runs lose nothing: resume falls back past a corrupt checkpoint,
+interrupted writes are cleaned up, metrics keep one line per step, a full disk keeps the last
+checkpoint. Each run is compared with an uninterrupted one, loss for loss."""
+
+from __future__ import annotations
+
+import errno
+import json
+
+import pytest
+import torch
+
+from test_training import CONFIG, copy_task, losses, small_spec
+from tfspec.backends.torch.training import TrainConfig, train
+from tfspec.backends.torch.training import checkpoint
+from tfspec.errors import TfspecError
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """The uninterrupted run every damaged one must reproduce."""
+    run = tmp_path_factory.mktemp("whole")
+    train(small_spec(), copy_task(), run, CONFIG, CPU, progress=False)
+    return losses(run)
+
+
+def first_half(run) -> None:
+    train(small_spec(), copy_task(), run, TrainConfig(**{**CONFIG.__dict__, "steps": 5}), CPU, progress=False)
+
+
+def resume(run) -> list[str]:
+    said = []
+    train(small_spec(), copy_task(), run, CONFIG, CPU, resume=True, progress=False, log=said.append)
+    return said
+
+
+def test_resume_falls_back_past_a_corrupt_checkpoint(tmp_path, whole):
+    first_half(tmp_path)  # checkpoints at steps 3 and 5
+    newest = checkpoint.checkpoints(tmp_path)[-1]
+    blob = newest / "model.safetensors"
+    blob.write_bytes(blob.read_bytes()[: len(blob.read_bytes()) // 2])  # truncated, as by a dying disk
+    said = resume(tmp_path)
+    assert any("skipping checkpoint step-0000005" in s and "checksum" in s for s in said), said
+    assert any("step-0000003 (step 3)" in s for s in said), said
+    assert losses(tmp_path) == whole
+
+
+def test_no_intact_checkpoint_is_refused(tmp_path):
+    first_half(tmp_path)
+    for path in checkpoint.checkpoints(tmp_path):
+        (path / "trainer.json").write_text("{")
+    with pytest.raises(TfspecError, match="no intact checkpoint"):
+        resume(tmp_path)
+
+
+def test_stale_tmp_directories_are_removed(tmp_path, whole):
+    first_half(tmp_path)
+    stale = tmp_path / "checkpoints" / "step-0000006.tmp"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half written")
+    said = resume(tmp_path)
+    assert not stale.exists() and any("step-0000006.tmp" in s for s in said)
+    assert losses(tmp_path) == whole
+
+
+def test_metrics_hold_each_step_once(tmp_path, whole):
+    first_half(tmp_path)
+    metrics = tmp_path / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    # A killed run's leftovers: a step logged twice, steps after the checkpoint, a line cut short.
+    metrics.write_text("\n".join(lines[:3] + lines[2:] + ['{"step": 9, "loss": 1.0}', '{"step": 6, "lo']) + "\n")
+    resume(tmp_path)
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(1, CONFIG.steps + 1))
+    assert losses(tmp_path) == whole
+
+
+def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch, whole):
+    real = checkpoint.save_file
+    calls = []
+
+    def disk_full_on_second_save(tensors, filename, metadata=None):
+        calls.append(filename)
+        if "step-0000006" in filename:
+            raise OSError(errno.ENOSPC, "No space left on device", filename)
+        return real(tensors, filename, metadata=metadata)
+
+    monkeypatch.setattr(checkpoint, "save_file", disk_full_on_second_save)
+    with pytest.raises(TfspecError, match="No space left on device.*newest intact checkpoint is step-0000003"):
+        train(small_spec(), copy_task(), tmp_path, CONFIG, CPU, progress=False)
+    assert [p.name for p in checkpoint.checkpoints(tmp_path)] == ["step-0000003"]
+    assert not list((tmp_path / "checkpoints").glob("*.tmp"))
+    checkpoint.read_meta(checkpoint.checkpoints(tmp_path)[-1])  # intact: checksums hold
+    monkeypatch.setattr(checkpoint, "save_file", real)
+    resume(tmp_path)
+    assert losses(tmp_path) == whole
