@@ -177,7 +177,7 @@ def _measure(verbose: bool):
 
     import torch
 
-    from tfspec.analysis.measure import device_name, measure
+    from tfspec.backends.torch.measure import device_name, measure
     from tfspec.paper import TABLE1
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
