@@ -86,3 +86,15 @@ def test_bad_runs_are_refused(cli, trained, tmp_path):
     assert code == 2 and "--resume" in err
     code, _, err = cli("train", "tiny", "--out", tmp_path / "x", "--data", tmp_path / "nothing", *ARGS)
     assert code == 2 and "error:" in err and "Traceback" not in err
+
+
+def test_int8_bleu_beside_float32(cli, trained):
+    """`evaluate --backend onnx --int8` decodes with both graphs and records the difference."""
+    code, out, err = cli("evaluate", trained, "--backend", "onnx", "--int8", "--limit", "40", "--beam", "2",
+                         "--max-extra", "8", "--threads", "1", "--quiet")
+    assert code == 0, err
+    fp32, int8 = (json.loads((trained / "eval" / f"test.{b}.json").read_text()) for b in ("onnx", "onnx-int8"))
+    assert f"int8 vs float32 on test: BLEU {int8['bleu']:.2f} vs {fp32['bleu']:.2f}" in out
+    recorded = next((trained / "onnx").glob("*-int8/tfspec.json"))
+    bleu = json.loads(recorded.read_text())["int8"]["bleu"]
+    assert bleu["float32"] == fp32["bleu"] and bleu["int8"] == int8["bleu"] and bleu["sentences"] == 40

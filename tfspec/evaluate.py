@@ -15,17 +15,18 @@ from tfspec.search import Decoder, SearchOptions, search
 
 
 def decode_all(decoder: Decoder, sources: list[list[int]], options: SearchOptions, batch: int = 32,
-               decoder_only: bool = False, on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
-    """Output ids for each source (ids ending with EOS); empty sources give empty outputs.
-    Decoder-only models continue each source as a prompt, one at a time."""
+               decoder_only: bool = False, on_batch: Callable[[int], None] | None = None,
+               batch_type: str = "examples") -> list[list[int]]:
+    """Output ids for each source (ids ending with EOS), in input order; empty sources give
+    empty outputs. Requests are decoded in batches of similar length (``batches``), as
+    CTranslate2's ``translate_batch`` does. Decoder-only models continue each source as a
+    prompt, one at a time."""
     outputs: list[list[int]] = [[] for _ in sources]
-    todo = sorted((i for i, s in enumerate(sources) if s), key=lambda i: len(sources[i]))
-    size = 1 if decoder_only else batch
-    for first in range(0, len(todo), size):
-        rows = todo[first:first + size]
-        tokens = np.full((len(rows), max(len(sources[i]) for i in rows)), decoder.pad, dtype=np.int64)
+    lengths = [len(s) for s in sources]
+    for rows in batches(lengths, 1 if decoder_only else batch, batch_type):
+        tokens = np.full((len(rows), max(lengths[i] for i in rows)), decoder.pad, dtype=np.int64)
         for r, i in enumerate(rows):
-            tokens[r, : len(sources[i])] = sources[i]
+            tokens[r, : lengths[i]] = sources[i]
         if decoder_only:
             result = search(decoder, None, options, np.concatenate([[[decoder.bos]], tokens], axis=1))
         else:
@@ -35,6 +36,25 @@ def decode_all(decoder: Decoder, sources: list[list[int]], options: SearchOption
         if on_batch is not None:
             on_batch(len(rows))
     return outputs
+
+
+def batches(lengths: list[int], size: int, batch_type: str = "examples") -> list[list[int]]:
+    """Indices of the non-empty requests grouped for decoding, shortest first: each batch holds
+    at most ``size`` requests (``examples``) or ``size`` source tokens counting the padding to its
+    longest request (``tokens``; a request longer than that goes alone). Sorting by length keeps
+    padding, and steps spent on finished rows, small."""
+    if batch_type not in ("examples", "tokens"):
+        raise ValueError(f"batch_type must be 'examples' or 'tokens', not {batch_type!r}")
+    out: list[list[int]] = []
+    for i in sorted((i for i, n in enumerate(lengths) if n), key=lambda i: lengths[i]):
+        rows = out[-1] if out else None
+        # sorted: the newest request is the batch's longest
+        cost = (len(rows) + 1) * (lengths[i] if batch_type == "tokens" else 1) if rows else None
+        if rows is None or cost > size:
+            out.append([i])
+        else:
+            rows.append(i)
+    return out
 
 
 def score(hypotheses: list[str], references: list[str]) -> dict:

@@ -35,10 +35,15 @@ class Builder:
         """int64 (1,): the batch size, read once from the first token input."""
 
     def op(self, op_type: str, *inputs: str | None, outputs: int = 1, **attrs):
-        """Append ``op_type`` reading ``inputs`` (None: an omitted optional input)."""
+        """Append ``op_type`` reading ``inputs`` (None: an omitted optional input). Trailing
+        omitted inputs are left out entirely rather than named "": OpenVINO and onnxruntime's
+        quantiser reject a Gemm whose third input is the empty name."""
         self._count += 1
         base = f"{self.scope}/{op_type}_{self._count}" if self.scope else f"{op_type}_{self._count}"
         names = [base] if outputs == 1 else [f"{base}:{i}" for i in range(outputs)]
+        inputs = list(inputs)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
         self.nodes.append(helper.make_node(op_type, ["" if i is None else i for i in inputs], names, name=base,
                                            **{k: v for k, v in attrs.items() if v is not None}))
         return names[0] if outputs == 1 else names

@@ -8,6 +8,7 @@ A run directory holds ``run.json`` (spec, options, data), ``tokenizer.model``,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -99,7 +100,6 @@ def cmd_evaluate(args) -> int:
     from tfspec.backends.torch.checkpoint import load_weights
     from tfspec.backends.torch.training import checkpoint
     from tfspec.data import load_tokenizer, read_split
-    from tfspec.evaluate import decode_all, score
     from tfspec.search import SearchOptions
 
     run = Path(args.run)
@@ -118,29 +118,59 @@ def cmd_evaluate(args) -> int:
         pairs = pairs[: args.limit]
     limit = spec.positional.max_len if spec.positional.kind != "none" else None
     sources = [ids[: (limit or 10**9) - 1] + [spec.vocab.eos_id] for ids in tokenizer.encode([s for s, _ in pairs])]
-    if args.backend == "onnx":
-        decoder, where = _onnx_decoder(model, run, weights)
-    else:
-        decoder, where = TorchDecoder(model), "PyTorch (CPU)"
+    if args.int8 and args.backend != "onnx":
+        raise TfspecError("--int8 evaluates int8 onnxruntime graphs: add --backend onnx")
+    engines = {"torch": lambda: (TorchDecoder(model), "PyTorch (CPU)", None)}
+    engines["onnx"] = lambda: _onnx_decoder(model, run, weights)
+    engines["onnx-int8"] = lambda: _onnx_decoder(model, run, weights, int8=True)
+    chosen = ["onnx", "onnx-int8"] if args.int8 else [args.backend]
     options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
                             max_length=None if limit is None else limit - 1)
-    started = time.perf_counter()
+    results = {}
+    for name in chosen:
+        decoder, where, export_dir = engines[name]()
+        results[name] = result = _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, name)
+        result["weights"] = str(weights)
+        print(f"{spec.name} on {args.split} ({result['sentences']} sentences, {where}, beam {args.beam}): "
+              f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}")
+        print(f"  {result['bleu_signature']}\n  {result['chrf_signature']}")
+    if args.int8:
+        _record_int8_bleu(export_dir, results["onnx"], results["onnx-int8"], args.split)
+    return 0
+
+
+def _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, backend: str) -> dict:
+    """Decode every source, score against the references, and keep hypotheses and scores in RUN/eval."""
     from tqdm import tqdm
 
+    from tfspec.evaluate import decode_all, score
+
+    started = time.perf_counter()
     with tqdm(total=len(sources), unit="sent", file=sys.stderr, disable=True if args.quiet else None) as bar:
         outputs = decode_all(decoder, sources, options, args.batch, spec.family == "decoder-only", bar.update)
     hypotheses = tokenizer.decode(outputs)
     result = score(hypotheses, [t for _, t in pairs])
-    result |= {"split": args.split, "backend": args.backend, "weights": str(weights), "beam": args.beam,
-               "alpha": args.alpha, "seconds": round(time.perf_counter() - started, 1)}
-    out = run / "eval"
+    result |= {"split": args.split, "backend": backend, "beam": args.beam, "alpha": args.alpha,
+               "seconds": round(time.perf_counter() - started, 1)}
+    out = Path(args.run) / "eval"
     out.mkdir(exist_ok=True)
-    (out / f"{args.split}.{args.backend}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-    (out / f"{args.split}.{args.backend}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{spec.name} on {args.split} ({result['sentences']} sentences, {where}, beam {args.beam}): "
-          f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}")
-    print(f"  {result['bleu_signature']}\n  {result['chrf_signature']}")
-    return 0
+    (out / f"{args.split}.{backend}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    (out / f"{args.split}.{backend}.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def _record_int8_bleu(export_dir: Path, fp32: dict, int8: dict, split: str) -> None:
+    """Print the int8 graphs' BLEU against float32's and keep it in their manifest."""
+    difference = round(int8["bleu"] - fp32["bleu"], 2)
+    print(f"int8 vs float32 on {split}: BLEU {int8['bleu']:.2f} vs {fp32['bleu']:.2f} ({difference:+.2f}), "
+          f"chrF {int8['chrf']:.2f} vs {fp32['chrf']:.2f}; recorded in {export_dir / 'tfspec.json'}")
+    manifest_path = export_dir / "tfspec.json"
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    manifest["int8"]["bleu"] = {"split": split, "sentences": int8["sentences"], "float32": fp32["bleu"],
+                                "int8": int8["bleu"], "difference": difference, "signature": int8["bleu_signature"]}
+    tmp = manifest_path.with_name(".tfspec.json.tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, manifest_path)
 
 
 def _weights(run: Path, chosen: str | None, checkpoint) -> Path:
@@ -157,18 +187,19 @@ def _weights(run: Path, chosen: str | None, checkpoint) -> Path:
     return found[-1] / "model.safetensors"
 
 
-def _onnx_decoder(model, run: Path, weights: Path):
-    """Export (once per weights file) and decode with onnxruntime."""
+def _onnx_decoder(model, run: Path, weights: Path, int8: bool = False):
+    """Export (once per weights file) and decode with onnxruntime: (decoder, where, directory)."""
     from tfspec.backends.onnx import OnnxModel, export
 
-    target = run / "onnx" / weights.parent.name if weights.name == "model.safetensors" else run / "onnx" / weights.stem
+    name = weights.parent.name if weights.name == "model.safetensors" else weights.stem
+    target = run / "onnx" / (name + ("-int8" if int8 else ""))
     if not (target / "tfspec.json").is_file() or (target / "tfspec.json").stat().st_mtime < weights.stat().st_mtime:
-        result = export(model, target)
+        result = export(model, target, int8=int8)
         if not result.ok:
             raise TfspecError(f"{target}: ONNX parity check failed: {[str(c) for c in result.checks if not c.ok]}")
     shutil.copyfile(run / TOKENIZER, target / TOKENIZER)
     onnx_model = OnnxModel(target)
-    return onnx_model.decoder(), onnx_model.describe()
+    return onnx_model.decoder(), onnx_model.describe() + (", int8" if int8 else ""), target
 
 
 def register(command) -> None:
@@ -212,6 +243,9 @@ def register(command) -> None:
     c.add_argument("--data", metavar="DIR", help="corpus directory (default: the one the run trained on)")
     c.add_argument("--checkpoint", metavar="PATH", help="a checkpoint directory or weights file")
     c.add_argument("--backend", choices=["torch", "onnx"], default="torch")
+    c.add_argument("--int8", action="store_true",
+                   help="with --backend onnx: also export int8 graphs, decode with both and print (and record in "
+                        "their tfspec.json) the BLEU difference")
     c.add_argument("--beam", type=BEAM, default=4)
     c.add_argument("--alpha", type=ALPHA, default=0.6)
     c.add_argument("--max-extra", type=integer(0), default=50)

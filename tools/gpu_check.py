@@ -1,0 +1,141 @@
+"""GPU check: tfspec's ONNX graphs on onnxruntime's CUDA provider, proved and timed in one run.
+
+On a machine with CUDA, torch's CUDA build and `onnxruntime-gpu` (`pip install -e ".[gpu]"`),
+this exports the base shape (random weights) in float16, checks parity of the graphs on the
+CUDA provider against the PyTorch module (float32, CPU: the independent reference; fp16
+tolerance 5e-2, greedy tokens equal), then times greedy and beam-4 decoding at batch 1 and 16:
+tfspec on onnxruntime CUDA (fp16) against PyTorch eager on CUDA (the KV-cached TorchDecoder,
+fp16, SDPA) and CTranslate2 on CUDA (float16) when it loads, every engine emitting exactly
+the same number of tokens. Prints a markdown table (tokens/s and ratios) for BENCHMARKS.md.
+
+Without CUDA it says so in one line and exits 0, so it is safe to run anywhere.
+
+    python tools/gpu_check.py                 # ~2 minutes on an H100
+    python tools/gpu_check.py --spec big --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SETTINGS = [(1, 1), (1, 4), (16, 1), (16, 4)]  # (batch, beam)
+
+
+def cuda_missing() -> str | None:
+    """Why this machine cannot run the check, or None."""
+    import onnxruntime as ort
+    import torch
+
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device"
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return f"onnxruntime {ort.__version__} has no CUDA provider (install onnxruntime-gpu: tfspec[gpu])"
+    return None
+
+
+def engines(spec, model, work: Path) -> dict:
+    """Name -> decode(src, beam, n): exactly n tokens per row, on the GPU. Moves ``model`` there."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.backends.torch import TorchDecoder
+    from tfspec.search import SearchOptions, search
+
+    options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
+    out = {}
+    ort_decoder = OnnxModel(work / "fp16", device="cuda").decoder()
+    out["tfspec ORT CUDA fp16"] = lambda src, beam, n: search(ort_decoder, src, options(beam, n))
+    ct2 = ct2_engine(spec, model, work)  # converted from the float32 weights, before they move
+    eager = TorchDecoder(model.to("cuda").half())
+    out["PyTorch eager CUDA fp16"] = lambda src, beam, n: search(eager, src, options(beam, n))
+    if ct2 is not None:
+        out["CTranslate2 CUDA fp16"] = ct2
+    return out
+
+
+def ct2_engine(spec, model, work: Path):
+    """CTranslate2 on CUDA in float16 with the same weights, or None (saying why)."""
+    try:
+        import ctranslate2
+    except ImportError:
+        print("CTranslate2 skipped: not installed (`pip install ctranslate2`)")
+        return None
+    if ctranslate2.get_cuda_device_count() == 0:
+        print("CTranslate2 skipped: this build sees no CUDA device")
+        return None
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_decode import ct2_model, vocabulary
+
+    ct2_model(model, spec, work / "ct2")
+    words, index = vocabulary(spec), {w: i for i, w in enumerate(vocabulary(spec))}
+    tr = ctranslate2.Translator(str(work / "ct2"), device="cuda", compute_type="float16")
+
+    def run(src, beam, n):
+        res = tr.translate_batch([[words[i] for i in row] for row in src], beam_size=beam, length_penalty=0.6,
+                                 max_decoding_length=n, min_decoding_length=n)
+        return [[index[t] for t in r.hypotheses[0]] for r in res]
+    return run
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--spec", default="base")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--src-len", type=int, default=32)
+    p.add_argument("--out-len", type=int, default=64)
+    args = p.parse_args()
+    if (why := cuda_missing()) is not None:
+        print(f"gpu_check: nothing to check here: {why}")
+        return 0
+    import torch
+
+    from tfspec import load_spec
+    from tfspec.backends.onnx import OnnxModel, export
+    from tfspec.backends.onnx.parity import check_parity
+    from tfspec.backends.torch import build_module
+
+    spec = load_spec(args.spec)
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = Path(tmp)
+        export(model, work / "fp16", fp16=True, parity=False)
+        on_gpu = OnnxModel(work / "fp16", device="cuda")
+        print(f"{spec.name}: {on_gpu.describe()}, {torch.cuda.get_device_name()}")
+        checks = check_parity(on_gpu, model, tolerance=5e-2)
+        for check in checks:
+            print(f"  {check}")
+        runs = engines(spec, model, work)
+        sources = {b: rng.integers(4, spec.vocab.size, (b, args.src_len)) for b, _ in SETTINGS}
+        times = {(s, name): [] for s in SETTINGS for name in runs}
+        for (batch, beam) in SETTINGS:
+            for run in runs.values():
+                run(sources[batch], beam, 8)  # warm-up
+        for _ in range(args.rounds):
+            for (batch, beam) in SETTINGS:
+                for name, run in runs.items():
+                    torch.cuda.synchronize()
+                    start = time.perf_counter()
+                    run(sources[batch], beam, args.out_len)
+                    torch.cuda.synchronize()
+                    times[(batch, beam), name].append(time.perf_counter() - start)
+    names = list(runs)
+    ours = names[0]
+    head = ["setting"] + [f"{n} (tok/s)" for n in names] + [f"{ours} / {n}" for n in names[1:]]
+    print(f"\n{spec.name}: src {args.src_len} -> exactly {args.out_len} tokens, median of {args.rounds} rounds")
+    print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    for (batch, beam) in SETTINGS:
+        speed = {n: batch * args.out_len / statistics.median(times[(batch, beam), n]) for n in names}
+        cells = [f"{speed[n]:.0f}" for n in names] + [f"{speed[ours] / speed[n]:.2f}" for n in names[1:]]
+        print(f"| batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'} | " + " | ".join(cells) + " |")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
