@@ -45,8 +45,8 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
                 warnings.simplefilter("ignore", UserWarning)
                 tensors = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # torch's text here suggests weights_only=False: never for a user's file
-        raise TfspecError(f"{path}: not a weights file that loads without running code (a PyTorch pickle of "
-                          "tensors only, or safetensors)") from None
+        raise TfspecError(f"{path}: not a readable weights file: a pickle that is not tensors only (loading "
+                          "it would run code); use safetensors or a PyTorch file of tensors") from None
     except Exception as e:  # noqa: BLE001 - every reader error means the same thing to the user
         raise TfspecError(f"{path}: not a readable weights file ({type(e).__name__}: {str(e).strip()[:200]})") from e
     for wrapper in ("model", "state_dict"):
