@@ -12,7 +12,7 @@ import time
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
-from tfspec.cli import analysis, data, deploy, train
+from tfspec.cli import analysis, data, deploy, interop, train
 from tfspec.cli.tables import millions, render
 from tfspec.errors import TfspecError
 from tfspec.ir import build_graph
@@ -218,6 +218,7 @@ def parser() -> argparse.ArgumentParser:
     command("list", cmd_list, "list the shipped specs")
     analysis.register(command)
     deploy.register(command)
+    interop.register(command)
     data.register(command)
     train.register(command)
     return p
