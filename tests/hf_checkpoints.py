@@ -30,6 +30,7 @@ def save_checkpoint(kind: str, path: Path, dtype: torch.dtype = torch.float32, p
     """A random ``kind`` model saved to ``path`` in ``dtype``; returns it in float32 (eval mode)."""
     import transformers
 
+    transformers.utils.logging.disable_progress_bar()  # its bars would mix with the CLI's stderr
     torch.manual_seed(0)
     model = getattr(transformers, ARCHITECTURES[kind])(make_config(kind.removesuffix("-mlm"))).eval()
     with torch.no_grad():  # BERT's and GPT-2's init leaves biases and norms at 0/1: make them matter

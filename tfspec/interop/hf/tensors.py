@@ -97,7 +97,7 @@ def read_pickled(path: Path) -> dict[str, np.ndarray]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the same to the user
         raise TfspecError(f"{path}: not a readable weights file ({type(e).__name__}: {str(e).strip()[:200]})") from e
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
