@@ -66,10 +66,10 @@ def export_hf(args) -> int:
 def register(command) -> None:
     c = command("import", cmd_import, "turn a Hugging Face checkpoint directory into a spec and tfspec weights",
                 "Read a Hugging Face checkpoint directory (config.json; model.safetensors, its shards with "
-                "model.safetensors.index.json, or pytorch_model.bin read with weights_only) and write OUT_DIR/spec.yaml, "
-                "OUT_DIR/model.safetensors (tfspec parameter names, for export --weights, evaluate, translate) and "
-                "the tokenizer files found. Families: bert, gpt2. Every config field that changes the computation "
-                "is mapped or refused by name; a directory with config.json alone gives the spec alone (for "
+                "model.safetensors.index.json, or pytorch_model.bin read with weights_only) and write "
+                "OUT_DIR/spec.yaml, OUT_DIR/model.safetensors (tfspec parameter names, as export --weights and "
+                "evaluate --checkpoint read) and the tokenizer files found. Families: bert, gpt2. Every config "
+                "field that changes the computation is mapped or refused by name; a directory with config.json alone gives the spec alone (for "
                 "report and table1). OUT_DIR appears only when complete.")
     c.add_argument("directory", metavar="DIR", help="the checkpoint directory (what save_pretrained writes)")
     c.add_argument("-o", "--output", required=True, metavar="OUT_DIR", help="directory to create (must not "

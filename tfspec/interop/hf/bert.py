@@ -59,7 +59,7 @@ class Bert(Family):
     def _special_ids(self, source: Source, size: int) -> dict:
         """pad from the config (it masks keys); the others only name tokens for training and
         tokenizers: from vocab.txt when present, else bert-base-uncased's places."""
-        pad = number(source.config, "pad_token_id", source.where, default=0)
+        pad = 0 if source.config.get("pad_token_id") is None else number(source.config, "pad_token_id", source.where)
         found = {key: source.vocabulary[token] for key, token in SPECIAL_TOKENS.items() if token in source.vocabulary}
         if len(found) == len(SPECIAL_TOKENS):
             return {"pad_id": pad, **found}

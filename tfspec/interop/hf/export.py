@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from pydantic import ValidationError
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.checkpoint import CONFIG, staged_directory
@@ -40,7 +41,10 @@ def misfit(family: Family, spec: Spec) -> str | None:
         return reason
     config = family.config(spec)
     source = Source(config, "(exported config)", family.architecture_for(spec))
-    rebuilt = Spec.model_validate({"name": spec.name, **family.spec_data(source)})
+    try:
+        rebuilt = Spec.model_validate({"name": spec.name, **family.spec_data(source)})
+    except ValidationError as e:
+        return f"its {family.title} configuration is not a valid spec ({e.errors()[0]['msg']})"
     ours, theirs = _flat(spec, family.free), _flat(rebuilt, family.free)
     differ = [key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)]
     if not differ:

@@ -5,7 +5,8 @@ with ``@register``. It says which ``config.json`` fields it maps into the spec, 
 of other fields it computes exactly (``required``: anything else is refused by name), which
 fields do not change the computation (``ignored``, each with its reason), and how its tensors
 are named (``rules``: one table used in both directions). A field on none of the lists is
-refused: a typo or a new transformers option must never be dropped silently.
+refused: a typo or a new transformers option must never be dropped silently. A family module
+registers itself when imported: ``imports.py`` imports each one.
 """
 
 from __future__ import annotations

@@ -154,7 +154,8 @@ def _plan(family: Family, spec: Spec, graph, architecture: str, checkpoint: Chec
         plan.append(Step(rule, tuple(names.get(n, n) for n in rule.hf)))
     dropped: dict[str, list[str]] = {}
     for name in sorted(names.keys() - used):
-        reason = next((why for pattern, why in family.dropped(architecture).items() if fnmatch.fnmatchcase(name, pattern)), None)
+        reason = next((why for pattern, why in family.dropped(architecture).items()
+                       if fnmatch.fnmatchcase(name, pattern)), None)
         if reason is None:
             problems.append(f"{checkpoint.where(names[name])}: unexpected tensor {names[name]!r}: no parameter of "
                             f"{spec.name} as {architecture} takes it")
