@@ -76,7 +76,7 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
             checks.append(Check("encoder memory, batch 3", _diff(ours, memory, src != pad), tolerance))
     if tgt is None:
         return checks
-    tgt = rng.integers(4, spec.vocab.tgt_size, tgt.shape)  # decoding feeds no target padding
+    tgt = _ids(rng, spec.vocab.tgt_size, tgt.shape, pad)  # decoding feeds no target padding
     decoder = ort_model.decoder()
     for batch in (3, 1):
         s = None if src is None else src[:batch]
@@ -109,8 +109,17 @@ def _blocked_length(model: TorchModel) -> int | None:
     return length if positional.kind == "none" or length <= positional.max_len else None
 
 
+def _ids(rng, vocab: int, shape: tuple[int, ...], pad: int) -> np.ndarray:
+    """Random ids other than the special ones and the pad id: GPT-2 pads with its last id
+    (<|endoftext|>), which a full sequence would take as padding and a decoding step not."""
+    if not 4 <= pad < vocab:
+        return rng.integers(4, vocab, shape)
+    ids = rng.integers(4, vocab - 1, shape)
+    return ids + (ids >= pad)
+
+
 def _tokens(rng, vocab: int, batch: int, length: int, pad: int, pad_from: tuple[int, int]) -> np.ndarray:
-    tokens = rng.integers(4, vocab, (batch, length))
+    tokens = _ids(rng, vocab, (batch, length), pad)
     row, start = pad_from
     tokens[row, start:] = pad
     return tokens

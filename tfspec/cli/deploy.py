@@ -6,17 +6,25 @@ import sys
 import time
 from pathlib import Path
 
+from tfspec.cli import interop
 from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions
 from tfspec.spec import load_spec
 
+DEFAULT_OPSET = 18
 TOKENIZER = "tokenizer.model"  # a sentencepiece model next to the graphs turns text into ids
 MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take a few hundred tokens
 
 
 def cmd_export(args) -> int:
+    if args.format == "hf":
+        if args.opset is not None or args.int8:
+            raise TfspecError(f"{'--opset' if args.opset is not None else '--int8'} applies to --format onnx; a "
+                              "Hugging Face checkpoint keeps float weights and has no opset")
+        return interop.export_hf(args)
+    args.opset = args.opset or DEFAULT_OPSET
     import torch
 
     from tfspec.backends.onnx import export
@@ -143,22 +151,26 @@ def _read(source: str | None) -> list[str]:
 
 
 def register(command) -> None:
-    c = command("export", cmd_export, "write ONNX graphs for inference, check them, compare with PyTorch",
+    c = command("export", cmd_export, "write ONNX graphs (or a Hugging Face checkpoint), check them against PyTorch",
                 "Emit the model's ONNX graphs straight from the IR into DIR: model.onnx (full sequences), "
                 "encoder.onnx and decoder.onnx (one decoding step with a KV cache), plus tfspec.json. Runs "
-                "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails.")
+                "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails. "
+                "--format hf writes config.json + model.safetensors for transformers' from_pretrained instead "
+                "(GPT2LMHeadModel, BertModel or BertForMaskedLM), for specs that are exactly one of those, and "
+                "checks them the same way when transformers is installed.")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: random init)")
-    c.add_argument("--opset", type=int, default=18, choices=range(17, 24), metavar="N",
-                   help="ONNX opset, 17-23 (default 18); 23 emits the fused Attention op")
-    c.add_argument("--fp16", action="store_true", help="float16 weights and activations (for GPUs)")
+    interop.add_export_options(c)
+    c.add_argument("--opset", type=int, default=None, choices=range(17, 24), metavar="N",
+                   help=f"ONNX opset, 17-23 (default {DEFAULT_OPSET}); 23 emits the fused Attention op")
+    c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")
     c.add_argument("--int8", action="store_true",
-                   help="int8 weights for every matrix product (dynamic quantisation per output channel; about "
-                        "2x faster on CPU, 1/4 of the size); float32 parity is checked first, then greedy "
+                   help="ONNX: int8 weights for every matrix product (dynamic quantisation per output channel; "
+                        "about 1.7x faster on CPU, 1/4 of the size); float32 parity is checked first, then greedy "
                         "agreement with float32 is reported")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
-    c.add_argument("--no-check", action="store_true", help="skip the parity check")
+    c.add_argument("--no-check", action="store_true", help="skip the parity check (onnxruntime or transformers)")
     c = command("translate", cmd_translate, "decode input lines with an exported model (onnxruntime)",
                 "Read lines (token ids, or text when DIR has a sentencepiece tokenizer.model) from FILE or "
                 "standard input and print one output line each. Empty lines stay empty; lines longer than the "

@@ -31,8 +31,10 @@ def shipped_specs() -> Path:
 
 
 def resolve(ref: str | Path, relative_to: Path | None = None) -> Path:
-    """A spec path, or the name of a shipped spec (``base``, ``table3/C1``)."""
+    """A spec path, a directory holding ``spec.yaml`` (what ``tfspec import`` writes), or the
+    name of a shipped spec (``base``, ``table3/C1``)."""
     candidates = [Path(ref)] if relative_to is None else [relative_to / ref]
+    candidates.append(candidates[0] / "spec.yaml")
     if not str(ref).endswith((".yaml", ".yml")):
         candidates.append(shipped_specs() / f"{ref}.yaml")
     candidates.append(shipped_specs() / str(ref))

@@ -1,0 +1,57 @@
+"""Checking an exported Hugging Face checkpoint against the PyTorch backend.
+
+``tfspec export --format hf`` loads what it wrote with transformers (when installed) and runs
+both models on the same random, right-padded batch: the outputs the family names (logits, or
+BERT's hidden states and pooled output) must agree at every non-padded position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .model import TorchModel
+
+
+@dataclass(frozen=True)
+class HfCheck:
+    output: str
+    diff: float
+    tolerance: float
+
+    @property
+    def ok(self) -> bool:
+        return self.diff <= self.tolerance
+
+    def __str__(self) -> str:
+        return f"{self.output}: max |diff| {self.diff:.2e} ({'ok' if self.ok else f'over {self.tolerance:g}'})"
+
+
+@torch.no_grad()
+def check_hf(model: TorchModel, directory: str | Path, architecture: str, outputs: dict[str, str],
+             tolerance: float = 1e-4) -> list[HfCheck]:
+    """Compare ``model`` with ``transformers.<architecture>.from_pretrained(directory)``
+    (loaded in float32: a float16 export differs by its rounding, hence a looser tolerance)."""
+    import transformers
+
+    theirs = getattr(transformers, architecture).from_pretrained(str(directory)).float().eval()
+    spec = model.graph.spec
+    vocab = spec.vocab
+    gen = torch.Generator().manual_seed(0)
+    length = min(16, spec.positional.max_len)
+    tokens = torch.randint(0, vocab.size, (3, length), generator=gen)
+    tokens[tokens == vocab.pad_id] = (vocab.pad_id + 1) % vocab.size
+    tokens[1, length // 2:] = vocab.pad_id  # a padded row
+    keep = tokens != vocab.pad_id
+    port = "src" if "src" in model.graph.ports else "tgt"
+    ours = model.eval().run({port: tokens}, tuple(outputs))
+    expected = theirs(input_ids=tokens, attention_mask=keep.long())
+    checks = []
+    for name, attr in outputs.items():
+        a, b = ours[name].float(), getattr(expected, attr).float()
+        if a.dim() == 3:
+            a, b = a[keep], b[keep]
+        checks.append(HfCheck(f"{name} = {architecture}.{attr}", float((a - b).abs().max()), tolerance))
+    return checks

@@ -1,0 +1,66 @@
+"""``tfspec export --format hf``: import -> export -> ``from_pretrained`` gives back the
+original model's outputs; specs that are not exactly BERT or GPT-2 are refused with the reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_checkpoints import ARCHITECTURES, padded_batch, reference, save_checkpoint
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert", "bert-mlm"])
+@torch.no_grad()
+def test_round_trip_gives_the_original_outputs(cli, tmp_path, kind):
+    original = save_checkpoint(kind, tmp_path / "original")
+    imported, exported = tmp_path / "imported", tmp_path / "exported"
+    assert cli("import", tmp_path / "original", "-o", imported)[0] == 0
+    code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                            "-o", exported)
+    assert code == 0, stdout + err
+    assert "parity: ok" in stdout
+    assert json.loads((exported / "config.json").read_text())["architectures"] == [ARCHITECTURES[kind]]
+    tokens, keep = padded_batch(kind, seed=7)
+    want = original(input_ids=tokens, attention_mask=keep.long())
+    got = reference(exported, kind)(input_ids=tokens, attention_mask=keep.long())
+    for field in ("logits",) if kind != "bert" else ("last_hidden_state", "pooler_output"):
+        a, b = getattr(got, field), getattr(want, field)
+        a, b = (a[keep], b[keep]) if a.dim() == 3 else (a, b)
+        assert torch.allclose(a, b, atol=1e-4), field
+
+
+def test_shipped_zoo_spec_exports_as_its_family(cli, tmp_path, write_spec):
+    """zoo/bert-base-mlm, shrunk, is BertForMaskedLM: written with random weights, it loads."""
+    spec = write_spec("""
+        extends: zoo/bert-base-mlm
+        name: small-bert
+        d_model: 64
+        heads: 4
+        d_ff: 128
+        encoder: {layers: 1}
+    """)
+    code, stdout, err = cli("export", spec, "--format", "hf", "-o", tmp_path / "hf")
+    assert code == 0, stdout + err
+    assert "BERT as BertForMaskedLM" in stdout and "parity: ok" in stdout
+    assert "randomly initialised" in err
+
+
+@pytest.mark.parametrize("text, says", [
+    ("extends: zoo/gpt2\nnorm: post\nfinal_norm: false\n", 'norm is "post" (GPT-2: "pre")'),
+    ("extends: zoo/gpt2\npositional: {kind: rotary}\n", 'positional.kind is "rotary" (GPT-2: "learned")'),
+    ("extends: zoo/bert-base\npooler: false\n", "BertModel always has a pooler"),
+    ("extends: tiny\n", "GPT-2 is a decoder alone; this spec is encoder-decoder"),
+])
+def test_spec_that_is_not_the_family_is_refused(cli, tmp_path, write_spec, text, says):
+    code, _, err = cli("export", write_spec(text), "--format", "hf", "-o", tmp_path / "hf")
+    assert code == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_opset_is_an_onnx_option(cli, tmp_path):
+    code, _, err = cli("export", "zoo/gpt2", "--format", "hf", "--opset", "18", "-o", tmp_path / "hf")
+    assert code == 2 and "--opset applies to --format onnx" in err

@@ -1,0 +1,90 @@
+"""``tfspec import`` and ``tfspec export --format hf``: published checkpoints in and out."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+from tfspec.cli.types import out_dir
+from tfspec.spec import load_spec, resolve
+
+
+def cmd_import(args) -> int:
+    from tfspec.interop.hf import import_checkpoint
+
+    result = import_checkpoint(args.directory, args.output, name=args.name, architecture=args.architecture,
+                               dtype=args.dtype, progress=not args.quiet)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    spec = result.spec
+    print(f"{spec.name}: {result.architecture} -> {result.directory} ({', '.join(result.files)})")
+    print(f"{spec.family}, {result.num_params:,} parameters" +
+          ("" if "model.safetensors" in result.files else "; configuration only (no weights in the checkpoint)"))
+    print(f"next: tfspec report {result.directory}" + ("" if "model.safetensors" not in result.files else
+          f"; tfspec export {result.directory} --weights {result.directory}/model.safetensors -o DIR"))
+    return 0
+
+
+def export_hf(args) -> int:
+    """The hf branch of ``tfspec export``: refuse a spec no family computes before building it."""
+    import torch
+
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights, weights_of
+    from tfspec.interop.hf import export_checkpoint, fitting_family
+    from tfspec.interop.hf.checkpoint import TOKENIZER_FILES
+
+    spec = load_spec(args.spec)
+    family = fitting_family(spec)
+    torch.manual_seed(args.seed)
+    model = build_module(spec)
+    if args.weights:
+        load_weights(model, args.weights)
+    else:
+        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
+    folder = resolve(args.spec).parent
+    tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()] + sorted(folder.glob("*.model"))
+    weights = {name: t.float().cpu().numpy() for name, t in weights_of(model).items()}
+    architecture, files = export_checkpoint(spec, weights, args.output, "float16" if args.fp16 else "float32",
+                                            tokenizer)
+    print(f"{spec.name}: {family.title} as {architecture} -> {args.output} ({', '.join(files)})")
+    if args.no_check:
+        return 0
+    if importlib.util.find_spec("transformers") is None:
+        print("note: transformers is not installed: the checkpoint was not loaded back to check it", file=sys.stderr)
+        return 0
+    from tfspec.backends.torch.interop import check_hf
+
+    checks = check_hf(model, args.output, architecture, family.outputs(architecture), 5e-2 if args.fp16 else 1e-4)
+    print(f"parity with transformers {architecture}.from_pretrained (padded batch of 3):")
+    for check in checks:
+        print(f"  {check}")
+    ok = all(c.ok for c in checks)
+    print("parity: ok" if ok else "parity: FAILED (the checkpoint was written; do not publish it)")
+    return 0 if ok else 1
+
+
+def register(command) -> None:
+    c = command("import", cmd_import, "turn a Hugging Face checkpoint directory into a spec and tfspec weights",
+                "Read a Hugging Face checkpoint directory (config.json; model.safetensors, its shards with "
+                "model.safetensors.index.json, or pytorch_model.bin read with weights_only) and write "
+                "OUT_DIR/spec.yaml, OUT_DIR/model.safetensors (tfspec parameter names, as export --weights and "
+                "evaluate --checkpoint read) and the tokenizer files found. Families: bert, gpt2. Every config "
+                "field that changes the computation is mapped or refused by name; a directory with config.json alone gives the spec alone (for "
+                "report and table1). OUT_DIR appears only when complete.")
+    c.add_argument("directory", metavar="DIR", help="the checkpoint directory (what save_pretrained writes)")
+    c.add_argument("-o", "--output", required=True, metavar="OUT_DIR", type=out_dir, help="directory to create (must not "
+                   "exist, or be empty)")
+    c.add_argument("--name", help="the spec's name (default: the published name, else DIR's name)")
+    c.add_argument("--architecture", metavar="CLASS", help="the transformers class to import as, e.g. BertModel "
+                   "(with the pooler) or BertForMaskedLM (with the masked-LM head); default: config.json's "
+                   "architectures. Tensors of other heads are left out with a note")
+    c.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
+                   help="dtype of the written weights (default float32, whatever the checkpoint holds)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_export_options(c) -> None:
+    c.add_argument("--format", choices=["onnx", "hf"], default="onnx",
+                   help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
+                        "transformers loads with from_pretrained (specs that are exactly BERT or GPT-2)")

@@ -1,0 +1,10 @@
+"""Hugging Face checkpoints: ``import_checkpoint`` (directory -> spec + weights) and
+``export_checkpoint`` (spec + weights -> a directory transformers loads), one module per
+model family (``FAMILIES``; a new family is one module registered with ``@register``)."""
+
+from tfspec.interop.hf.export import export_checkpoint, fitting_family
+from tfspec.interop.hf.family import FAMILIES
+from tfspec.interop.hf.imports import SPEC_FILE, WEIGHTS_FILE, Imported, import_checkpoint
+
+__all__ = ["FAMILIES", "SPEC_FILE", "WEIGHTS_FILE", "Imported", "export_checkpoint", "fitting_family",
+           "import_checkpoint"]

@@ -1,0 +1,100 @@
+"""``tfspec export --format hf``: a spec and its weights as a directory transformers loads.
+
+A spec fits a family when importing the configuration the family writes for it gives the
+same spec back (up to the family's ``free`` fields: training settings and ids only tokenizers
+read). So an exported checkpoint computes what the spec computes, or it is not written: the
+refusal names each field where the spec and the family differ.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.checkpoint import CONFIG, staged_directory
+from tfspec.interop.hf.family import FAMILIES, Family, Source
+from tfspec.interop.hf.imports import WEIGHTS_FILE
+from tfspec.interop.hf.tensors import write_safetensors
+from tfspec.spec import Spec
+
+
+def fitting_family(spec: Spec) -> Family:
+    """The family whose transformers class computes exactly what ``spec`` does."""
+    reasons = []
+    for model_type in sorted(FAMILIES):
+        family = FAMILIES[model_type]()
+        reason = misfit(family, spec)
+        if reason is None:
+            return family
+        reasons.append(f"not {family.title}: {reason}")
+    raise TfspecError(f"{spec.name} fits no Hugging Face family tfspec exports; " + "; ".join(reasons))
+
+
+def misfit(family: Family, spec: Spec) -> str | None:
+    """Why ``spec`` is not ``family`` (the fields that differ), or None."""
+    if reason := family.structure(spec):
+        return reason
+    config = family.config(spec)
+    source = Source(config, "(exported config)", family.architecture_for(spec))
+    try:
+        rebuilt = Spec.model_validate({"name": spec.name, **family.spec_data(source)})
+    except ValidationError as e:
+        return f"its {family.title} configuration is not a valid spec ({e.errors()[0]['msg']})"
+    ours, theirs = _flat(spec, family.free), _flat(rebuilt, family.free)
+    differ = [key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)]
+    if not differ:
+        return None
+    return ", ".join(f"{key} is {_show(ours.get(key))} ({family.title}: {_show(theirs.get(key))})"
+                     for key in sorted(differ))
+
+
+def _flat(spec: Spec, free: tuple[str, ...]) -> dict[str, object]:
+    """The spec's computation-relevant fields as dotted keys (final_norm resolved)."""
+    data = spec.model_dump(mode="json", exclude={"name", "description", "extends", "reference"})
+    data["final_norm"] = spec.uses_final_norm
+    data["vocab"]["target_size"] = spec.vocab.tgt_size
+    flat: dict[str, object] = {}
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}{k}.", v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(f"{prefix}{i}.", v)
+        elif prefix[:-1] not in free:
+            flat[prefix[:-1]] = value
+
+    walk("", data)
+    return flat
+
+
+def _show(value) -> str:
+    return "unset" if value is None else json.dumps(value)
+
+
+def export_checkpoint(spec: Spec, weights: dict[str, np.ndarray], output: str | Path, dtype: str = "float32",
+                      extra_files: list[Path] = ()) -> tuple[str, list[str]]:
+    """Write ``config.json`` and ``model.safetensors`` (plus ``extra_files``, e.g. tokenizer
+    files) for ``spec`` with ``weights`` (IR names); return the architecture and file names."""
+    family = fitting_family(spec)
+    architecture = family.architecture_for(spec)
+    prefix = family.architectures[architecture]
+    tensors: dict[str, np.ndarray] = {}
+    for rule in family.rules(spec, architecture):
+        for name, value in rule.to_hf(weights[rule.ir]).items():
+            tensors[name if name.startswith(family.heads) else prefix + name] = value
+    config = family.config(spec) | {"dtype": dtype}
+    with staged_directory(Path(output)) as staging:
+        (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        write_safetensors(staging / WEIGHTS_FILE, {k: v.shape for k, v in tensors.items()}, dtype,
+                          tensors.items(), {"format": "pt", "tfspec.model": spec.name})
+        for path in extra_files:
+            shutil.copyfile(path, staging / path.name)
+        files = sorted(p.name for p in staging.iterdir())
+    return architecture, files

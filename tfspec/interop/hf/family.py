@@ -1,0 +1,204 @@
+"""What a model family module declares, and the checks every family shares.
+
+A family (``bert.py``, ``gpt2.py``; ``llama.py`` drops in the same way) is a class registered
+with ``@register``. It says which ``config.json`` fields it maps into the spec, which values
+of other fields it computes exactly (``required``: anything else is refused by name), which
+fields do not change the computation (``ignored``, each with its reason), and how its tensors
+are named (``rules``: one table used in both directions). A field on none of the lists is
+refused: a typo or a new transformers option must never be dropped silently. A family module
+registers itself when imported: ``imports.py`` imports each one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from tfspec.errors import TfspecError
+
+FAMILIES: dict[str, type[Family]] = {}
+
+COMMON_IGNORED = {
+    **dict.fromkeys(("transformers_version", "_name_or_path", "_commit_hash", "torch_dtype", "dtype",
+                     "model_type", "architectures"), "bookkeeping (architectures and model_type are read first)"),
+    **dict.fromkeys(("use_cache", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
+                     "use_bfloat16", "gradient_checkpointing", "chunk_size_feed_forward", "_attn_implementation",
+                     "attn_implementation", "output_past", "xla_device", "tie_encoder_decoder"),
+                    "how transformers runs the model (outputs, caching, memory), not what it computes"),
+    **dict.fromkeys(("id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "classifier_dropout",
+                     "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+                     "summary_first_dropout", "summary_last_dropout"), "classification heads tfspec does not import"),
+    **dict.fromkeys(("tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
+                     "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+                     "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+                     "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+                     "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+                     "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+                     "suppress_tokens", "begin_suppress_tokens"), "tokenizer and generation settings"),
+    "initializer_range": "initialisation of untrained weights",
+}
+"""PretrainedConfig's own fields that no family's computation reads, with the reason."""
+
+COMMON_REQUIRED = {"is_encoder_decoder": (False,), "pruned_heads": ({},), "quantization_config": (None,),
+                   "add_cross_attention": (False,), "cross_attention_hidden_size": (None,)}
+"""Fields whose other values would change the computation of every family imported so far."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a family maps into a spec: the configuration and what the checkpoint shows."""
+
+    config: dict
+    where: str
+    """The configuration's file, for messages."""
+    architecture: str
+    names: frozenset[str] | None = None
+    """Tensor names, the base model's prefix removed; None for a configuration alone."""
+    vocabulary: dict[str, int] = field(default_factory=dict)
+    """Token -> id from the tokenizer files (vocab.txt, vocab.json), to find special tokens."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One IR parameter and the checkpoint tensors it comes from.
+
+    ``copy``: the same matrix; ``transpose``: stored (in, out), as GPT-2's Conv1D; ``concat``:
+    the IR matrix is the checkpoint tensors stacked along rows (BERT's query, key and value
+    into ``w_qkv``)."""
+
+    ir: str
+    hf: tuple[str, ...]
+    layout: str = "copy"
+
+    def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+        if self.layout == "transpose":
+            return {self.hf[0]: tuple(reversed(shape))}
+        if self.layout == "concat":
+            return dict.fromkeys(self.hf, (shape[0] // len(self.hf), *shape[1:]))
+        return {self.hf[0]: tuple(shape)}
+
+    def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
+        if self.layout == "transpose":
+            return parts[0].T
+        return np.concatenate(parts) if self.layout == "concat" else parts[0]
+
+    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        if self.layout == "transpose":
+            return {self.hf[0]: value.T}
+        if self.layout == "concat":
+            return dict(zip(self.hf, np.split(value, len(self.hf))))
+        return {self.hf[0]: value}
+
+
+class Family:
+    """Base of the family modules: the lists below, and the four mappings."""
+
+    model_type: ClassVar[str]
+    title: ClassVar[str]
+    """How people write the name (GPT-2)."""
+    architectures: ClassVar[dict[str, str]]
+    """transformers class -> the prefix its checkpoints put before the base model's tensors."""
+    export_architecture: ClassVar[str]
+    mapped: ClassVar[tuple[str, ...]]
+    """Fields ``spec_data`` reads."""
+    required: ClassVar[dict[str, tuple]] = {}
+    """Field -> the values tfspec computes exactly (beyond ``COMMON_REQUIRED``)."""
+    ignored: ClassVar[dict[str, str]] = {}
+    """Field -> why it does not change the computation (beyond ``COMMON_IGNORED``)."""
+    free: ClassVar[tuple[str, ...]] = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing",
+                                       "vocab.unk_id", "vocab.mask_id")
+    """Spec fields (dotted) the exported model does not compute with (training settings, ids
+    only tokenizers read): a spec may set them as it likes and still fit the family."""
+
+    heads: ClassVar[tuple[str, ...]] = ()
+    """Name prefixes of tensors outside the base model (no architecture prefix before them)."""
+
+    def spec_data(self, source: Source) -> dict:
+        """The spec (as YAML-ready data) of a configuration and what its checkpoint holds."""
+        raise NotImplementedError
+
+    def rename(self, name: str) -> str:
+        """A tensor name as current transformers writes it (older checkpoints differ)."""
+        return name
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        """Every IR parameter of ``spec`` and its tensors in ``architecture``'s checkpoints."""
+        raise NotImplementedError
+
+    def dropped(self, architecture: str) -> dict[str, str]:
+        """Tensor name patterns (``fnmatch``) a checkpoint may hold that ``architecture`` does not
+        use -> why; such tensors are left out with a note, any other unused tensor is refused."""
+        return {}
+
+    def structure(self, spec) -> str | None:
+        """Why ``spec`` cannot be this family at all (checked before ``config``), or None."""
+        return None
+
+    def config(self, spec) -> dict:
+        """``config.json`` of ``spec`` for ``export_architecture(spec)``."""
+        raise NotImplementedError
+
+    def architecture_for(self, spec) -> str:
+        return self.export_architecture
+
+    def outputs(self, architecture: str) -> dict[str, str]:
+        """tfspec output port -> the output of ``architecture`` that must equal it."""
+        return {"logits": "logits"}
+
+
+def register(cls: type[Family]) -> type[Family]:
+    if cls.model_type in FAMILIES:
+        raise ValueError(f"family {cls.model_type!r} registered twice")
+    FAMILIES[cls.model_type] = cls
+    return cls
+
+
+def check_config(family: Family, config: dict, where: str) -> None:
+    """Refuse, by name, each field whose value tfspec would not compute exactly or does not know."""
+    required = COMMON_REQUIRED | family.required
+    known = set(family.mapped) | family.ignored.keys() | COMMON_IGNORED.keys()
+    for key, value in config.items():
+        if key in required and value not in required[key]:
+            allowed = " or ".join(json.dumps(v) for v in required[key])
+            raise TfspecError(f"{where}: {key}: {_show(value)} is not supported; tfspec imports {family.title} "
+                              f"with {key} {allowed}")
+        if key not in required and key not in known:
+            raise TfspecError(f"{where}: unknown field {key} ({_show(value)}) in a {family.model_type} config; tfspec "
+                              "cannot tell whether it changes the computation, so it does not import it")
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def number(config: dict, key: str, where: str, kind=int, default=None):
+    """``config[key]`` checked to be a number of ``kind`` (bool is not an int here)."""
+    value = config.get(key, default)
+    ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
+    if not ok or isinstance(value, bool):
+        raise TfspecError(f"{where}: {key} must be {'an integer' if kind is int else 'a number'}, got {_show(value)}")
+    return value
+
+
+ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
+               "silu": "silu", "swish": "silu"}
+"""transformers' activation names (``ACT2FN``) that are exactly one of tfspec's."""
+ACTIVATION_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "silu": "silu"}
+"""tfspec activation -> the name transformers configs use for it."""
+
+
+def activation(config: dict, key: str, where: str, default: str) -> str:
+    value = config.get(key, default)
+    if not isinstance(value, str) or value not in ACTIVATIONS:
+        raise TfspecError(f"{where}: {key}: {_show(value)} is not supported; tfspec computes "
+                          f"{', '.join(ACTIVATIONS)}")
+    return ACTIVATIONS[value]
+
+
+def norm_rules(ours: str, theirs: str) -> list[Rule]:
+    """A LayerNorm's scale and shift, named alike on both sides."""
+    return [Rule(f"{ours}.weight", (f"{theirs}.weight",)), Rule(f"{ours}.bias", (f"{theirs}.bias",))]
