@@ -131,7 +131,7 @@ def test_training_cost_of_base_is_below_the_papers_hardware_estimate():
 
 def test_layer_kind_without_formula_is_a_clear_error(monkeypatch):
     graph = build_graph(load_spec("tiny"))
-    def no_formula(self, s, dense=False, **extra):
+    def no_formula(self, s, dense=False):
         raise NotImplementedError
 
     monkeypatch.setattr(SUBLAYERS["ffn"], "flops", no_formula)

@@ -16,24 +16,10 @@ import numpy as np
 from onnx import TensorProto
 
 from tfspec.ir import Node
-from tfspec.ir.positions import rotary_frequencies
 from tfspec.layers.attention import block_plan
 
 from .builder import Index
 from .lowerings import lowering
-
-
-BLOCKED_UP_TO = 512
-"""Largest block width w the graphs compute banded kinds with. A graph serves every length, so
-a short input still pays for w x 3w scores per block: cheap for a radius of 64, but Mistral's
-4096-token window (w = 4095) would cost gigabytes on a ten-token input. Wider bands mask the
-n x n scores instead: quadratic, but those windows serve sequences shorter than the window."""
-
-
-def blocked(node: Node) -> bool:
-    """Whether the graphs compute ``node``'s attention in blocks (``_banded``)."""
-    band = node.layer.band()
-    return band is not None and block_plan(band)[0] <= BLOCKED_UP_TO
 
 
 def split_heads(b, x: str, heads: int, size: int) -> str:
@@ -42,69 +28,47 @@ def split_heads(b, x: str, heads: int, size: int) -> str:
 
 
 def project_kv(b, node: Node, memory: str) -> tuple[str, str]:
-    """Cross-attention keys and values of the encoder output: (B, kv, S, d_k), (B, kv, S, d_v)."""
+    """Cross-attention keys and values of the encoder output: (B, h, S, d_k), (B, h, S, d_v)."""
     a, p = node.attrs, node.params
-    kv, d_k, d_v = kv_heads(node), a["d_k"], a["d_v"]
-    k, v = b.op("Split", b.linear(memory, p["w_kv"], p.get("b_kv")), b.ints(kv * d_k, kv * d_v), axis=-1, outputs=2)
-    return split_heads(b, k, kv, d_k), split_heads(b, v, kv, d_v)
-
-
-def kv_heads(node: Node) -> int:
-    """Key/value heads of an attention node (grouped-query attention), its heads without."""
-    return node.attrs.get("kv_heads", node.attrs["heads"])
-
-
-def repeat_kv(b, x: str, heads: int, kv: int, flat: bool = False) -> str:
-    """Grouped-query attention: each of the kv key/value heads serves heads / kv query heads, so
-    (B, kv, L, d) becomes (B, h, L, d) (``flat``: (B, L, kv*d) becomes (B, L, h*d)) by
-    repeating each head in place, as Llama's ``repeat_kv``. States stay kv heads wide."""
-    groups = heads // kv
-    if groups == 1:
-        return x
-    if flat:
-        split = b.op("Reshape", x, b.ints(0, 0, kv, 1, -1))
-        return b.op("Reshape", b.op("Expand", split, b.ints(1, 1, 1, groups, 1)), b.ints(0, 0, -1))
-    grouped = b.op("Expand", b.op("Unsqueeze", x, b.ints(2)), b.ints(1, 1, groups, 1, 1))  # (B, kv, g, L, d)
-    return b.op("Reshape", grouped, b.op("Concat", b.op("Shape", x, start=0, end=1), b.ints(heads, -1),
-                                         b.op("Shape", x, start=3, end=4), axis=0))
+    h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
+    k, v = b.op("Split", b.linear(memory, p["w_kv"], p.get("b_kv")), b.ints(h * d_k, h * d_v), axis=-1, outputs=2)
+    return split_heads(b, k, h, d_k), split_heads(b, v, h, d_v)
 
 
 @lowering("attention")
 def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2)."""
     b, a, p = e.b, node.attrs, node.params
-    h, kv, d_k, d_v = a["heads"], kv_heads(node), a["d_k"], a["d_v"]
+    h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
     if node.layer.needs_memory:
         q = b.linear(x, p["w_q"], p.get("b_q"))
         if e.kind == "step":  # computed by the encoder graph
-            k = e.state(node, "key", ["batch", kv, "src_len", d_k], prefix="cross")
-            v = e.state(node, "value", ["batch", kv, "src_len", d_v], prefix="cross")
+            k = e.state(node, "key", ["batch", h, "src_len", d_k], prefix="cross")
+            v = e.state(node, "value", ["batch", h, "src_len", d_v], prefix="cross")
         else:
             k, v = project_kv(b, node, memory)
     else:
-        q, k, v = b.op("Split", b.linear(x, p["w_qkv"], p.get("b_qkv")), b.ints(h * d_k, kv * d_k, kv * d_v),
+        q, k, v = b.op("Split", b.linear(x, p["w_qkv"], p.get("b_qkv")), b.ints(h * d_k, h * d_k, h * d_v),
                        axis=-1, outputs=3)
         positions = a["positions"] or {}
         if positions.get("kind") == "rotary":
-            cos, sin = e.cached(("rotary", node.shape[1], d_k),
-                                lambda: _rotation(e, node.shape[1], q, d_k, positions))
-            q, k = _rotate(b, q, cos, sin, h, d_k), _rotate(b, k, cos, sin, kv, d_k)
-        if blocked(node) and e.kind != "step" and _plain(node):
-            k, v = (repeat_kv(b, t, h, kv, flat=True) for t in (k, v))
+            cos, sin = e.cached(("rotary", node.shape[1], d_k, positions["base"]),
+                                lambda: _rotation(e, node.shape[1], q, d_k, positions["base"]))
+            q, k = (_rotate(b, t, cos, sin, h, d_k) for t in (q, k))
+        if node.layer.band() is not None and e.kind != "step" and _plain(node):
             return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
-        k, v = split_heads(b, k, kv, d_k), split_heads(b, v, kv, d_v)
+        k, v = split_heads(b, k, h, d_k), split_heads(b, v, h, d_v)
         if e.carries(node):  # keys and values of earlier positions, then these
-            k = b.op("Concat", e.state(node, "key", ["batch", kv, "past_len", d_k]), k, axis=2)
-            v = b.op("Concat", e.state(node, "value", ["batch", kv, "past_len", d_v]), v, axis=2)
+            k = b.op("Concat", e.state(node, "key", ["batch", h, "past_len", d_k]), k, axis=2)
+            v = b.op("Concat", e.state(node, "value", ["batch", h, "past_len", d_v]), v, axis=2)
             band = node.layer.band()
             if band is None:
-                k = e.present(node, "key", k, ["batch", kv, "total_len", d_k])
-                v = e.present(node, "value", v, ["batch", kv, "total_len", d_v])
+                k = e.present(node, "key", k, ["batch", h, "total_len", d_k])
+                v = e.present(node, "value", v, ["batch", h, "total_len", d_v])
             else:  # a banded kind never looks further back than its band: pass on just that
                 for role, t, size in (("key", k, d_k), ("value", v, d_v)):
                     e.present(node, role, b.op("Slice", t, b.ints(-band[0]), b.ints(2**62), b.ints(2)),
-                              ["batch", kv, "kept_len", size])
-    k, v = repeat_kv(b, k, h, kv), repeat_kv(b, v, h, kv)  # (B, h, Lk, d)
+                              ["batch", h, "kept_len", size])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
     if _plain(node):
@@ -176,12 +140,12 @@ def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
     return y
 
 
-def _rotation(e, seq: str, x: str, d: int, positional: dict) -> tuple[str, str]:
+def _rotation(e, seq: str, x: str, d: int, base: float) -> tuple[str, str]:
     """cos and sin (L, 1, d/2) of the positions of ``x``'s L vectors, as ``rotation`` of the
     PyTorch backend (angles in fp32 even in fp16 graphs)."""
     b, half = e.b, d // 2
     positions = b.op("Cast", e.positions(seq, x), to=TensorProto.FLOAT)
-    frequencies = b.const(rotary_frequencies(d, positional).reshape(1, half), np.float32)
+    frequencies = b.const((base ** (-np.arange(half, dtype=np.float64) * 2 / d)).reshape(1, half), np.float32)
     angles = b.op("Unsqueeze", b.op("Mul", b.op("Unsqueeze", positions, b.ints(1)), frequencies), b.ints(1))
     return tuple(b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))
 

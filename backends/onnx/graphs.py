@@ -20,8 +20,8 @@ from onnx import TensorProto
 
 from tfspec.ir import Graph
 
-from . import attention, ffn, norms  # noqa: F401  (register their lowerings)
-from .attention import kv_heads, project_kv
+from . import attention  # noqa: F401  (registers the attention lowering)
+from .attention import project_kv
 from .builder import Builder, Index
 from .lowerings import LOWERINGS
 
@@ -71,7 +71,7 @@ class Emit:
             if attn is None:
                 self._offset = self.b.input("offset", [], TensorProto.INT64)
             else:
-                past = self.state(attn, "key", ["batch", kv_heads(attn), "past_len", attn.attrs["d_k"]])
+                past = self.state(attn, "key", ["batch", attn.attrs["heads"], "past_len", attn.attrs["d_k"]])
                 self._offset = self.b.shape_of(past, 2)
         return self._offset
 
@@ -146,7 +146,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                 b.scope = node.name
                 for role, value, size in zip(("key", "value"), project_kv(b, node, memory),
                                              (node.attrs["d_k"], node.attrs["d_v"])):
-                    b.output(f"cross.{node.name}.{role}", value, ["batch", kv_heads(node), "src_len", size])
+                    b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["heads"], "src_len", size])
     elif kind == "decoder":
         log_probs = b.op("Squeeze", b.op("LogSoftmax", env[ports["logits"]], axis=-1), b.ints(1))
         log_probs = b.output("log_probs", log_probs, ["batch", vocab])

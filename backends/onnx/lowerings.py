@@ -1,5 +1,4 @@
-"""ONNX lowerings of the IR ops without a module of their own (attention, norms and the
-position-wise layers are in ``attention.py``, ``norms.py`` and ``ffn.py``), one per op.
+"""ONNX lowerings of the IR ops other than attention (``attention.py``), one per op.
 
 A lowering is ``fn(e, node, *inputs) -> output name`` where ``e`` is the graph being emitted
 (``graphs.Emit``): its builder ``e.b``, the graph kind (``full``, ``encoder`` or ``step``),
@@ -8,14 +7,13 @@ padding masks, positions and, in step graphs, the state each layer carries betwe
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
 
 from tfspec.ir import Node
 from tfspec.ir.positions import sinusoids
-
-from .activations import activation
 
 LOWERINGS: dict[str, Callable] = {}
 
@@ -111,6 +109,11 @@ def act_state(e, node: Node, packed: str) -> str:
     return e.b.op("Slice", packed, e.b.ints(0), e.b.ints(node.shape[-1]), e.b.ints(2))
 
 
+@lowering("dense")
+def dense(e, node: Node, x: str) -> str:
+    return activation(e.b, e.b.linear(x, node.params["weight"], node.params["bias"]), node.attrs["activation"])
+
+
 @lowering("dropout")
 def dropout(e, node: Node, x: str) -> str:
     return x  # inference graphs
@@ -119,6 +122,38 @@ def dropout(e, node: Node, x: str) -> str:
 @lowering("add")
 def add(e, node: Node, x: str, y: str) -> str:
     return e.b.op("Add", x, y)
+
+
+@lowering("layer_norm")
+def layer_norm(e, node: Node, x: str) -> str:
+    p = node.params
+    return e.b.op("LayerNormalization", x, e.b.param(p["weight"]), e.b.param(p["bias"]), axis=-1,
+                  epsilon=node.attrs["eps"])
+
+
+def activation(b, x: str, kind: str) -> str:
+    """relu, gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
+    if kind == "relu":
+        return b.op("Relu", x)
+    if kind == "silu":
+        return b.op("Mul", x, b.op("Sigmoid", x))
+    if b.opset >= 20:
+        return b.op("Gelu", x, approximate="tanh" if kind == "gelu_tanh" else None)
+    if kind == "gelu":  # x/2 (1 + erf(x / sqrt 2))
+        inner = b.op("Erf", b.op("Mul", x, b.const(1 / math.sqrt(2))))
+    else:  # x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        cube = b.op("Mul", b.op("Mul", x, x), x)
+        inner = b.op("Tanh", b.op("Mul", b.op("Add", x, b.op("Mul", cube, b.const(0.044715))),
+                                  b.const(math.sqrt(2 / math.pi))))
+    return b.op("Mul", b.op("Mul", x, b.const(0.5)), b.op("Add", inner, b.const(1.0)))
+
+
+@lowering("ffn")
+def ffn(e, node: Node, x: str) -> str:
+    """act(x W1 + b1) W2 + b2 (eq. 2)."""
+    p = node.params
+    h = activation(e.b, e.b.linear(x, p["w_1"], p.get("b_1")), node.attrs["activation"])
+    return e.b.linear(h, p["w_2"], p.get("b_2"))
 
 
 @lowering("projection")

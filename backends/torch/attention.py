@@ -14,7 +14,6 @@ import math
 import torch
 import torch.nn.functional as F
 
-from tfspec.ir.positions import rotary_frequencies
 from tfspec.layers.attention import block_plan, use_blocks
 
 from .registry import OpModule, lowering
@@ -28,7 +27,6 @@ class MultiHeadAttention(OpModule):
         super().__init__(node, graph)
         a = node.attrs
         self.h, self.d_k, self.d_v, self.p = a["heads"], a["d_k"], a["d_v"], a["dropout"]
-        self.kv = a.get("kv_heads", self.h)
         self.layer, self.q_seq, self.kv_seq = node.layer, node.shape[1], a["kv_seq"]
         self.score, self.positions = a["score"], a["positions"] or {}
         self.relative = self.positions.get("kind") == "relative"
@@ -36,23 +34,22 @@ class MultiHeadAttention(OpModule):
         """Fused kernels apply: dot-product scores with nothing added to them."""
 
     def forward(self, ctx, x, memory=None):
-        h, kv, d_k, d_v = self.h, self.kv, self.d_k, self.d_v
+        h, d_k, d_v = self.h, self.d_k, self.d_v
         B, Lq = x.shape[:2]
         cache = ctx.state.cache if ctx.state is not None else None
         dropout = self.p if ctx.training else 0.0
         if memory is None:
-            q, k, v = F.linear(x, self.w_qkv, getattr(self, "b_qkv", None)).split([h * d_k, kv * d_k, kv * d_v], -1)
-            q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, kv, d_k), v.view(B, Lq, kv, d_v)
+            q, k, v = F.linear(x, self.w_qkv, getattr(self, "b_qkv", None)).split([h * d_k, h * d_k, h * d_v], -1)
+            q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, h, d_k), v.view(B, Lq, h, d_v)
             if self.positions.get("kind") == "rotary":  # one rotation table per call, for every layer
-                offset = ctx.state.offset if ctx.state is not None else 0
-                cos, sin = ctx.cached(("rotary", offset, Lq, d_k),
-                                      lambda: rotation(offset, Lq, d_k, self.positions, x.device, x.dtype))
+                offset, base = ctx.state.offset if ctx.state is not None else 0, self.positions["base"]
+                cos, sin = ctx.cached(("rotary", offset, Lq, d_k, base),
+                                      lambda: rotation(offset, Lq, d_k, base, x.device, x.dtype))
                 q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             if cache is None and self.plain:
-                k, v = repeat_kv(k, h, 2), repeat_kv(v, h, 2)
                 return F.linear(self_attention(ctx, self.layer, self.q_seq, q, k, v, dropout), self.w_o,
                                 getattr(self, "b_o", None))
-            k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, kv, Lq, d)
+            k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, h, Lq, d)
             if cache is not None:  # keys and values of earlier positions, then these
                 if self.node_name in cache:
                     past_k, past_v = cache[self.node_name]
@@ -66,14 +63,13 @@ class MultiHeadAttention(OpModule):
             if cache is not None and self.node_name in cache:  # the source's, computed at the first step
                 k, v = cache[self.node_name]
             else:
-                k, v = F.linear(memory, self.w_kv, getattr(self, "b_kv", None)).split([kv * d_k, kv * d_v], -1)
-                k = k.view(B, -1, kv, d_k).transpose(1, 2)  # (B, kv, Lk, d_k)
-                v = v.view(B, -1, kv, d_v).transpose(1, 2)  # (B, kv, Lk, d_v)
+                k, v = F.linear(memory, self.w_kv, getattr(self, "b_kv", None)).split([h * d_k, h * d_v], -1)
+                k = k.view(B, -1, h, d_k).transpose(1, 2)  # (B, h, Lk, d_k)
+                v = v.view(B, -1, h, d_v).transpose(1, 2)  # (B, h, Lk, d_v)
                 if cache is not None:
                     cache[self.node_name] = k, v
                     ctx.state.cross.add(self.node_name)
         Lk = k.shape[2]
-        k, v = repeat_kv(k, h, 1), repeat_kv(v, h, 1)  # caches keep kv heads; attention sees h
         q = q.view(B, Lq, h, d_k).transpose(1, 2)  # (B, h, Lq, d_k)
         mask, causal = ctx.attention_mask(self.layer, self.q_seq, self.kv_seq, Lq, Lk, x.device)
         if self.plain:
@@ -108,18 +104,10 @@ class MultiHeadAttention(OpModule):
         return y
 
 
-def repeat_kv(x: torch.Tensor, heads: int, dim: int) -> torch.Tensor:
-    """Grouped-query attention: key/value head j serves query heads j*g .. (j+1)*g - 1, so each
-    is repeated g = heads / kv_heads times along ``dim`` (as Llama's ``repeat_kv``)."""
-    groups = heads // x.shape[dim]
-    return x if groups == 1 else x.repeat_interleave(groups, dim=dim)
-
-
-def rotation(offset: int, length: int, d: int, positional: dict, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotation(offset: int, length: int, d: int, base: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (L, 1, d/2) of rotary position embedding (Su et al. 2021) at positions
-    offset..offset+L-1: pair i turns by position x its frequency (``rotary_frequencies``:
-    base^(-2i/d), or Llama 3's rescaling), computed in float64."""
-    frequencies = torch.from_numpy(rotary_frequencies(d, positional)).to(device)
+    offset..offset+L-1: pair i turns by position x base^(-2i/d), computed in float64."""
+    frequencies = base ** (-torch.arange(d // 2, dtype=torch.float64, device=device) * 2 / d)
     angles = torch.arange(offset, offset + length, dtype=torch.float64, device=device)[:, None] * frequencies
     return tuple(t.to(dtype)[:, None, :] for t in (angles.cos(), angles.sin()))
 
@@ -132,7 +120,7 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 def rotary(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
     """(B, L, h, d) queries or keys at positions offset..offset+L-1, rotated."""
-    return rotate(x, *rotation(offset, x.shape[1], x.shape[-1], {"base": base}, x.device, x.dtype))
+    return rotate(x, *rotation(offset, x.shape[1], x.shape[-1], base, x.device, x.dtype))
 
 
 def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tensor:

@@ -1,8 +1,8 @@
-"""PyTorch lowerings of the IR ops without a module of their own: embeddings, positions,
-recurrent and convolutional layers, the Universal Transformer's steps, the output projection
-(attention, norms and the feed-forward layers are in ``attention.py``, ``norms.py``, ``ffn.py``)."""
+"""PyTorch lowerings of the IR ops other than attention (see ``attention.py``)."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -11,9 +11,9 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from tfspec.errors import TfspecError
 from tfspec.ir.positions import sinusoids
-
-from .ffn import ACTIVATIONS
 from .registry import OpModule, lowering
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
 
 
 @lowering("embedding")
@@ -140,6 +140,43 @@ def dropout(node, graph):
 @lowering("add")
 def add(node, graph):
     return lambda ctx, x, y: x + y
+
+
+@lowering("layer_norm")
+class LayerNorm(OpModule):
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.shape, self.eps = node.shape[-1:], node.attrs["eps"]
+
+    def forward(self, ctx, x):
+        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+
+
+@lowering("ffn")
+class FeedForward(OpModule):
+    """act(x W1 + b1) W2 + b2 (eq. 2)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.act, self.p = ACTIVATIONS[node.attrs["activation"]], node.attrs["dropout"]
+
+    def forward(self, ctx, x):
+        h = self.act(F.linear(x, self.w_1, getattr(self, "b_1", None)))
+        if ctx.training and self.p > 0:
+            h = F.dropout(h, self.p, True)
+        return F.linear(h, self.w_2, getattr(self, "b_2", None))
+
+
+@lowering("dense")
+class Dense(OpModule):
+    """act(x W^T + b) (BERT's masked-LM head transform)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.act = ACTIVATIONS[node.attrs["activation"]]
+
+    def forward(self, ctx, x):
+        return self.act(F.linear(x, self.weight, self.bias))
 
 
 @lowering("projection")

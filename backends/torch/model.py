@@ -19,7 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.ir import Graph, build_graph
 from tfspec.spec import Spec
 
-from . import attention, ffn, layers, norms  # noqa: F401  (register lowerings)
+from . import attention, layers  # noqa: F401  (register lowerings)
 from .registry import LOWERINGS
 
 

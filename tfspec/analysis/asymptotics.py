@@ -25,7 +25,7 @@ SUPERSCRIPTS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 def leading_monomials(expr: sympy.Expr, s) -> list[dict[str, int]]:
     """The asymptotically dominant monomials of ``expr`` as n grows, coefficients dropped."""
-    expr = expr.xreplace({s.d_k: s.d / s.h, s.d_v: s.d / s.h, s.m: s.n, s.h_kv: s.h})
+    expr = expr.xreplace({s.d_k: s.d / s.h, s.d_v: s.d / s.h, s.m: s.n})
     # min(r, n - 1) and the like: as n grows, the bound that does not involve n is the one that holds.
     expr = expr.replace(lambda e: isinstance(e, sympy.Min),
                         lambda e: next((a for a in e.args if not a.has(s.n)), e))

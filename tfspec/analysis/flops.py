@@ -34,7 +34,6 @@ class Symbols:
     m: sympy.Symbol  # memory length: keys of cross-attention
     d: sympy.Symbol  # d_model
     h: sympy.Symbol
-    h_kv: sympy.Symbol  # key/value heads (grouped-query attention; h without it)
     d_k: sympy.Symbol
     d_v: sympy.Symbol
     d_ff: sympy.Symbol
@@ -43,15 +42,14 @@ class Symbols:
     V: sympy.Symbol  # vocabulary of the pre-softmax projection
 
 
-SYMBOLS = Symbols(*sympy.symbols("n m d h h_kv d_k d_v d_ff k r V", positive=True, integer=True))
+SYMBOLS = Symbols(*sympy.symbols("n m d h d_k d_v d_ff k r V", positive=True, integer=True))
 FORWARD_BACKWARD = 3
 
 
 def layer_values(spec, layer=None) -> dict:
     """Symbol -> value for ``spec``'s sizes, overridden by the layer's own (kernel, r, d_ff)."""
     s = SYMBOLS
-    values = {s.d: spec.d_model, s.h: spec.heads, s.h_kv: spec.kv, s.d_k: spec.d_k, s.d_v: spec.d_v,
-              s.d_ff: spec.d_ff}
+    values = {s.d: spec.d_model, s.h: spec.heads, s.d_k: spec.d_k, s.d_v: spec.d_v, s.d_ff: spec.d_ff}
     for symbol, field in getattr(layer, "symbols", {}).items():
         if getattr(layer, field) is not None:
             values[getattr(s, symbol)] = getattr(layer, field)
@@ -63,8 +61,6 @@ def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
     if node.layer is not None:
         positions = node.attrs.get("positions") or {}
         extra = {"relative": 2 * positions["max_distance"] + 1} if positions.get("kind") == "relative" else {}
-        if node.op == "ffn":  # the gated form as the spec resolved it
-            extra = {"gated": node.attrs["gated"]}
         try:
             return node.layer.flops(SYMBOLS, dense, **extra)
         except NotImplementedError:

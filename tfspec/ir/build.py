@@ -49,9 +49,6 @@ class LayerBuilder:
 
     def norm(self, name: str, x: str) -> str:
         d = self.spec.d_model
-        if self.spec.norm_type == "rms":
-            return self.op(name, "rms_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
-                           params={"weight": ((d,), "ones")})
         return self.op(name, "layer_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
                        params={"weight": ((d,), "ones"), "bias": ((d,), "zeros")})
 

@@ -66,9 +66,9 @@ class Attention(Sublayer):
         n, d, h, d_k, d_v = s.n, s.d, s.h, s.d_k, s.d_v
         pairs = self.computed_pairs(s) if dense else self.pairs(s)
         if self.needs_memory:
-            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * s.m * d * s.h_kv * (d_k + d_v)}
+            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * s.m * d * h * (d_k + d_v)}
         else:
-            terms = {"qkv": 2 * n * d * (h * d_k + s.h_kv * (d_k + d_v))}
+            terms = {"qkv": 2 * n * d * h * (2 * d_k + d_v)}
         # Q K^T (pairs x d_k per head; additive scores w·tanh(q + k) cost the same products),
         # then the weighted sum of values (pairs x d_v per head).
         terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
@@ -78,18 +78,16 @@ class Attention(Sublayer):
 
     def lower(self, b, name, x):
         s = b.spec
-        h, kv, d_k, d_v, d = s.heads, s.kv, s.d_k, s.d_v, s.d_model
-        biased = s.biased("qkv")
+        h, d_k, d_v, d = s.heads, s.d_k, s.d_v, s.d_model
         if self.needs_memory:
             # Queries from the decoder, keys and values from the encoder output (§3.2.3).
-            params = linear("q", h * d_k, d, biased) | linear("kv", kv * (d_k + d_v), d, biased)
+            params = linear("q", h * d_k, d, s.bias) | linear("kv", h * (d_k + d_v), d, s.bias)
             inputs = [x, b.memory]
         else:
-            # Q, K and V projections fused into one matrix: one GEMM instead of three. With
-            # grouped-query attention the keys and values have kv_heads heads.
-            params = linear("qkv", h * d_k + kv * (d_k + d_v), d, biased)
+            # Q, K and V projections fused into one matrix: one GEMM instead of three.
+            params = linear("qkv", h * (2 * d_k + d_v), d, s.bias)
             inputs = [x]
-        params |= linear("o", d, h * d_v, s.biased("attn_out"))
+        params |= linear("o", d, h * d_v, s.bias)
         if self.score == "additive":
             params["w_score"] = ((h, d_k), "xavier_uniform")
         positions = s.positional if s.positional.in_attention and not self.needs_memory else None
@@ -97,7 +95,7 @@ class Attention(Sublayer):
             # One table of clipped distances for keys and one for values, shared by the heads.
             rows = 2 * positions.max_distance + 1
             params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
-        attrs = {"kind": self.kind, "heads": h, "kv_heads": kv, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
+        attrs = {"kind": self.kind, "heads": h, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
                  "positions": None if positions is None else positions.model_dump()}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=self)

@@ -64,36 +64,15 @@ class Vocab(SpecModel):
             if value >= min(self.size, self.tgt_size):
                 raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
         # Padding is found by id, so it needs its own, except in GPT-2's convention of one token
-        # (<|endoftext|>) for everything; bos, eos and unk may share one, and a vocabulary without
-        # a padding token (Llama's) pads with unk.
-        if self.pad_id in (self.bos_id, self.eos_id) and len(set(ids.values())) > 1:
-            raise field_error("pad_id", f"pad_id must differ from bos_id and eos_id (or all four be one "
+        # (<|endoftext|>) for everything; bos, eos and unk may share one.
+        if self.pad_id in (self.bos_id, self.eos_id, self.unk_id) and len(set(ids.values())) > 1:
+            raise field_error("pad_id", f"pad_id must differ from the other special ids (or all four be one "
                               f"token, as GPT-2's <|endoftext|>), got {ids}")
         return self
 
     @property
     def tgt_size(self) -> int:
         return self.target_size or self.size
-
-
-class RotaryScaling(SpecModel):
-    """Rescaled rotary frequencies for contexts longer than training's (Llama 3.1)."""
-
-    type: Literal["llama3"]
-    """llama3: wavelengths beyond original_max_len / low_freq_factor are stretched by factor,
-    those below original_max_len / high_freq_factor kept, the band between interpolated."""
-    factor: float = Field(gt=0, le=1e4)
-    low_freq_factor: float = Field(gt=0, le=1e4)
-    high_freq_factor: float = Field(gt=0, le=1e4)
-    original_max_len: Positions
-    """The context length the frequencies were trained for."""
-
-    @model_validator(mode="after")
-    def _ordered(self) -> RotaryScaling:
-        if self.high_freq_factor <= self.low_freq_factor:
-            raise field_error("high_freq_factor", f"high_freq_factor ({self.high_freq_factor}) must exceed "
-                              f"low_freq_factor ({self.low_freq_factor})")
-        return self
 
 
 class Positional(SpecModel):
@@ -110,8 +89,6 @@ class Positional(SpecModel):
     """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
     base: RotaryBase = 10000.0
     """rotary: the wavelength base of the rotation frequencies."""
-    scaling: RotaryScaling | None = None
-    """rotary: rescaled frequencies for long contexts (Llama 3.1's ``rope_scaling``)."""
 
     @property
     def in_attention(self) -> bool:
@@ -231,9 +208,6 @@ class Spec(SpecModel):
     """Width of every residual stream (d_model)."""
     heads: Heads = 8
     """Attention heads h."""
-    kv_heads: Heads | None = None
-    """Key/value heads: each serves heads / kv_heads query heads (grouped-query attention,
-    Ainslie et al. 2023; 1 is multi-query attention). Smaller KV caches; default: heads."""
     d_k: Width | None = None
     """Query/key width per head; defaults to d_model / heads."""
     d_v: Width | None = None
@@ -253,9 +227,6 @@ class Spec(SpecModel):
     norm: Literal["post", "pre"] = "post"
     """post: LayerNorm(x + Sublayer(x)) as in the paper; pre: x + Sublayer(LayerNorm(x))."""
     norm_eps: Epsilon = 1e-5
-    norm_type: Literal["layer", "rms"] = "layer"
-    """layer: LayerNorm (Ba et al. 2016, the paper); rms: RMSNorm (Zhang & Sennrich 2019), a
-    learned scale over x / rms(x), no centring and no bias (T5, Llama)."""
     final_norm: bool | None = None
     """LayerNorm after each stack's last layer; defaults to true for pre-norm, false for post."""
     tie_embeddings: Literal["none", "output", "all"] = "output"
@@ -275,16 +246,6 @@ class Spec(SpecModel):
     """tanh(W x_1 + b) of the encoder's first position (BERT's [CLS] pooler): output ``pooled``."""
     bias: bool = True
     """Biases in attention, feed-forward, recurrent and convolution layers."""
-    qkv_bias: bool | None = None
-    """Biases on the query, key and value projections; default: bias (Qwen2: true, with
-    attn_out_bias and ffn_bias false)."""
-    attn_out_bias: bool | None = None
-    """Bias on attention's output projection W^O; default: bias."""
-    ffn_bias: bool | None = None
-    """Biases in the feed-forward layers; default: bias."""
-    gated_ffn: bool = False
-    """Feed-forward layers are gated: act(x W_1) * (x W_3), then W_2 (Shazeer 2020: SwiGLU with
-    activation silu, GeGLU with gelu); ``ffn`` entries may override it with ``gated``."""
     output_bias: bool = False
     """Bias on the pre-softmax projection."""
     encoder: Stack | None = None
@@ -316,9 +277,6 @@ class Spec(SpecModel):
         if self.tie_embeddings == "all" and (self.family != "encoder-decoder" or not self.vocab.shared):
             raise field_error("tie_embeddings", "tie_embeddings 'all' ties the source embedding too: it needs "
                               "family encoder-decoder and vocab.shared true; use 'output' instead")
-        if self.kv_heads is not None and self.heads % self.kv_heads:
-            raise field_error("kv_heads", f"each key/value head serves a whole group of query heads: kv_heads "
-                              f"({self.kv_heads}) must divide heads ({self.heads})")
         if self.positional.kind == "rotary" and self.d_k % 2:
             raise field_error("positional", f"rotary positions rotate pairs of query/key features: d_k "
                               f"({self.d_k}) must be even")
@@ -357,16 +315,6 @@ class Spec(SpecModel):
     @property
     def stacks(self) -> list[tuple[str, Stack]]:
         return [(n, s) for n, s in (("encoder", self.encoder), ("decoder", self.decoder)) if s is not None]
-
-    @property
-    def kv(self) -> int:
-        """Key/value heads (grouped-query attention), heads unless set."""
-        return self.kv_heads or self.heads
-
-    def biased(self, part: str) -> bool:
-        """Whether projections of ``part`` (qkv, attn_out, ffn) carry biases."""
-        own = getattr(self, f"{part}_bias")
-        return self.bias if own is None else own
 
     @property
     def uses_final_norm(self) -> bool:
