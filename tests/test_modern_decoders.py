@@ -29,7 +29,7 @@ LLAMA_SPEC = {"family": "decoder-only", "vocab": {"size": VOCAB, "pad_id": 0, "u
 HF_COMMON = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
              "num_attention_heads": 4, "max_position_embeddings": 64, "bos_token_id": 1, "eos_token_id": 2}
 LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
 
 # name: (transformers class, its config, the spec's fields beyond LLAMA_SPEC)
 MODELS = {
@@ -37,7 +37,7 @@ MODELS = {
         "LlamaForCausalLM", transformers.LlamaConfig(**HF_COMMON, num_key_value_heads=2, rms_norm_eps=1e-5,
                                                      rope_parameters=LLAMA3_ROPE),
         {"positional": {"kind": "rotary", "base": 500000.0, "max_len": 64, "scaling": {
-            "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}}}),
+            "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 32}}}),
     "mistral-mqa-sliding-window": (
         "MistralForCausalLM", transformers.MistralConfig(**HF_COMMON, num_key_value_heads=1, sliding_window=WINDOW,
                                                          rms_norm_eps=1e-5),
