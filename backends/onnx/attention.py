@@ -86,7 +86,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
 
 def _bias(b, node: Node, role: str) -> str | None:
     """The bias of the fused projection ``role`` (``fused_bias``): the parameter, or the parts'
-    biases and zeros concatenated into one constant."""
+    biases and zeros concatenated into one constant; an initializer name either way, which
+    ``Builder.linear`` takes as it takes a parameter's."""
     pieces = fused_bias(node.params, role, node.attrs)
     if pieces is None:
         return None
@@ -96,16 +97,14 @@ def _bias(b, node: Node, role: str) -> str | None:
                                    for name, rows in pieces]))
 
 
-def repeat_heads(b, t: str, heads: int, kv_heads: int, size: int, axis: int = 1) -> str:
-    """(B, g, L, d) keys or values (heads on ``axis`` 1; 2 for (B, L, g, d)) with each of the
-    g heads repeated for the heads / g query heads it serves: query head i reads key/value head
-    i // (heads / g), as the PyTorch backend's ``repeat_heads``."""
+def repeat_heads(b, t: str, heads: int, kv_heads: int, size: int) -> str:
+    """(N, g, L, d) keys or values -> (N, h, L, d), each of the g heads repeated for the h / g
+    query heads it serves: query head i reads key/value head i // (h / g), as the PyTorch
+    backend's ``repeat_heads``."""
     if heads == kv_heads:
         return t
-    times = [1] * 5
-    times[axis + 1] = heads // kv_heads
-    expanded = b.op("Expand", b.op("Unsqueeze", t, b.ints(axis + 1)), b.ints(*times))
-    return b.op("Reshape", expanded, b.ints(0, heads, -1, size) if axis == 1 else b.ints(0, 0, heads, size))
+    expanded = b.op("Expand", b.op("Unsqueeze", t, b.ints(2)), b.ints(1, 1, heads // kv_heads, 1, 1))
+    return b.op("Reshape", expanded, b.ints(0, heads, -1, size))
 
 
 def _attend(b, q: str, k: str, v: str, mask: str | None, node: Node) -> str:

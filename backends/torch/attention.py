@@ -3,9 +3,9 @@
 Kinds differ only in which keys a query may see (``Attention.visible`` in tfspec.layers), so
 one module serves all: fused QKV projection (keys and values of g <= h heads, each serving
 h/g query heads, cached as g), ``scaled_dot_product_attention`` with the kind's mask combined
-with key padding, and W^O. Kinds with a ``band`` (restricted attention)
-run block by block over long sequences: each block of w queries against the keys of its
-neighbouring blocks, so time and memory grow as n * w, not n^2.
+with key padding, and W^O. Kinds with a ``band`` (restricted attention) run block by block
+over long sequences: each block of w queries against the keys of its neighbouring blocks, so
+time and memory grow as n * w, not n^2.
 """
 
 from __future__ import annotations

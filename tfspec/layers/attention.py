@@ -10,8 +10,9 @@ keys and values of decoding; the attention itself still runs over h heads.
 
 Cost (matmul FLOPs, 2 per multiply-add): the Q/K/V and output projections,
 2*n*d*(h*d_k + g*(d_k + d_v)) + 2*n*h*d_v*d, are position-wise; the attention itself costs
-2*h*(d_k + d_v) per visible query-key pair. Table 1 counts only the latter, O(n^2 * d) for full attention, which is how
-§4 can compare it with a recurrent layer's n*d^2 and find attention cheaper when n < d.
+2*h*(d_k + d_v) per visible query-key pair. Table 1 counts only the latter, O(n^2 * d) for
+full attention, which is how §4 can compare it with a recurrent layer's n*d^2 and find
+attention cheaper when n < d.
 """
 
 from __future__ import annotations
