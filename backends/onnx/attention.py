@@ -16,7 +16,8 @@ import numpy as np
 from onnx import TensorProto
 
 from tfspec.ir import Node
-from tfspec.layers.attention import block_plan
+from tfspec.ir.positions import rotary_frequencies
+from tfspec.layers.attention import block_plan, fused_bias
 
 from .builder import Index
 from .lowerings import lowering
@@ -28,65 +29,96 @@ def split_heads(b, x: str, heads: int, size: int) -> str:
 
 
 def project_kv(b, node: Node, memory: str) -> tuple[str, str]:
-    """Cross-attention keys and values of the encoder output: (B, h, S, d_k), (B, h, S, d_v)."""
+    """Cross-attention keys and values of the encoder output: (B, g, S, d_k), (B, g, S, d_v)."""
     a, p = node.attrs, node.params
-    h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
-    k, v = b.op("Split", b.linear(memory, p["w_kv"], p.get("b_kv")), b.ints(h * d_k, h * d_v), axis=-1, outputs=2)
-    return split_heads(b, k, h, d_k), split_heads(b, v, h, d_v)
+    g, d_k, d_v = a["kv_heads"], a["d_k"], a["d_v"]
+    k, v = b.op("Split", b.linear(memory, p["w_kv"], _bias(b, node, "kv")), b.ints(g * d_k, g * d_v), axis=-1,
+                outputs=2)
+    return split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
 
 
 @lowering("attention")
 def attention(e, node: Node, x: str, memory: str | None = None) -> str:
-    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2)."""
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2); keys and values have g heads
+    (carried between steps as g), each serving h/g query heads."""
     b, a, p = e.b, node.attrs, node.params
-    h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
+    h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
     if node.layer.needs_memory:
         q = b.linear(x, p["w_q"], p.get("b_q"))
         if e.kind == "step":  # computed by the encoder graph
-            k = e.state(node, "key", ["batch", h, "src_len", d_k], prefix="cross")
-            v = e.state(node, "value", ["batch", h, "src_len", d_v], prefix="cross")
+            k = e.state(node, "key", ["batch", g, "src_len", d_k], prefix="cross")
+            v = e.state(node, "value", ["batch", g, "src_len", d_v], prefix="cross")
         else:
             k, v = project_kv(b, node, memory)
     else:
-        q, k, v = b.op("Split", b.linear(x, p["w_qkv"], p.get("b_qkv")), b.ints(h * d_k, h * d_k, h * d_v),
+        q, k, v = b.op("Split", b.linear(x, p["w_qkv"], _bias(b, node, "qkv")), b.ints(h * d_k, g * d_k, g * d_v),
                        axis=-1, outputs=3)
         positions = a["positions"] or {}
         if positions.get("kind") == "rotary":
-            cos, sin = e.cached(("rotary", node.shape[1], d_k, positions["base"]),
-                                lambda: _rotation(e, node.shape[1], q, d_k, positions["base"]))
-            q, k = (_rotate(b, t, cos, sin, h, d_k) for t in (q, k))
+            frequencies = rotary_frequencies(d_k, positions)
+            cos, sin = e.cached(("rotary", node.shape[1], frequencies.tobytes()),
+                                lambda: _rotation(e, node.shape[1], q, frequencies))
+            q, k = (_rotate(b, t, cos, sin, heads, d_k, 2 * len(frequencies)) for t, heads in ((q, h), (k, g)))
         if node.layer.band() is not None and e.kind != "step" and _plain(node):
             return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
-        k, v = split_heads(b, k, h, d_k), split_heads(b, v, h, d_v)
+        k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
         if e.carries(node):  # keys and values of earlier positions, then these
-            k = b.op("Concat", e.state(node, "key", ["batch", h, "past_len", d_k]), k, axis=2)
-            v = b.op("Concat", e.state(node, "value", ["batch", h, "past_len", d_v]), v, axis=2)
+            k = b.op("Concat", e.state(node, "key", ["batch", g, "past_len", d_k]), k, axis=2)
+            v = b.op("Concat", e.state(node, "value", ["batch", g, "past_len", d_v]), v, axis=2)
             band = node.layer.band()
             if band is None:
-                k = e.present(node, "key", k, ["batch", h, "total_len", d_k])
-                v = e.present(node, "value", v, ["batch", h, "total_len", d_v])
+                k = e.present(node, "key", k, ["batch", g, "total_len", d_k])
+                v = e.present(node, "value", v, ["batch", g, "total_len", d_v])
             else:  # a banded kind never looks further back than its band: pass on just that
                 for role, t, size in (("key", k, d_k), ("value", v, d_v)):
                     e.present(node, role, b.op("Slice", t, b.ints(-band[0]), b.ints(2**62), b.ints(2)),
-                              ["batch", h, "kept_len", size])
+                              ["batch", g, "kept_len", size])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
     if _plain(node):
-        y = _attend(b, q, k, v, mask, d_k)  # (B, h, Lq, d_v)
+        y = _attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
     else:
+        k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, d_v)
         y = _explicit(b, node, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(0, 0, h * d_v))
     return b.linear(y, p["w_o"], p.get("b_o"))
 
 
-def _attend(b, q: str, k: str, v: str, mask: str | None, d_k: int) -> str:
-    """softmax(Q K^T / sqrt(d_k) + mask) V on (N, h, L, d) tensors: fused at opset 23."""
+def _bias(b, node: Node, role: str) -> str | None:
+    """The bias of the fused projection ``role`` (``fused_bias``): the parameter, or the parts'
+    biases and zeros concatenated into one constant; an initializer name either way, which
+    ``Builder.linear`` takes as it takes a parameter's."""
+    pieces = fused_bias(node.params, role, node.attrs)
+    if pieces is None:
+        return None
+    if len(pieces) == 1:
+        return node.params[pieces[0][0]]
+    return b.const(np.concatenate([b.weights[node.params[name]] if name else np.zeros(rows, np.float32)
+                                   for name, rows in pieces]))
+
+
+def repeat_heads(b, t: str, heads: int, kv_heads: int, size: int) -> str:
+    """(N, g, L, d) keys or values -> (N, h, L, d), each of the g heads repeated for the h / g
+    query heads it serves: query head i reads key/value head i // (h / g), as the PyTorch
+    backend's ``repeat_heads``."""
+    if heads == kv_heads:
+        return t
+    expanded = b.op("Expand", b.op("Unsqueeze", t, b.ints(2)), b.ints(1, 1, heads // kv_heads, 1, 1))
+    return b.op("Reshape", expanded, b.ints(0, heads, -1, size))
+
+
+def _attend(b, q: str, k: str, v: str, mask: str | None, node: Node) -> str:
+    """softmax(Q K^T / sqrt(d_k) + mask) V on (N, h, L, d) queries and (N, g, L, d) keys and
+    values: fused at opset 23 (which repeats key/value heads itself)."""
+    a = node.attrs
+    d_k, h, g = a["d_k"], a["heads"], a["kv_heads"]
     if b.opset >= 23:
         if mask is not None:  # onnxruntime's CPU kernel wants the mask as (B, 1, Lq, Lk)
             full = b.op("Concat", b.op("Shape", q, start=0, end=1), b.ints(1), b.op("Shape", q, start=2, end=3),
                         b.op("Shape", k, start=2, end=3), axis=0)
             mask = b.op("Expand", mask, full)
         return b.op("Attention", q, k, v, mask)
+    k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, a["d_v"])
     scores = _dot_scores(b, q, k, d_k)
     if mask is not None:
         scores = b.op("Add", scores, mask)
@@ -140,39 +172,44 @@ def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
     return y
 
 
-def _rotation(e, seq: str, x: str, d: int, base: float) -> tuple[str, str]:
-    """cos and sin (L, 1, d/2) of the positions of ``x``'s L vectors, as ``rotation`` of the
-    PyTorch backend (angles in fp32 even in fp16 graphs)."""
-    b, half = e.b, d // 2
+def _rotation(e, seq: str, x: str, frequencies: np.ndarray) -> tuple[str, str]:
+    """cos and sin (L, 1, r/2) of the positions of ``x``'s L vectors at ``frequencies``
+    (``rotary_frequencies``), as ``rotation`` of the PyTorch backend (angles in fp32 even in
+    fp16 graphs)."""
+    b = e.b
     positions = b.op("Cast", e.positions(seq, x), to=TensorProto.FLOAT)
-    frequencies = b.const((base ** (-np.arange(half, dtype=np.float64) * 2 / d)).reshape(1, half), np.float32)
-    angles = b.op("Unsqueeze", b.op("Mul", b.op("Unsqueeze", positions, b.ints(1)), frequencies), b.ints(1))
+    angles = b.op("Mul", b.op("Unsqueeze", positions, b.ints(1)), b.const(frequencies.reshape(1, -1), np.float32))
+    angles = b.op("Unsqueeze", angles, b.ints(1))
     return tuple(b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))
 
 
-def _rotate(b, x: str, cos: str, sin: str, h: int, d: int) -> str:
-    """(B, L, h*d) queries or keys with each pair (x_i, x_{i+d/2}) of every head rotated."""
-    x1, x2 = b.op("Split", b.op("Reshape", x, b.ints(0, 0, h, d)), b.ints(d // 2, d // 2), axis=-1, outputs=2)
+def _rotate(b, x: str, cos: str, sin: str, heads: int, d: int, rotated: int) -> str:
+    """(B, L, heads*d) queries or keys with each pair (x_i, x_{i+r/2}) of the first r =
+    ``rotated`` features of every head rotated; the rest pass unchanged."""
+    half = rotated // 2
+    sizes = [half, half] + ([d - rotated] if d > rotated else [])
+    x1, x2, *rest = b.op("Split", b.op("Reshape", x, b.ints(0, 0, heads, d)), b.ints(*sizes), axis=-1,
+                         outputs=len(sizes))
     rotated = b.op("Concat", b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin)),
-                   b.op("Add", b.op("Mul", x1, sin), b.op("Mul", x2, cos)), axis=-1)
-    return b.op("Reshape", rotated, b.ints(0, 0, h * d))
+                   b.op("Add", b.op("Mul", x1, sin), b.op("Mul", x2, cos)), *rest, axis=-1)
+    return b.op("Reshape", rotated, b.ints(0, 0, heads * d))
 
 
 def _banded(e, node: Node, q: str, k: str, v: str) -> str:
-    """Attention of a kind with a ``band`` on (B, L, h*d) queries, keys and values ->
-    (B, L, h*d_v): blocks of w queries against the W keys of their neighbouring blocks, as
+    """Attention of a kind with a ``band`` on (B, L, h*d) queries and (B, L, g*d) keys and
+    values -> (B, L, h*d_v): blocks of w queries against the W keys of their neighbouring blocks, as
     (B * blocks, h, w, W) scores. Mirrors ``banded_attention`` of the PyTorch backend."""
     b, a = e.b, node.attrs
-    h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
+    h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
     w, before, after = block_plan(node.layer.band())
     width = (before + 1 + after) * w
     length = b.shape_of(q, 1)
     blocks = b.op("Div", b.op("Add", length, b.const(np.int64(w - 1))), b.const(np.int64(w)))
     extra = b.op("Unsqueeze", b.op("Sub", b.op("Mul", blocks, b.const(np.int64(w))), length), b.ints(0))
 
-    def to_blocks(x, size, fill=None):  # (B, L, h*size) -> (B, blocks, w, h, size)
+    def to_blocks(x, heads, size, fill=None):  # (B, L, heads*size) -> (B, blocks, w, heads, size)
         padded = b.op("Pad", x, b.op("Concat", b.ints(0), extra, axis=0), fill, b.ints(1))
-        return b.op("Reshape", padded, b.ints(0, -1, w, h, size))
+        return b.op("Reshape", padded, b.ints(0, -1, w, heads, size))
 
     def windows(x, fill=None):  # (B, blocks, w, ...) -> (B, blocks, W, ...): each block and its neighbours
         padded = b.op("Pad", x, b.ints(before, after), fill, b.ints(1))
@@ -180,12 +217,12 @@ def _banded(e, node: Node, q: str, k: str, v: str) -> str:
         return b.op("Concat", *[b.op("Slice", padded, b.ints(i), b.ints(i - last if i < last else 2**62), b.ints(1))
                                 for i in range(last + 1)], axis=2)
 
-    def heads_first(x, size, rows):  # (B, blocks, rows, h, size) -> (B * blocks, h, rows, size)
-        return b.op("Reshape", b.op("Transpose", x, perm=[0, 1, 3, 2, 4]), b.ints(-1, h, rows, size))
+    def heads_first(x, heads, size, rows):  # (B, blocks, rows, heads, size) -> (B * blocks, heads, rows, size)
+        return b.op("Reshape", b.op("Transpose", x, perm=[0, 1, 3, 2, 4]), b.ints(-1, heads, rows, size))
 
-    q4 = heads_first(to_blocks(q, d_k), d_k, w)
-    k4 = heads_first(windows(to_blocks(k, d_k)), d_k, width)
-    v4 = heads_first(windows(to_blocks(v, d_v)), d_v, width)
+    q4 = heads_first(to_blocks(q, h, d_k), h, d_k, w)
+    k4 = heads_first(windows(to_blocks(k, g, d_k)), g, d_k, width)
+    v4 = heads_first(windows(to_blocks(v, g, d_v)), g, d_v, width)
     # The kind's visibility on each block's true positions; keys outside 0..L-1 or padded hidden.
     start = b.op("Unsqueeze", b.op("Mul", b.op("Range", b.const(np.int64(0)), blocks, b.const(np.int64(1))),
                                    b.const(np.int64(w))), b.ints(1, 2))  # (blocks, 1, 1)
@@ -202,7 +239,7 @@ def _banded(e, node: Node, q: str, k: str, v: str) -> str:
         mask = b.op("Add", mask, b.op("Unsqueeze", bias, b.ints(2)))
     mask = b.op("Reshape", b.op("Expand", mask, b.op("Concat", b.batch, b.ints(1, 1, 1), axis=0)),
                 b.ints(-1, 1, w, width))  # (B * blocks, 1, w, W)
-    y = _attend(b, q4, k4, v4, mask, d_k)  # (B * blocks, h, w, d_v)
+    y = _attend(b, q4, k4, v4, mask, node)  # (B * blocks, h, w, d_v)
     y = b.op("Reshape", y, b.op("Concat", b.batch, b.ints(-1, h, w, d_v), axis=0))
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 1, 3, 2, 4]), b.op("Concat", b.batch, b.ints(-1, h * d_v), axis=0))
     return b.op("Slice", y, b.ints(0), b.op("Unsqueeze", length, b.ints(0)), b.ints(1))

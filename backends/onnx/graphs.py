@@ -6,8 +6,9 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
 ``encoder``  ``src`` -> ``memory``, ``memory_bias`` (the source padding as an additive mask)
              and ``cross.<node>.key/value`` for every cross-attention layer of the decoder.
 ``decoder``  one decoding step: ``tgt`` (batch, new_len) new tokens plus the past each decoder
-             layer carries (``past.<node>.key/value`` for attention, ``.window`` for causal
-             convolutions, ``.h``/``.c`` for recurrent layers; zero-length or zeros at step 0)
+             layer carries (``past.<node>.key/value`` for attention, kv_heads heads wide,
+             ``.window`` for causal convolutions, ``.h``/``.c`` for recurrent layers;
+             zero-length or zeros at step 0)
              -> ``log_probs`` of the next token, its ``top_values``/``top_ids`` (``top_k``
              asked for) and ``present.<node>.*``. Positions continue from the past length.
 """
@@ -71,7 +72,7 @@ class Emit:
             if attn is None:
                 self._offset = self.b.input("offset", [], TensorProto.INT64)
             else:
-                past = self.state(attn, "key", ["batch", attn.attrs["heads"], "past_len", attn.attrs["d_k"]])
+                past = self.state(attn, "key", ["batch", attn.attrs["kv_heads"], "past_len", attn.attrs["d_k"]])
                 self._offset = self.b.shape_of(past, 2)
         return self._offset
 
@@ -146,7 +147,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                 b.scope = node.name
                 for role, value, size in zip(("key", "value"), project_kv(b, node, memory),
                                              (node.attrs["d_k"], node.attrs["d_v"])):
-                    b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["heads"], "src_len", size])
+                    b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["kv_heads"], "src_len", size])
     elif kind == "decoder":
         log_probs = b.op("Squeeze", b.op("LogSoftmax", env[ports["logits"]], axis=-1), b.ints(1))
         log_probs = b.output("log_probs", log_probs, ["batch", vocab])

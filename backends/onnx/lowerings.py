@@ -11,6 +11,7 @@ import math
 from typing import Callable
 
 import numpy as np
+from onnx import TensorProto
 
 from tfspec.ir import Node
 from tfspec.ir.positions import sinusoids
@@ -131,6 +132,20 @@ def layer_norm(e, node: Node, x: str) -> str:
                   epsilon=node.attrs["eps"])
 
 
+@lowering("rms_norm")
+def rms_norm(e, node: Node, x: str) -> str:
+    """x / sqrt(mean(x^2) + eps) * weight in float32, as the PyTorch backend: the
+    RMSNormalization op at opset 23, its formula before."""
+    b, eps = e.b, node.attrs["eps"]
+    weight = b.param(node.params["weight"])
+    if b.opset >= 23:
+        return b.op("RMSNormalization", x, weight, axis=-1, epsilon=eps, stash_type=TensorProto.FLOAT)
+    h = x if b.elem_type == TensorProto.FLOAT else b.op("Cast", x, to=TensorProto.FLOAT)
+    mean_square = b.op("ReduceMean", b.op("Mul", h, h), b.ints(-1), keepdims=1)
+    h = b.op("Div", h, b.op("Sqrt", b.op("Add", mean_square, b.const(eps, np.float32))))
+    return b.op("Mul", h if b.elem_type == TensorProto.FLOAT else b.op("Cast", h, to=b.elem_type), weight)
+
+
 def activation(b, x: str, kind: str) -> str:
     """relu, gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
     if kind == "relu":
@@ -150,9 +165,11 @@ def activation(b, x: str, kind: str) -> str:
 
 @lowering("ffn")
 def ffn(e, node: Node, x: str) -> str:
-    """act(x W1 + b1) W2 + b2 (eq. 2)."""
+    """act(x W1 + b1) W2 + b2 (eq. 2), or gated: act(x W1 + b1) * (x W3 + b3), then W2 + b2."""
     p = node.params
     h = activation(e.b, e.b.linear(x, p["w_1"], p.get("b_1")), node.attrs["activation"])
+    if node.attrs["gated"]:
+        h = e.b.op("Mul", h, e.b.linear(x, p["w_3"], p.get("b_3")))
     return e.b.linear(h, p["w_2"], p.get("b_2"))
 
 

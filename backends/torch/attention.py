@@ -1,10 +1,11 @@
 """The PyTorch lowering of the IR ``attention`` op, for every attention kind.
 
 Kinds differ only in which keys a query may see (``Attention.visible`` in tfspec.layers), so
-one module serves all: fused QKV projection, ``scaled_dot_product_attention`` with the
-kind's mask combined with key padding, and W^O. Kinds with a ``band`` (restricted attention)
-run block by block over long sequences: each block of w queries against the keys of its
-neighbouring blocks, so time and memory grow as n * w, not n^2.
+one module serves all: fused QKV projection (keys and values of g <= h heads, each serving
+h/g query heads, cached as g), ``scaled_dot_product_attention`` with the kind's mask combined
+with key padding, and W^O. Kinds with a ``band`` (restricted attention) run block by block
+over long sequences: each block of w queries against the keys of its neighbouring blocks, so
+time and memory grow as n * w, not n^2.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from tfspec.layers.attention import block_plan, use_blocks
+from tfspec.ir.positions import rotary_frequencies
+from tfspec.layers.attention import block_plan, fused_bias, use_blocks
 
 from .registry import OpModule, lowering
 
@@ -26,30 +28,37 @@ class MultiHeadAttention(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         a = node.attrs
-        self.h, self.d_k, self.d_v, self.p = a["heads"], a["d_k"], a["d_v"], a["dropout"]
+        self.h, self.g, self.d_k, self.d_v, self.p = a["heads"], a["kv_heads"], a["d_k"], a["d_v"], a["dropout"]
         self.layer, self.q_seq, self.kv_seq = node.layer, node.shape[1], a["kv_seq"]
         self.score, self.positions = a["score"], a["positions"] or {}
         self.relative = self.positions.get("kind") == "relative"
         self.plain = self.score == "dot" and not self.relative
         """Fused kernels apply: dot-product scores with nothing added to them."""
+        self.frequencies = (torch.from_numpy(rotary_frequencies(self.d_k, self.positions))
+                            if self.positions.get("kind") == "rotary" else None)
+        self.rotary_key = None if self.frequencies is None else self.frequencies.numpy().tobytes()
+        """Layers with equal frequencies share one rotation table per call."""
+        self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
 
     def forward(self, ctx, x, memory=None):
-        h, d_k, d_v = self.h, self.d_k, self.d_v
+        h, g, d_k, d_v = self.h, self.g, self.d_k, self.d_v
         B, Lq = x.shape[:2]
         cache = ctx.state.cache if ctx.state is not None else None
         dropout = self.p if ctx.training else 0.0
         if memory is None:
-            q, k, v = F.linear(x, self.w_qkv, getattr(self, "b_qkv", None)).split([h * d_k, h * d_k, h * d_v], -1)
-            q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, h, d_k), v.view(B, Lq, h, d_v)
-            if self.positions.get("kind") == "rotary":  # one rotation table per call, for every layer
-                offset, base = ctx.state.offset if ctx.state is not None else 0, self.positions["base"]
-                cos, sin = ctx.cached(("rotary", offset, Lq, d_k, base),
-                                      lambda: rotation(offset, Lq, d_k, base, x.device, x.dtype))
+            qkv = F.linear(x, self.w_qkv, self._fused_bias())
+            q, k, v = qkv.split([h * d_k, g * d_k, g * d_v], -1)
+            q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, g, d_k), v.view(B, Lq, g, d_v)
+            if self.frequencies is not None:  # one rotation table per call, for every layer
+                offset = ctx.state.offset if ctx.state is not None else 0
+                cos, sin = ctx.cached(("rotary", offset, Lq, self.rotary_key),
+                                      lambda: rotation(self.frequencies, offset, Lq, x.device, x.dtype))
                 q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             if cache is None and self.plain:
+                k, v = repeat_heads(k, h // g, 2), repeat_heads(v, h // g, 2)
                 return F.linear(self_attention(ctx, self.layer, self.q_seq, q, k, v, dropout), self.w_o,
                                 getattr(self, "b_o", None))
-            k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, h, Lq, d)
+            k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, g, Lq, d)
             if cache is not None:  # keys and values of earlier positions, then these
                 if self.node_name in cache:
                     past_k, past_v = cache[self.node_name]
@@ -63,12 +72,13 @@ class MultiHeadAttention(OpModule):
             if cache is not None and self.node_name in cache:  # the source's, computed at the first step
                 k, v = cache[self.node_name]
             else:
-                k, v = F.linear(memory, self.w_kv, getattr(self, "b_kv", None)).split([h * d_k, h * d_v], -1)
-                k = k.view(B, -1, h, d_k).transpose(1, 2)  # (B, h, Lk, d_k)
-                v = v.view(B, -1, h, d_v).transpose(1, 2)  # (B, h, Lk, d_v)
+                k, v = F.linear(memory, self.w_kv, self._fused_bias()).split([g * d_k, g * d_v], -1)
+                k = k.view(B, -1, g, d_k).transpose(1, 2)  # (B, g, Lk, d_k)
+                v = v.view(B, -1, g, d_v).transpose(1, 2)  # (B, g, Lk, d_v)
                 if cache is not None:
                     cache[self.node_name] = k, v
                     ctx.state.cross.add(self.node_name)
+        k, v = repeat_heads(k, h // g, 1), repeat_heads(v, h // g, 1)  # (B, h, Lk, d): cached as g heads
         Lk = k.shape[2]
         q = q.view(B, Lq, h, d_k).transpose(1, 2)  # (B, h, Lq, d_k)
         mask, causal = ctx.attention_mask(self.layer, self.q_seq, self.kv_seq, Lq, Lk, x.device)
@@ -78,6 +88,14 @@ class MultiHeadAttention(OpModule):
             y = self._explicit(q, k, v, mask, causal, dropout)
         y = y.transpose(1, 2).reshape(B, Lq, h * d_v)  # heads concatenated
         return F.linear(y, self.w_o, getattr(self, "b_o", None))
+
+    def _fused_bias(self) -> torch.Tensor | None:
+        """The bias of the fused Q/K/V (or K/V) GEMM: one parameter, or the parts' biases with
+        zeros for an unbiased part (``fused_bias``)."""
+        if self.bias_pieces is None:
+            return None
+        parts = [getattr(self, name) if name else self.w_o.new_zeros(rows) for name, rows in self.bias_pieces]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _explicit(self, q, k, v, mask, causal, dropout):
         """Attention with additive scores and/or relative positions, spelled out (B, h, L, d)."""
@@ -104,23 +122,33 @@ class MultiHeadAttention(OpModule):
         return y
 
 
-def rotation(offset: int, length: int, d: int, base: float, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin (L, 1, d/2) of rotary position embedding (Su et al. 2021) at positions
-    offset..offset+L-1: pair i turns by position x base^(-2i/d), computed in float64."""
-    frequencies = base ** (-torch.arange(d // 2, dtype=torch.float64, device=device) * 2 / d)
-    angles = torch.arange(offset, offset + length, dtype=torch.float64, device=device)[:, None] * frequencies
+def repeat_heads(t: torch.Tensor, times: int, dim: int) -> torch.Tensor:
+    """Each of g key/value heads along ``dim`` repeated for the ``times`` query heads it serves:
+    query head i reads key/value head i // times (transformers' ``repeat_kv``)."""
+    return t if times == 1 else t.repeat_interleave(times, dim)
+
+
+def rotation(frequencies: torch.Tensor, offset: int, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (L, 1, r/2) of rotary position embedding (Su et al. 2021) at positions
+    offset..offset+L-1: pair i turns by position x frequencies[i] (``rotary_frequencies``),
+    computed in float64."""
+    angles = torch.arange(offset, offset + length, dtype=torch.float64, device=device)[:, None] * frequencies.to(device)
     return tuple(t.to(dtype)[:, None, :] for t in (angles.cos(), angles.sin()))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """(B, L, h, d) queries or keys with each pair (x_i, x_{i+d/2}) rotated by ``rotation``."""
-    x1, x2 = x[..., :x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
+    """(B, L, h, d) queries or keys with each pair (x_i, x_{i+r/2}) of their first r features
+    rotated by ``rotation`` (r = d unless partial; transformers' rotate_half layout, as Llama's
+    published weights expect); features r..d pass unchanged."""
+    half = cos.shape[-1]
+    x1, x2, rest = x[..., :half], x[..., half:2 * half], x[..., 2 * half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos, rest], -1)
 
 
 def rotary(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
-    """(B, L, h, d) queries or keys at positions offset..offset+L-1, rotated."""
-    return rotate(x, *rotation(offset, x.shape[1], x.shape[-1], base, x.device, x.dtype))
+    """(B, L, h, d) queries or keys at positions offset..offset+L-1, every feature rotated."""
+    frequencies = torch.from_numpy(rotary_frequencies(x.shape[-1], {"base": base, "fraction": 1.0}))
+    return rotate(x, *rotation(frequencies, offset, x.shape[1], x.device, x.dtype))
 
 
 def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tensor:

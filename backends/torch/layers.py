@@ -152,16 +152,31 @@ class LayerNorm(OpModule):
         return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
 
 
-@lowering("ffn")
-class FeedForward(OpModule):
-    """act(x W1 + b1) W2 + b2 (eq. 2)."""
+@lowering("rms_norm")
+class RMSNorm(OpModule):
+    """x / sqrt(mean(x^2) + eps) * weight (Zhang & Sennrich 2019), in float32 whatever the
+    activations' type, as Llama computes it."""
 
     def __init__(self, node, graph):
         super().__init__(node, graph)
-        self.act, self.p = ACTIVATIONS[node.attrs["activation"]], node.attrs["dropout"]
+        self.shape, self.eps = node.shape[-1:], node.attrs["eps"]
+
+    def forward(self, ctx, x):
+        return self.weight * F.rms_norm(x.float(), self.shape, eps=self.eps).to(x.dtype)
+
+
+@lowering("ffn")
+class FeedForward(OpModule):
+    """act(x W1 + b1) W2 + b2 (eq. 2), or gated: act(x W1 + b1) * (x W3 + b3), then W2 + b2."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.act, self.p, self.gated = ACTIVATIONS[node.attrs["activation"]], node.attrs["dropout"], node.attrs["gated"]
 
     def forward(self, ctx, x):
         h = self.act(F.linear(x, self.w_1, getattr(self, "b_1", None)))
+        if self.gated:
+            h = h * F.linear(x, self.w_3, getattr(self, "b_3", None))
         if ctx.training and self.p > 0:
             h = F.dropout(h, self.p, True)
         return F.linear(h, self.w_2, getattr(self, "b_2", None))

@@ -2,9 +2,10 @@
 
 Two kinds of evidence, two reductions:
 
-* FLOP formulas (sympy) reduce symbolically: with multi-head sizes h*d_k = h*d_v = d (§3.2.2)
-  and the memory as long as the sequence, keep the terms of highest degree in n, drop those
-  another term bounds (every size is >= 1, so r*n*d bounds n*d) and drop constants.
+* FLOP formulas (sympy) reduce symbolically: with multi-head sizes h*d_k = h*d_v = d (§3.2.2),
+  key/value heads g at their bound h and the memory as long as the sequence, keep the terms
+  of highest degree in n, drop those another term bounds (every size is >= 1, so r*n*d bounds
+  n*d) and drop constants.
 * Measured counts (sequential operations, path lengths at n = 16 .. 1024) are fitted by least
   squares to a + b*g(n) for g in {1, log n, n}; when the growth depends on a layer size (kernel
   k, radius r), re-measuring with that size doubled shrinks the slope, which puts the size in
@@ -25,7 +26,8 @@ SUPERSCRIPTS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 def leading_monomials(expr: sympy.Expr, s) -> list[dict[str, int]]:
     """The asymptotically dominant monomials of ``expr`` as n grows, coefficients dropped."""
-    expr = expr.xreplace({s.d_k: s.d / s.h, s.d_v: s.d / s.h, s.m: s.n})
+    # Key/value heads are at most h: bounded by the multi-head case.
+    expr = expr.xreplace({s.g: s.h}).xreplace({s.d_k: s.d / s.h, s.d_v: s.d / s.h, s.m: s.n})
     # min(r, n - 1) and the like: as n grows, the bound that does not involve n is the one that holds.
     expr = expr.replace(lambda e: isinstance(e, sympy.Min),
                         lambda e: next((a for a in e.args if not a.has(s.n)), e))

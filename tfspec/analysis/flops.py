@@ -28,12 +28,14 @@ from tfspec.ir import Graph, Node
 
 @dataclass(frozen=True)
 class Symbols:
-    """The sizes FLOP formulas are written in (Table 1's n, d, k, r and §3.2's h, d_k, d_v)."""
+    """The sizes FLOP formulas are written in (Table 1's n, d, k, r, §3.2's h, d_k, d_v, and the
+    key/value heads g of grouped-query attention)."""
 
     n: sympy.Symbol  # sequence length (queries)
     m: sympy.Symbol  # memory length: keys of cross-attention
     d: sympy.Symbol  # d_model
     h: sympy.Symbol
+    g: sympy.Symbol  # key/value heads (grouped-query attention; h without it)
     d_k: sympy.Symbol
     d_v: sympy.Symbol
     d_ff: sympy.Symbol
@@ -42,14 +44,15 @@ class Symbols:
     V: sympy.Symbol  # vocabulary of the pre-softmax projection
 
 
-SYMBOLS = Symbols(*sympy.symbols("n m d h d_k d_v d_ff k r V", positive=True, integer=True))
+SYMBOLS = Symbols(*sympy.symbols("n m d h g d_k d_v d_ff k r V", positive=True, integer=True))
 FORWARD_BACKWARD = 3
 
 
 def layer_values(spec, layer=None) -> dict:
     """Symbol -> value for ``spec``'s sizes, overridden by the layer's own (kernel, r, d_ff)."""
     s = SYMBOLS
-    values = {s.d: spec.d_model, s.h: spec.heads, s.d_k: spec.d_k, s.d_v: spec.d_v, s.d_ff: spec.d_ff}
+    values = {s.d: spec.d_model, s.h: spec.heads, s.g: spec.num_kv_heads, s.d_k: spec.d_k, s.d_v: spec.d_v,
+              s.d_ff: spec.d_ff}
     for symbol, field in getattr(layer, "symbols", {}).items():
         if getattr(layer, field) is not None:
             values[getattr(s, symbol)] = getattr(layer, field)

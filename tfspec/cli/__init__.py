@@ -90,7 +90,8 @@ def cmd_report(args) -> int:
         rows.append([section, f"{subtotal:,}", f"{100 * subtotal / report.total:.1f}%"])
         rows += [[f"  {part}", f"{n:,}", ""] for part, n in parts.items()]
     rows.append(["total", f"{report.total:,}", "100.0%"])
-    dims = (f"{spec.family}; d_model {spec.d_model}, heads {spec.heads}, d_k {spec.d_k}, d_v {spec.d_v}, "
+    kv = f" ({spec.num_kv_heads} key/value)" if spec.num_kv_heads != spec.heads else ""
+    dims = (f"{spec.family}; d_model {spec.d_model}, heads {spec.heads}{kv}, d_k {spec.d_k}, d_v {spec.d_v}, "
             f"d_ff {spec.d_ff}; " + ", ".join(f"{n} {s.num_layers} layers" for n, s in spec.stacks))
     heading = f"{spec.name}: {report.total:,} parameters ({millions(report.total)})"
     if args.format == "markdown":

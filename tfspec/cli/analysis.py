@@ -223,7 +223,8 @@ def cmd_plot(args) -> int:
         title = "Table 1 layer kinds"
     else:
         spec = with_width(load_spec(args.spec), args.d)
-        kinds = {describe(layer): layer for _, stack in spec.stacks for _, layer in stack.sublayers()}
+        kinds = {describe(layer): layer for _, stack in spec.stacks
+                 for layer in (entry.resolved(spec) for _, entry in stack.sublayers())}
         layers = [(label, layer, spec) for label, layer in kinds.items()]
         title = f"{spec.name}: layer kinds"
     measured = _measure(True) if args.measure else None

@@ -48,7 +48,11 @@ class LayerBuilder:
                                  params=roles, component=component, stack=self.stack, layer=layer)
 
     def norm(self, name: str, x: str) -> str:
+        """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``."""
         d = self.spec.d_model
+        if self.spec.norm_type == "rms":
+            return self.op(name, "rms_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
+                           params={"weight": ((d,), "ones")})
         return self.op(name, "layer_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
                        params={"weight": ((d,), "ones"), "bias": ((d,), "zeros")})
 

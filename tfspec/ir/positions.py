@@ -1,8 +1,10 @@
-"""The sinusoidal position table of §3.5, computed once here for every backend."""
+"""Position signals computed once here for every backend: the sinusoidal table of §3.5 and
+the rotation frequencies of rotary positions."""
 
 from __future__ import annotations
 
 import math
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -15,3 +17,27 @@ def sinusoids(length: int, d_model: int) -> np.ndarray:
     table[:, 0::2] = np.sin(position * rate)
     table[:, 1::2] = np.cos(position * rate)[:, : d_model // 2]
     return table
+
+
+def rotary_frequencies(d_k: int, positional: Mapping[str, Any]) -> np.ndarray:
+    """float64 (rotated / 2,): the angle per position of each rotated pair of a head's features
+    (Su et al. 2021), base^(-2i / rotated) for the first ``rotated`` = int(d_k * fraction)
+    features, then Llama 3's scaling when ``positional`` (a ``Positional`` dumped as in the IR's
+    attention attrs) asks for it."""
+    rotated = int(d_k * positional["fraction"])
+    frequencies = positional["base"] ** (-np.arange(0, rotated, 2, dtype=np.float64) / rotated)
+    scaling = positional.get("scaling")
+    return frequencies if scaling is None else _llama3(frequencies, scaling)
+
+
+def _llama3(frequencies: np.ndarray, scaling: Mapping[str, Any]) -> np.ndarray:
+    """Llama 3.1's rule (transformers' ``_compute_llama3_parameters``): wavelengths longer than
+    L / low_freq_factor divided by ``factor``, shorter than L / high_freq_factor kept, those
+    between interpolated by how many times they fit into the original context L."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    context = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / frequencies
+    smooth = (context / wavelength - low) / (high - low)
+    between = (1 - smooth) * frequencies / factor + smooth * frequencies
+    return np.where(wavelength > context / low, frequencies / factor,
+                    np.where(wavelength < context / high, frequencies, between))

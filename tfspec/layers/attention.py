@@ -4,10 +4,15 @@
 broadcast position indices, written with operators only, so the PyTorch backend (tensors),
 the ONNX backend and the analysis passes (numpy) all evaluate the same definition.
 
-Cost (matmul FLOPs, 2 per multiply-add): the Q/K/V and output projections, 2*n*d*h*(2d_k + d_v)
-+ 2*n*h*d_v*d, are position-wise; the attention itself costs 2*h*(d_k + d_v) per visible
-query-key pair. Table 1 counts only the latter, O(n^2 * d) for full attention, which is how
-§4 can compare it with a recurrent layer's n*d^2 and find attention cheaper when n < d.
+With g key/value heads (grouped-query attention, Ainslie et al. 2023) each key/value head
+serves h/g query heads: the key and value projections shrink to g heads, and so do the cached
+keys and values of decoding; the attention itself still runs over h heads.
+
+Cost (matmul FLOPs, 2 per multiply-add): the Q/K/V and output projections,
+2*n*d*(h*d_k + g*(d_k + d_v)) + 2*n*h*d_v*d, are position-wise; the attention itself costs
+2*h*(d_k + d_v) per visible query-key pair. Table 1 counts only the latter, O(n^2 * d) for
+full attention, which is how §4 can compare it with a recurrent layer's n*d^2 and find
+attention cheaper when n < d.
 """
 
 from __future__ import annotations
@@ -63,12 +68,12 @@ class Attention(Sublayer):
     def flops(self, s, dense=False, relative: int | None = None):
         """``relative``: the number of clipped distances (2 max_distance + 1) when relative
         position embeddings enter the scores and values."""
-        n, d, h, d_k, d_v = s.n, s.d, s.h, s.d_k, s.d_v
+        n, d, h, g, d_k, d_v = s.n, s.d, s.h, s.g, s.d_k, s.d_v
         pairs = self.computed_pairs(s) if dense else self.pairs(s)
         if self.needs_memory:
-            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * s.m * d * h * (d_k + d_v)}
+            terms = {"q": 2 * n * d * h * d_k, "kv": 2 * s.m * d * g * (d_k + d_v)}
         else:
-            terms = {"qkv": 2 * n * d * h * (2 * d_k + d_v)}
+            terms = {"qkv": 2 * n * d * (h * d_k + g * (d_k + d_v))}
         # Q K^T (pairs x d_k per head; additive scores w·tanh(q + k) cost the same products),
         # then the weighted sum of values (pairs x d_v per head).
         terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
@@ -78,16 +83,17 @@ class Attention(Sublayer):
 
     def lower(self, b, name, x):
         s = b.spec
-        h, d_k, d_v, d = s.heads, s.d_k, s.d_v, s.d_model
+        h, g, d_k, d_v, d = s.heads, s.num_kv_heads, s.d_k, s.d_v, s.d_model
+        sizes = {"q": h * d_k, "k": g * d_k, "v": g * d_v}
         if self.needs_memory:
             # Queries from the decoder, keys and values from the encoder output (§3.2.3).
-            params = linear("q", h * d_k, d, s.bias) | linear("kv", h * (d_k + d_v), d, s.bias)
+            params = linear("q", h * d_k, d, s.has_bias("q")) | fused("kv", sizes, d, s)
             inputs = [x, b.memory]
         else:
             # Q, K and V projections fused into one matrix: one GEMM instead of three.
-            params = linear("qkv", h * (2 * d_k + d_v), d, s.bias)
+            params = fused("qkv", sizes, d, s)
             inputs = [x]
-        params |= linear("o", d, h * d_v, s.bias)
+        params |= linear("o", d, h * d_v, s.has_bias("o"))
         if self.score == "additive":
             params["w_score"] = ((h, d_k), "xavier_uniform")
         positions = s.positional if s.positional.in_attention and not self.needs_memory else None
@@ -95,10 +101,37 @@ class Attention(Sublayer):
             # One table of clipped distances for keys and one for values, shared by the heads.
             rows = 2 * positions.max_distance + 1
             params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
-        attrs = {"kind": self.kind, "heads": h, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
+        attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
                  "positions": None if positions is None else positions.model_dump()}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=self)
+
+
+def fused(role: str, sizes: dict[str, int], d: int, spec) -> dict:
+    """IR parameters of the projections named by the letters of ``role`` (``qkv``, ``kv``)
+    stacked into one matrix ``w_<role>`` of their ``sizes``' rows. Their biases are one
+    ``b_<role>`` when every part has one, else ``b_<part>`` for each part that has one (Qwen2
+    biases q, k and v; Whisper biases q and v, not k), so parameter counts stay exact."""
+    rows = {part: sizes[part] for part in role}
+    params = {f"w_{role}": ((sum(rows.values()), d), "xavier_uniform")}
+    biased = [part for part in rows if spec.has_bias(part)]
+    if len(biased) == len(rows):
+        params[f"b_{role}"] = ((sum(rows.values()),), "zeros")
+    else:
+        params |= {f"b_{part}": ((rows[part],), "zeros") for part in biased}
+    return params
+
+
+def fused_bias(params, role: str, attrs) -> list[tuple[str | None, int]] | None:
+    """How the bias of ``fused`` projection ``role`` of an attention node is stored: None when
+    no part has one, else (role, rows) pieces in row order, role None for an unbiased part
+    (zeros). Backends concatenate the pieces into the bias of the fused GEMM."""
+    h, g, d_k, d_v = attrs["heads"], attrs["kv_heads"], attrs["d_k"], attrs["d_v"]
+    rows = {"q": h * d_k, "k": g * d_k, "v": g * d_v}
+    if f"b_{role}" in params:
+        return [(f"b_{role}", sum(rows[part] for part in role))]
+    pieces = [(f"b_{part}" if f"b_{part}" in params else None, rows[part]) for part in role]
+    return pieces if any(name for name, _ in pieces) else None
 
 
 def block_plan(band: tuple[int, int]) -> tuple[int, int, int]:

@@ -58,6 +58,11 @@ class Sublayer(SpecModel):
         """A message if this layer cannot work with the model-wide sizes of ``spec``."""
         return None
 
+    def resolved(self, spec: Spec) -> Sublayer:
+        """This layer with the spec-wide defaults its formulas depend on filled in (what the IR
+        node records); itself unless overridden."""
+        return self
+
     def lower(self, b: LayerBuilder, name: str, x: str) -> str:
         """Add this layer's op(s) to the IR reading node ``x``; return the output node."""
         raise NotImplementedError
@@ -73,7 +78,7 @@ class Sublayer(SpecModel):
     def flops(self, s, dense: bool = False) -> dict:
         """Matmul FLOPs (2 x multiply-adds) of one forward pass over one sequence, by term, as
         expressions in the symbols of ``s`` (``tfspec.analysis.flops.SYMBOLS``: n, m, d, h,
-        d_k, d_v, d_ff, k, r). ``dense``: also count work a mask discards (attention scores of
+        g, d_k, d_v, d_ff, k, r). ``dense``: also count work a mask discards (attention scores of
         invisible keys), as kernels that mask instead of skipping do."""
         raise NotImplementedError
 

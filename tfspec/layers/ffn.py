@@ -1,4 +1,6 @@
-"""Position-wise feed-forward network FFN(x) = act(x W1 + b1) W2 + b2 (§3.3, eq. 2)."""
+"""Position-wise feed-forward network FFN(x) = act(x W1 + b1) W2 + b2 (§3.3, eq. 2), or its
+gated form act(x W1 + b1) * (x W3 + b3), then W2 + b2 (Shazeer 2020: SwiGLU with silu, GeGLU
+with gelu), whose W1/W2/W3 naming is Llama's (W1 the gate, W3 the linear branch, W2 down)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
 
 @register
 class FeedForward(Sublayer):
-    """Two dense layers with an activation between, applied to each position alike."""
+    """Two dense layers with an activation between (three when gated), applied to each position alike."""
 
     kind: Literal["ffn"] = "ffn"
     stem: ClassVar[str] = "ffn"
@@ -22,15 +24,26 @@ class FeedForward(Sublayer):
     """Inner size; defaults to the spec's d_ff."""
     activation: Activation | None = None
     """Defaults to the spec's activation."""
+    gated: bool | None = None
+    """A gated linear unit: act(x W1) * (x W3), then W2; defaults to the spec's gated."""
     symbols: ClassVar[dict[str, str]] = {"d_ff": "d_ff"}
 
     def flops(self, s, dense=False):
         # Position-wise: it connects no positions, so stacking it never shortens a path.
-        return {"w1": 2 * s.n * s.d * s.d_ff, "w2": 2 * s.n * s.d_ff * s.d}
+        terms = {"w1": 2 * s.n * s.d * s.d_ff, "w2": 2 * s.n * s.d_ff * s.d}
+        if self.gated:  # the linear branch: one more d x d_ff product per position
+            terms["w3"] = 2 * s.n * s.d * s.d_ff
+        return terms
+
+    def resolved(self, spec):
+        return self.model_copy(update={"gated": True}) if self.gated is None and spec.gated else self
 
     def lower(self, b, name, x):
-        s = b.spec
-        d_ff = self.d_ff or s.d_ff
-        params = linear("1", d_ff, s.d_model, s.bias) | linear("2", s.d_model, d_ff, s.bias)
-        attrs = {"d_ff": d_ff, "activation": self.activation or s.activation, "dropout": s.activation_dropout}
-        return b.op(name, "ffn", [x], attrs=attrs, params=params, layer=self)
+        s, layer = b.spec, self.resolved(b.spec)
+        d_ff, bias = self.d_ff or s.d_ff, s.has_bias("ffn")
+        params = linear("1", d_ff, s.d_model, bias) | linear("2", s.d_model, d_ff, bias)
+        if layer.gated:
+            params |= linear("3", d_ff, s.d_model, bias)
+        attrs = {"d_ff": d_ff, "activation": self.activation or s.activation, "dropout": s.activation_dropout,
+                 "gated": bool(layer.gated)}
+        return b.op(name, "ffn", [x], attrs=attrs, params=params, layer=layer)

@@ -52,4 +52,8 @@ Epsilon = Annotated[float, Field(gt=0.0, le=1.0)]
 """Norm epsilon: published values are 1e-12..1e-5."""
 RotaryBase = Annotated[float, Field(gt=1.0, le=1e12)]
 """Rotary wavelength base: published 1e4..1e8."""
+RopeFactor = Annotated[float, Field(gt=0.0, le=1e6)]
+"""Rotary frequency scaling factors: Llama 3.1 uses 8, 1 and 4; Llama 3.2 factor 32."""
+Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
+"""A share of features, e.g. the rotated part of each head (GPT-NeoX: 0.25)."""
 Text = Annotated[str, Field(max_length=MAX_TEXT)]

@@ -13,8 +13,8 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
-from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Epsilon, Heads, Layers, Positions, RotaryBase,
-                                Segments, Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Epsilon, Fraction, Heads, Layers, Positions, RopeFactor,
+                                RotaryBase, Segments, Steps, Text, TokenId, VocabSize, Width)
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -64,15 +64,43 @@ class Vocab(SpecModel):
             if value >= min(self.size, self.tgt_size):
                 raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
         # Padding is found by id, so it needs its own, except in GPT-2's convention of one token
-        # (<|endoftext|>) for everything; bos, eos and unk may share one.
-        if self.pad_id in (self.bos_id, self.eos_id, self.unk_id) and len(set(ids.values())) > 1:
-            raise field_error("pad_id", f"pad_id must differ from the other special ids (or all four be one "
+        # (<|endoftext|>) for everything, or Llama's of padding with <unk> (id 0), which its
+        # byte-fallback tokenizer never emits; bos, eos and unk may share one.
+        if self.pad_id in (self.bos_id, self.eos_id) and len(set(ids.values())) > 1:
+            raise field_error("pad_id", f"pad_id must differ from bos_id and eos_id (or all four ids be one "
                               f"token, as GPT-2's <|endoftext|>), got {ids}")
         return self
 
     @property
     def tgt_size(self) -> int:
         return self.target_size or self.size
+
+
+class RotaryScaling(SpecModel):
+    """Llama 3's rotary frequency scaling (transformers' rope type ``llama3``): wavelengths
+    longer than original_max_position_embeddings / low_freq_factor are stretched by
+    ``factor``, those shorter than original_max_position_embeddings / high_freq_factor kept,
+    and those between interpolated smoothly, so a model trained on short contexts reads long
+    ones. Field names are transformers' ``rope_scaling`` keys."""
+
+    type: Literal["llama3"] = "llama3"
+    """The scaling rule; llama3 is the one published decoders use with plain rotary heads."""
+    factor: RopeFactor
+    """Stretch of the long wavelengths (Llama 3.1: 8)."""
+    low_freq_factor: RopeFactor = 1.0
+    """Wavelengths above original_max_position_embeddings / this are stretched fully."""
+    high_freq_factor: RopeFactor = 4.0
+    """Wavelengths below original_max_position_embeddings / this are kept."""
+    original_max_position_embeddings: Positions = 8192
+    """The context length the model was first trained at."""
+
+    @model_validator(mode="after")
+    def _band(self) -> RotaryScaling:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise field_error("high_freq_factor", f"high_freq_factor ({self.high_freq_factor}) must exceed "
+                              f"low_freq_factor ({self.low_freq_factor}): wavelengths between the two bounds are "
+                              "interpolated; raise high_freq_factor")
+        return self
 
 
 class Positional(SpecModel):
@@ -88,7 +116,13 @@ class Positional(SpecModel):
     max_distance: Positions = 16
     """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
     base: RotaryBase = 10000.0
-    """rotary: the wavelength base of the rotation frequencies."""
+    """rotary: the wavelength base of the rotation frequencies (transformers' rope_theta)."""
+    fraction: Fraction = 1.0
+    """rotary: the share of each head's d_k query/key features that is rotated, the first
+    int(d_k * fraction); the rest pass unchanged (GPT-NeoX's rotary_pct, transformers'
+    partial_rotary_factor)."""
+    scaling: RotaryScaling | None = None
+    """rotary: frequency scaling for long contexts (Llama 3.1); None: plain frequencies."""
 
     @property
     def in_attention(self) -> bool:
@@ -99,6 +133,34 @@ class Positional(SpecModel):
     @classmethod
     def _shorthand(cls, data: Any) -> Any:
         return {"kind": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _rotary_only(self) -> Positional:
+        for field, unset in (("fraction", 1.0), ("scaling", None)):
+            if self.kind != "rotary" and getattr(self, field) != unset:
+                raise field_error(field, f"{field} shapes rotary positions, but kind is {self.kind}: remove "
+                                  f"{field} or set kind: rotary")
+        return self
+
+    def rotated(self, d_k: int) -> int:
+        """How many of a head's d_k query/key features rotary positions rotate."""
+        return int(d_k * self.fraction)
+
+
+class Biases(SpecModel):
+    """Bias switches per projection, for models that bias some and not others (Qwen2: q, k
+    and v biased, the output not); each one left unset follows the spec's ``bias``."""
+
+    q: bool | None = None
+    """The query projection."""
+    k: bool | None = None
+    """The key projection."""
+    v: bool | None = None
+    """The value projection."""
+    o: bool | None = None
+    """The attention output projection W^O."""
+    ffn: bool | None = None
+    """Every dense layer of the feed-forward sub-layers."""
 
 
 class Group(SpecModel):
@@ -208,6 +270,9 @@ class Spec(SpecModel):
     """Width of every residual stream (d_model)."""
     heads: Heads = 8
     """Attention heads h."""
+    kv_heads: Heads | None = None
+    """Key/value heads: each serves heads / kv_heads query heads (grouped-query attention,
+    Ainslie et al. 2023; 1 is multi-query attention). Defaults to heads (the paper)."""
     d_k: Width | None = None
     """Query/key width per head; defaults to d_model / heads."""
     d_v: Width | None = None
@@ -215,6 +280,9 @@ class Spec(SpecModel):
     d_ff: Width = 2048
     """Inner size of the feed-forward layers."""
     activation: Activation = "relu"
+    gated: bool = False
+    """Feed-forward layers as gated linear units (Shazeer 2020): act(x W1) * (x W3), then W2;
+    with silu that is SwiGLU (Llama, Mistral, Qwen2), with gelu GeGLU."""
     dropout: Probability = 0.1
     """P_drop: on every sub-layer output and on embeddings + positions (§5.4)."""
     attention_dropout: Probability = 0.0
@@ -226,6 +294,9 @@ class Spec(SpecModel):
     positional: Positional = Positional()
     norm: Literal["post", "pre"] = "post"
     """post: LayerNorm(x + Sublayer(x)) as in the paper; pre: x + Sublayer(LayerNorm(x))."""
+    norm_type: Literal["layer", "rms"] = "layer"
+    """layer: LayerNorm with gain and bias (the paper); rms: RMSNorm (Zhang & Sennrich 2019),
+    x / sqrt(mean(x^2) + eps) times a gain, no mean subtracted and no bias (Llama)."""
     norm_eps: Epsilon = 1e-5
     final_norm: bool | None = None
     """LayerNorm after each stack's last layer; defaults to true for pre-norm, false for post."""
@@ -246,6 +317,8 @@ class Spec(SpecModel):
     """tanh(W x_1 + b) of the encoder's first position (BERT's [CLS] pooler): output ``pooled``."""
     bias: bool = True
     """Biases in attention, feed-forward, recurrent and convolution layers."""
+    biases: Biases | None = None
+    """Per-projection overrides of ``bias`` (q, k, v, o, ffn)."""
     output_bias: bool = False
     """Bias on the pre-softmax projection."""
     encoder: Stack | None = None
@@ -277,15 +350,29 @@ class Spec(SpecModel):
         if self.tie_embeddings == "all" and (self.family != "encoder-decoder" or not self.vocab.shared):
             raise field_error("tie_embeddings", "tie_embeddings 'all' ties the source embedding too: it needs "
                               "family encoder-decoder and vocab.shared true; use 'output' instead")
-        if self.positional.kind == "rotary" and self.d_k % 2:
-            raise field_error("positional", f"rotary positions rotate pairs of query/key features: d_k "
-                              f"({self.d_k}) must be even")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise field_error("kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
+                              "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
+        self._check_rotary()
         for field in ("segments", "pooler"):
             if getattr(self, field) and self.encoder is None:
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
         for stack in ("encoder", "decoder"):
             self._check_stack(stack)
         return self
+
+    def _check_rotary(self) -> None:
+        positional = self.positional
+        if positional.kind != "rotary":
+            return
+        rotated = positional.rotated(self.d_k)
+        if positional.fraction == 1.0 and rotated % 2:
+            raise field_error("positional", f"rotary positions rotate pairs of query/key features: d_k "
+                              f"({self.d_k}) must be even")
+        if rotated % 2 or rotated == 0:
+            raise field_error("positional.fraction", f"rotary positions rotate pairs of features: int(d_k x "
+                              f"fraction) = int({self.d_k} x {positional.fraction}) = {rotated} must be even and "
+                              "positive; pick a fraction that makes it so")
 
     def _check_family(self) -> None:
         wants = {"encoder-decoder": ("encoder", "decoder"), "encoder-only": ("encoder",),
@@ -315,6 +402,16 @@ class Spec(SpecModel):
     @property
     def stacks(self) -> list[tuple[str, Stack]]:
         return [(n, s) for n, s in (("encoder", self.encoder), ("decoder", self.decoder)) if s is not None]
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads: kv_heads, or heads when unset."""
+        return self.kv_heads or self.heads
+
+    def has_bias(self, projection: str) -> bool:
+        """Whether ``projection`` (q, k, v, o or ffn) has a bias: its ``biases`` entry, else ``bias``."""
+        chosen = getattr(self.biases, projection) if self.biases is not None else None
+        return self.bias if chosen is None else chosen
 
     @property
     def uses_final_norm(self) -> bool:
