@@ -23,6 +23,19 @@ from .builder import Index
 from .lowerings import lowering
 
 
+BLOCKED_UP_TO = 512
+"""Largest block width w the graphs compute banded kinds with. A graph serves every length, so
+a short input still pays for w x 3w scores per block: cheap for a radius of 64, but Mistral's
+4096-token window (w = 4095) would cost gigabytes on a ten-token input. Wider bands mask the
+n x n scores instead: quadratic, but those windows serve sequences shorter than the window."""
+
+
+def blocked(node: Node) -> bool:
+    """Whether the graphs compute ``node``'s attention in blocks (``_banded``)."""
+    band = node.layer.band()
+    return band is not None and block_plan(band)[0] <= BLOCKED_UP_TO
+
+
 def split_heads(b, x: str, heads: int, size: int) -> str:
     """(B, L, h*size) -> (B, h, L, size)."""
     return b.op("Transpose", b.op("Reshape", x, b.ints(0, 0, heads, size)), perm=[0, 2, 1, 3])
@@ -59,7 +72,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             cos, sin = e.cached(("rotary", node.shape[1], frequencies.tobytes()),
                                 lambda: _rotation(e, node.shape[1], q, frequencies))
             q, k = (_rotate(b, t, cos, sin, heads, d_k, 2 * len(frequencies)) for t, heads in ((q, h), (k, g)))
-        if node.layer.band() is not None and e.kind != "step" and _plain(node):
+        if blocked(node) and e.kind != "step" and _plain(node):
             return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
         if e.carries(node):  # keys and values of earlier positions, then these

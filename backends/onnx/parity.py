@@ -18,6 +18,7 @@ from tfspec.backends.torch import TorchDecoder, TorchModel
 from tfspec.layers.attention import block_plan
 from tfspec.search import SearchOptions, search
 
+from .attention import blocked
 from .runtime import OnnxModel
 
 CHUNKS = [(0, 1), (1, 3), (3, 6), (6, 9)]  # step inputs: pasts of 0, 1, 3 and 6 tokens
@@ -99,7 +100,7 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
 
 def _blocked_length(model: TorchModel) -> int | None:
     """A length at which every banded attention kind of the model runs in blocks, if positions allow."""
-    bands = [n.layer.band() for n in model.graph.nodes() if n.op == "attention" and n.layer.band() is not None]
+    bands = [n.layer.band() for n in model.graph.nodes() if n.op == "attention" and blocked(n)]
     if not bands:
         return None
     length = max(3 * block_plan(band)[0] + 5 for band in bands)
