@@ -2,8 +2,10 @@
 
 A spy on onnxruntime's Python API watches every run: past keys/values and cross-attention
 values must be bound as OrtValues (never fed or bound as numpy arrays), each step's pasts
-must be the very buffers the previous step returned as presents, the encoder's outputs must
-be bound unchanged at every step, and no present may be copied to the host.
+must be the very buffers the previous step returned as presents, cross-attention values must
+come from a run on the device (the encoder, once per search, or a gather of its rows) and stay
+the same from step to step unless such a run came between, and no state may be copied to the
+host.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ class Spy:
     """Records what crosses between the host and onnxruntime, run by run."""
 
     def __init__(self, monkeypatch):
-        self.steps: list[tuple[dict, dict]] = []  # (input name -> data_ptr, output name -> data_ptr) per step
-        self.encoded: list[dict] = []  # the encoder's outputs, name -> data_ptr
+        self.runs: list[tuple[bool, dict, dict]] = []  # (a step?, input name -> data_ptr, output name -> data_ptr)
         self.live: set[int] = set()  # buffers of the state now held: pasts and presents of the last step
         self._inputs: dict[int, dict] = {}  # per binding
         self._outputs: dict[int, list[str]] = {}
@@ -64,12 +65,10 @@ class Spy:
         def run_with_iobinding(sess, binding, *args, **kwargs):
             result = original_run_binding(sess, binding, *args, **kwargs)
             outputs = dict(zip(spy._outputs[id(binding)], (v.data_ptr() for v in binding.get_outputs())))
-            if "tgt" in spy._inputs[id(binding)]:
-                spy.steps.append((dict(spy._inputs[id(binding)]), outputs))
-                spy.live = {p for n, p in [*outputs.items(), *spy._inputs[id(binding)].items()]
-                            if n.startswith(("present.", *STATE)) and p}
-            else:
-                spy.encoded.append(outputs)
+            inputs = dict(spy._inputs[id(binding)])
+            spy.runs.append(("tgt" in inputs, inputs, outputs))
+            if "tgt" in inputs:
+                spy.live = {p for n, p in [*outputs.items(), *inputs.items()] if n.startswith(("present.", *STATE)) and p}
             return result
 
         def run(sess, output_names, feeds, *args, **kwargs):
@@ -94,19 +93,28 @@ class Spy:
         mp.setattr(value, "numpy", numpy)
 
     def check_search(self) -> None:
-        """Each step after the first binds the previous step's presents as its pasts, and
-        every step binds the encoder's outputs of this search."""
-        assert len(self.encoded) <= 1 and self.steps
-        cross = self.encoded[0] if self.encoded else {}
-        for i, (inputs, outputs) in enumerate(self.steps):
+        """Each step after the first binds the previous step's presents as its pasts; cross
+        values come from device runs (the encoder once, or gathers) that never touch pasts."""
+        assert sum("src" in inputs for _, inputs, _ in self.runs) <= 1
+        made, previous = set(), None  # buffers produced by runs other than steps; the last step
+        for step, inputs, outputs in self.runs:
+            if not step:
+                assert not any(n.startswith("past.") for n in inputs), "pasts moved outside the step graph"
+                made |= set(outputs.values())
+                previous = previous and (previous[0], None)
+                continue
             state = {n: p for n, p in inputs.items() if n.startswith(STATE)}
-            assert all(p is not None for p in state.values())
-            assert {n: p for n, p in state.items() if not n.startswith("past.")} == cross
-            if i:
-                previous = self.steps[i - 1][1]
-                assert {n: p for n, p in state.items() if n.startswith("past.")} == \
-                       {n.replace("present.", "past.", 1): p for n, p in previous.items() if n.startswith("present.")}
-        self.steps.clear(), self.encoded.clear()
+            assert None not in state.values()
+            pasts = {n: p for n, p in state.items() if n.startswith("past.")}
+            shared = {n: p for n, p in state.items() if not n.startswith("past.")}
+            assert set(shared.values()) <= made
+            if previous is not None:
+                assert pasts == {n.replace("present.", "past.", 1): p for n, p in previous[0].items()
+                                 if n.startswith("present.")}
+                assert previous[1] is None or shared == previous[1]
+            previous = outputs, shared
+        assert previous is not None
+        self.runs.clear()
 
 
 SPECS = ["tiny", "zoo/transformer-relative", "zoo/universal", "zoo/convs2s", "zoo/lstm-attention", "zoo/gpt2",

@@ -10,9 +10,8 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              convolutions, ``.h``/``.c`` for recurrent layers; zero-length or zeros at step 0)
              -> ``log_probs`` of the next token, its ``top_values``/``top_ids`` (``top_k``
              asked for) and ``present.<node>.*``. Positions continue from the past length.
-             ``beam_rows`` (batch,) says which row of the pasts each row continues and
-             ``cross_rows`` (batch,) which row of ``cross.*``/``memory_bias`` (one per
-             source) it reads: beam search reorders and shares state inside the graph.
+             ``beam_rows`` (batch,) says which row of the pasts each row continues: beam
+             search reorders the state inside the graph.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ from .builder import Builder, Index
 from .lowerings import LOWERINGS
 
 KINDS = ("model", "encoder", "decoder")
-ROWS = {"past": "beam_rows", "cross": "cross_rows"}
-"""Step-graph inputs (int64, one per row) that pick the rows of the past and per-source inputs."""
 
 
 class Emit:
@@ -52,19 +49,19 @@ class Emit:
         return self.kind == "step" and node.stack == "decoder"
 
     def state(self, node, role: str, shape, prefix: str = "past") -> str:
-        """The step graph's input ``prefix.<node>.<role>`` (``shape`` batch first), its rows
-        gathered first: ``beam_rows`` for pasts, ``cross_rows`` for cross keys/values."""
-        return self.gathered(f"{prefix}.{node.name}.{role}", shape, prefix)
+        """The step graph's input ``prefix.<node>.<role>`` (``shape`` batch first). Pasts are
+        gathered first by ``beam_rows``, the row of the past each row continues: beam search
+        then reorders them where they live instead of copying them to the host."""
+        name = f"{prefix}.{node.name}.{role}"
+        if prefix != "past":
+            if name not in {i.name for i in self.b.inputs}:
+                self.b.input(name, shape)
+            return name
 
-    def gathered(self, name: str, shape, prefix: str) -> str:
-        """Input ``name`` gathered along its first axis by ``beam_rows`` (pasts: the row each
-        hypothesis continues) or ``cross_rows`` (per-source values: the source each row reads).
-        Beam search then reorders state where it lives instead of copying it to the host."""
-        def build():
-            rows = self.cached(prefix, lambda: self.b.input(ROWS[prefix], ["batch"], TensorProto.INT64))
-            self.b.input(name, [f"{prefix}_batch", *shape[1:]])
-            return self.b.op("Gather", name, rows, axis=0)
-        return self.cached(("state", name), build)
+        def gathered():
+            rows = self.cached("beam_rows", lambda: self.b.input("beam_rows", ["batch"], TensorProto.INT64))
+            return self.b.op("Gather", self.b.input(name, ["past_batch", *shape[1:]]), rows, axis=0)
+        return self.cached(("past", name), gathered)
 
     def present(self, node, role: str, value: str, shape) -> str:
         """Expose ``value`` as the state ``node`` passes to the next step; use the returned name."""
@@ -147,7 +144,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
             env[node.name] = _tokens(e, node)
         elif node.name in fed:  # the encoder output, in a step graph: read through cross.* inputs
             env[node.name] = None
-            e.bias["S"] = e.gathered("memory_bias", ["batch", 1, 1, "src_len"], "cross")
+            e.bias["S"] = b.input("memory_bias", ["batch", 1, 1, "src_len"])
         else:
             env[node.name] = LOWERINGS[node.op](e, node, *[env[i] for i in node.inputs])
     b.scope = "outputs"
@@ -162,7 +159,8 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                                              (node.attrs["d_k"], node.attrs["d_v"])):
                     b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["heads"], "src_len", size])
     elif kind == "decoder":
-        log_probs = b.op("Squeeze", b.op("LogSoftmax", env[ports["logits"]], axis=-1), b.ints(1))
+        # Squeezed before LogSoftmax: a Squeeze writing the graph output would copy (B, vocab).
+        log_probs = b.op("LogSoftmax", b.op("Squeeze", env[ports["logits"]], b.ints(1)), axis=-1)
         log_probs = b.output("log_probs", log_probs, ["batch", vocab])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])

@@ -95,6 +95,7 @@ class OnnxModel:
         self.device = ("cuda" if self.provider == "CUDAExecutionProvider" else "cpu", 0)
         """Where decoding state lives: (device type, id) for OrtValues and IO binding."""
         self._bindings: dict = {}
+        self._wanted, self._options = wanted, options
 
     def describe(self) -> str:
         where = "CUDA" if self.provider == "CUDAExecutionProvider" else "CPU"
@@ -111,6 +112,12 @@ class OnnxModel:
         if "src" in feeds and "segments" not in feeds and any(i.name == "segments" for i in session.get_inputs()):
             feeds = {**feeds, "segments": np.zeros_like(feeds["src"])}
         return session.run(outputs, feeds)
+
+    def session(self, proto: bytes):
+        """A session for a graph built at run time, on the sessions' device and options."""
+        import onnxruntime as ort
+
+        return ort.InferenceSession(proto, self._options, providers=self._wanted)
 
     def on_device(self, array: np.ndarray):
         """An OrtValue holding ``array`` on the sessions' device."""
