@@ -34,7 +34,9 @@ def feeds(session, rng, vocab: int) -> dict[str, np.ndarray]:
         if i.name in ("src", "tgt", "segments"):
             out[i.name] = rng.integers(4 if i.name != "segments" else 0, vocab if i.name != "segments" else 2,
                                        shape).astype(np.int64)
-        elif i.type == "tensor(int64)":  # top_k, offset, row indices
+        elif i.type == "tensor(int64)" and len(shape) == 1 and i.shape[0] == "batch":  # rows to gather
+            out[i.name] = np.arange(shape[0])[::-1].copy()
+        elif i.type == "tensor(int64)":  # top_k, offset
             out[i.name] = np.full(shape, 2, np.int64) if shape else np.array(3, np.int64)
         elif i.name == "memory_bias":
             out[i.name] = np.zeros(shape, np.float32)

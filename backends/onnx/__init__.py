@@ -4,9 +4,10 @@
 ``OnnxModel(dir).decoder()`` decodes with ``tfspec.search`` like the PyTorch backend does.
 """
 
+from .decoding import OnnxDecoder
 from .export import Exported, export
 from .graphs import KINDS, emit
 from .lowerings import LOWERINGS, lowering
-from .runtime import OnnxDecoder, OnnxModel
+from .runtime import OnnxModel
 
 __all__ = ["KINDS", "LOWERINGS", "Exported", "OnnxDecoder", "OnnxModel", "emit", "export", "lowering"]

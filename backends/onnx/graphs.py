@@ -11,6 +11,8 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              zero-length or zeros at step 0)
              -> ``log_probs`` of the next token, its ``top_values``/``top_ids`` (``top_k``
              asked for) and ``present.<node>.*``. Positions continue from the past length.
+             ``beam_rows`` (batch,) says which row of the pasts each row continues: beam
+             search reorders the state inside the graph.
 """
 
 from __future__ import annotations
@@ -48,10 +50,19 @@ class Emit:
         return self.kind == "step" and node.stack == "decoder"
 
     def state(self, node, role: str, shape, prefix: str = "past") -> str:
+        """The step graph's input ``prefix.<node>.<role>`` (``shape`` batch first). Pasts are
+        gathered first by ``beam_rows``, the row of the past each row continues: beam search
+        then reorders them where they live instead of copying them to the host."""
         name = f"{prefix}.{node.name}.{role}"
-        if name not in {i.name for i in self.b.inputs}:
-            self.b.input(name, shape)
-        return name
+        if prefix != "past":
+            if name not in {i.name for i in self.b.inputs}:
+                self.b.input(name, shape)
+            return name
+
+        def gathered():
+            rows = self.cached("beam_rows", lambda: self.b.input("beam_rows", ["batch"], TensorProto.INT64))
+            return self.b.op("Gather", self.b.input(name, ["past_batch", *shape[1:]]), rows, axis=0)
+        return self.cached(("past", name), gathered)
 
     def present(self, node, role: str, value: str, shape) -> str:
         """Expose ``value`` as the state ``node`` passes to the next step; use the returned name."""
@@ -149,7 +160,8 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                                              (node.attrs["d_k"], node.attrs["d_v"])):
                     b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["kv_heads"], "src_len", size])
     elif kind == "decoder":
-        log_probs = b.op("Squeeze", b.op("LogSoftmax", env[ports["logits"]], axis=-1), b.ints(1))
+        # Squeezed before LogSoftmax: a Squeeze writing the graph output would copy (B, vocab).
+        log_probs = b.op("LogSoftmax", b.op("Squeeze", env[ports["logits"]], b.ints(1)), axis=-1)
         log_probs = b.output("log_probs", log_probs, ["batch", vocab])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])

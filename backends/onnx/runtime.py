@@ -18,8 +18,11 @@ import numpy as np
 from tfspec.errors import TfspecError
 from tfspec.spec import spec_from_data
 
-FORMAT = 1
-"""Version of the layout of exported directories (tensor names, manifest keys)."""
+from .decoding import OnnxDecoder
+
+FORMAT = 2
+"""Version of the layout of exported directories (tensor names, manifest keys). 2: step graphs
+gather their state rows by ``beam_rows``/``cross_rows`` (format 1 had neither)."""
 MANIFEST = "tfspec.json"
 
 
@@ -89,6 +92,10 @@ class OnnxModel:
             self.sessions[kind] = session
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
         self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
+        self.device = ("cuda" if self.provider == "CUDAExecutionProvider" else "cpu", 0)
+        """Where decoding state lives: (device type, id) for OrtValues and IO binding."""
+        self._bindings: dict = {}
+        self._wanted, self._options = wanted, options
 
     def describe(self) -> str:
         where = "CUDA" if self.provider == "CUDAExecutionProvider" else "CPU"
@@ -106,59 +113,38 @@ class OnnxModel:
             feeds = {**feeds, "segments": np.zeros_like(feeds["src"])}
         return session.run(outputs, feeds)
 
+    def session(self, proto: bytes):
+        """A session for a graph built at run time, on the sessions' device and options."""
+        import onnxruntime as ort
+
+        return ort.InferenceSession(proto, self._options, providers=self._wanted)
+
+    def on_device(self, array: np.ndarray):
+        """An OrtValue holding ``array`` on the sessions' device."""
+        import onnxruntime as ort
+
+        return ort.OrtValue.ortvalue_from_numpy(array, *self.device)
+
+    def run_on_device(self, kind: str, outputs: list[str], feeds: dict[str, np.ndarray]) -> dict:
+        """Run graph ``kind`` from host ``feeds``, leaving the named outputs on the device as
+        OrtValues (for decoding state that the host never needs to see)."""
+        session = self.sessions[kind]
+        if "src" in feeds and "segments" not in feeds and any(i.name == "segments" for i in session.get_inputs()):
+            feeds = {**feeds, "segments": np.zeros_like(feeds["src"])}
+        binding = self._bindings.setdefault(kind, session.io_binding())
+        binding.clear_binding_outputs()
+        for name, value in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in outputs:
+            binding.bind_output(name, *self.device)
+        session.run_with_iobinding(binding)
+        return dict(zip(outputs, binding.get_outputs()))
+
     def decoder(self) -> OnnxDecoder:
         if "decoder" not in self.sessions:
             raise TfspecError(f"{self.directory}: {self.spec.name} has no decoder to generate with "
                               f"(family {self.spec.family})")
         return OnnxDecoder(self)
-
-
-class OnnxDecoder:
-    """The encoder and decoder-step graphs as a ``tfspec.search.Decoder``; the state is a
-    dict of numpy arrays named like the step graph's inputs (batch first)."""
-
-    def __init__(self, model: OnnxModel):
-        vocab = model.spec.vocab
-        self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
-        self.model, self.step_session = model, model.sessions["decoder"]
-        self.inputs = {i.name: i for i in self.step_session.get_inputs()}
-        outputs = {o.name: o for o in self.step_session.get_outputs()}
-        self.presents = [name for name in outputs if name.startswith("present.")]
-        self.vocab = outputs["log_probs"].shape[1]
-        self.dtype = model.dtype
-
-    def start(self, src: np.ndarray | None) -> dict[str, np.ndarray]:
-        batch = len(src) if src is not None else 1
-        state = {}
-        if src is not None:
-            names = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
-            state |= dict(zip(names, self.model.run("encoder", names, {"src": src.astype(np.int64)})))
-        for name, info in self.inputs.items():
-            if name.startswith("past."):  # empty keys/values, zero windows and hidden states
-                shape = [batch if d == "batch" else 0 if isinstance(d, str) else d for d in info.shape]
-                state[name] = np.zeros(shape, self.dtype)
-        if "offset" in self.inputs:
-            state["offset"] = np.array(0, np.int64)
-        return state
-
-    def step(self, state, tokens: np.ndarray, k: int):
-        values, ids, state = self.run(state, tokens, ["top_values", "top_ids"], k)
-        return values, ids, state
-
-    def run(self, state, tokens: np.ndarray, outputs: list[str], k: int = 1):
-        """Feed ``tokens`` (B, L); return the named outputs, then the updated state."""
-        feeds = {n: v for n, v in state.items() if n in self.inputs}
-        feeds |= {"tgt": np.ascontiguousarray(tokens, np.int64), "top_k": np.array([min(k, self.vocab)], np.int64)}
-        *results, = self.step_session.run([*outputs, *self.presents], feeds)
-        presents = results[len(outputs):]
-        state = {**state, **{n.replace("present.", "past.", 1): v for n, v in zip(self.presents, presents)}}
-        if "offset" in state:
-            state["offset"] = np.array(state["offset"] + tokens.shape[1], np.int64)
-        return (*results[: len(outputs)], state)
-
-    def select(self, state, rows: np.ndarray, cross: bool):
-        return {n: v if v.ndim == 0 or (not cross and not n.startswith("past.")) else v[rows]
-                for n, v in state.items()}
 
 
 def read_manifest(directory: Path) -> dict:
