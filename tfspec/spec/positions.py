@@ -1,0 +1,81 @@
+"""How positions enter a model (§3.5 and its successors): the ``positional`` field of a spec."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import model_validator
+
+from tfspec.spec.base import SpecModel, field_error
+from tfspec.spec.bounds import Fraction, Positions, RopeFactor, RotaryBase
+
+
+class RotaryScaling(SpecModel):
+    """Llama 3's rotary frequency scaling (transformers' rope type ``llama3``): wavelengths
+    longer than original_max_position_embeddings / low_freq_factor are stretched by
+    ``factor``, those shorter than original_max_position_embeddings / high_freq_factor kept,
+    and those between interpolated smoothly, so a model trained on short contexts reads long
+    ones. Field names are transformers' ``rope_scaling`` keys."""
+
+    type: Literal["llama3"] = "llama3"
+    """The scaling rule; llama3 is the one published decoders use with plain rotary heads."""
+    factor: RopeFactor
+    """Stretch of the long wavelengths (Llama 3.1: 8)."""
+    low_freq_factor: RopeFactor = 1.0
+    """Wavelengths above original_max_position_embeddings / this are stretched fully."""
+    high_freq_factor: RopeFactor = 4.0
+    """Wavelengths below original_max_position_embeddings / this are kept."""
+    original_max_position_embeddings: Positions = 8192
+    """The context length the model was first trained at."""
+
+    @model_validator(mode="after")
+    def _band(self) -> RotaryScaling:
+        if self.high_freq_factor <= self.low_freq_factor:
+            raise field_error("high_freq_factor", f"high_freq_factor ({self.high_freq_factor}) must exceed "
+                              f"low_freq_factor ({self.low_freq_factor}): wavelengths between the two bounds are "
+                              "interpolated; raise high_freq_factor")
+        return self
+
+
+class Positional(SpecModel):
+    """How positions enter the model (§3.5)."""
+
+    kind: Literal["sinusoidal", "learned", "rotary", "relative", "none"] = "sinusoidal"
+    """sinusoidal: fixed sines/cosines added to the embeddings; learned: a trained table (Table 3
+    row E); rotary: queries and keys of self-attention rotated by position (Su et al. 2021);
+    relative: learned embeddings of the clipped distance j - i added to keys and values inside
+    self-attention (Shaw et al. 2018); none: for models whose layers see order themselves."""
+    max_len: Positions = 1024
+    """Longest sequence the model accepts; rows of the learned table."""
+    max_distance: Positions = 16
+    """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
+    base: RotaryBase = 10000.0
+    """rotary: the wavelength base of the rotation frequencies (transformers' rope_theta)."""
+    fraction: Fraction = 1.0
+    """rotary: the share of each head's d_k query/key features that is rotated, the first
+    int(d_k * fraction); the rest pass unchanged (GPT-NeoX's rotary_pct, transformers'
+    partial_rotary_factor)."""
+    scaling: RotaryScaling | None = None
+    """rotary: frequency scaling for long contexts (Llama 3.1); None: plain frequencies."""
+
+    @property
+    def in_attention(self) -> bool:
+        """Positions enter through self-attention rather than the embeddings."""
+        return self.kind in ("rotary", "relative")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        return {"kind": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _rotary_only(self) -> Positional:
+        for field, unset in (("fraction", 1.0), ("scaling", None)):
+            if self.kind != "rotary" and getattr(self, field) != unset:
+                raise field_error(field, f"{field} shapes rotary positions, but kind is {self.kind}: remove "
+                                  f"{field} or set kind: rotary")
+        return self
+
+    def rotated(self, d_k: int) -> int:
+        """How many of a head's d_k query/key features rotary positions rotate."""
+        return int(d_k * self.fraction)
