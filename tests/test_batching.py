@@ -22,14 +22,14 @@ def test_batches_by_examples_and_tokens():
         batches(lengths, 2, "sentences")
 
 
-@pytest.mark.parametrize("size,kind", [(1, "examples"), (4, "examples"), (30, "tokens")])
+@pytest.mark.parametrize("size,kind", [(3, "examples"), (30, "tokens")])
 def test_batched_decoding_equals_one_at_a_time(size, kind):
     """Each output equals decoding that source alone with the same search."""
     torch.manual_seed(0)
     decoder = TorchDecoder(build_module(load_spec("tiny")).eval())
     rng = np.random.default_rng(0)
-    sources = [list(rng.integers(4, 1000, n)) + [2] if n else [] for n in (3, 0, 8, 1, 5, 12, 2)]
-    options = SearchOptions(beam=2, max_extra=5)
+    sources = [list(rng.integers(4, 1000, n)) + [2] if n else [] for n in (3, 0, 8, 1, 5)]
+    options = SearchOptions(beam=2, max_extra=3)
     outputs = decode_all(decoder, sources, options, size, batch_type=kind)
     for source, output in zip(sources, outputs):
         alone = search(decoder, np.array([source]), options)[0] if source else []

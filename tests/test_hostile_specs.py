@@ -12,17 +12,9 @@ import time
 
 import pytest
 
+from test_spec_errors import GOOD
 from tfspec.cli import main
 from tfspec.spec import Spec
-
-GOOD = """\
-vocab: 1000
-d_model: 64
-heads: 4
-d_ff: 128
-encoder: {layers: 2, block: [self_attention, ffn]}
-decoder: {layers: 2, block: [causal_self_attention, cross_attention, ffn]}
-"""
 
 
 def refused(cli, path, *needles, command="validate"):

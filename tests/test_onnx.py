@@ -21,10 +21,16 @@ SCALE = 16  # shipped specs are checked at 1/16 of their widths: same structure,
 MAX_RADIUS = 64  # and restricted radii capped (Mistral's 4095), so the blocked check runs at ~200 tokens
 
 
+DEPTH = 6  # and at most this many layers per uniform stack
+
+
 def shrunk(name: str) -> Spec:
-    """The shipped spec ``name`` with every width divided by SCALE, radii capped at MAX_RADIUS and
-    a 300-token vocabulary."""
+    """The shipped spec ``name`` with every width divided by SCALE, at most DEPTH layers per
+    uniform stack, radii capped at MAX_RADIUS and a 300-token vocabulary."""
     data = load_spec(name).model_dump()
+    for stack in ("encoder", "decoder"):  # published decoders repeat one block 22-32 times
+        if data.get(stack) and data[stack].get("layers"):
+            data[stack]["layers"] = min(data[stack]["layers"], DEPTH)
     for key in ("d_model", "d_ff", "d_k", "d_v"):
         data[key] = max(1, data[key] // SCALE)
     data["vocab"] |= {"size": 300, "target_size": None if data["vocab"]["target_size"] is None else 200}

@@ -24,11 +24,12 @@ import onnx
 
 from tfspec import __version__
 from tfspec.backends.torch import TorchModel
+from tfspec.checks import Check
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
 
 from .graphs import emit
-from .parity import Check, check_parity
+from .parity import check_parity
 from .runtime import FORMAT, MANIFEST, OnnxModel
 
 EXTERNAL_DATA_BYTES = 1 << 28

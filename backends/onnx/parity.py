@@ -9,35 +9,18 @@ on sequences long enough for PyTorch to compute them block by block.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
 from tfspec.backends.torch import TorchDecoder, TorchModel
 from tfspec.layers.attention import block_plan
+from tfspec.checks import Check
 from tfspec.search import SearchOptions, search
 
 from .attention import blocked
 from .runtime import OnnxModel
 
 CHUNKS = [(0, 1), (1, 3), (3, 6), (6, 9)]  # step inputs: pasts of 0, 1, 3 and 6 tokens
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    diff: float
-    """Largest absolute difference (for token checks: the number of differing tokens)."""
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.diff <= self.tolerance
-
-    def __str__(self) -> str:
-        mark = "ok  " if self.ok else "FAIL"
-        return f"{mark} {self.name}: max |diff| {self.diff:.2e} (tolerance {self.tolerance:g})"
 
 
 def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-4, seed: int = 0) -> list[Check]:

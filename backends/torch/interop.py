@@ -7,31 +7,18 @@ BERT's hidden states and pooled output) must agree at every non-padded position.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from tfspec.checks import Check
+
 from .model import TorchModel
-
-
-@dataclass(frozen=True)
-class HfCheck:
-    output: str
-    diff: float
-    tolerance: float
-
-    @property
-    def ok(self) -> bool:
-        return self.diff <= self.tolerance
-
-    def __str__(self) -> str:
-        return f"{self.output}: max |diff| {self.diff:.2e} ({'ok' if self.ok else f'over {self.tolerance:g}'})"
 
 
 @torch.no_grad()
 def check_hf(model: TorchModel, directory: str | Path, architecture: str, outputs: dict[str, str],
-             tolerance: float = 1e-4) -> list[HfCheck]:
+             tolerance: float = 1e-4) -> list[Check]:
     """Compare ``model`` with ``transformers.<architecture>.from_pretrained(directory)``
     (loaded in float32: a float16 export differs by its rounding, hence a looser tolerance)."""
     import transformers
@@ -53,5 +40,5 @@ def check_hf(model: TorchModel, directory: str | Path, architecture: str, output
         a, b = ours[name].float(), getattr(expected, attr).float()
         if a.dim() == 3:
             a, b = a[keep], b[keep]
-        checks.append(HfCheck(f"{name} = {architecture}.{attr}", float((a - b).abs().max()), tolerance))
+        checks.append(Check(f"{name} = {architecture}.{attr}", float((a - b).abs().max()), tolerance))
     return checks

@@ -25,19 +25,10 @@ def cmd_export(args) -> int:
                               "Hugging Face checkpoint keeps float weights and has no opset")
         return interop.export_hf(args)
     args.opset = args.opset or DEFAULT_OPSET
-    import torch
-
     from tfspec.backends.onnx import export
-    from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights
 
     spec = load_spec(args.spec)
-    torch.manual_seed(args.seed)
-    model = build_module(spec)
-    if args.weights:
-        load_weights(model, args.weights)
-    else:
-        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
+    model = model_to_export(spec, args)
     started = time.perf_counter()
     result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check, int8=args.int8)
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
@@ -52,6 +43,22 @@ def cmd_export(args) -> int:
     if args.int8:
         _print_int8(Path(args.output))
     return 0 if result.ok else 1
+
+
+def model_to_export(spec, args):
+    """The PyTorch module of ``spec`` with ``--weights``, else random weights of ``--seed``."""
+    import torch
+
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    torch.manual_seed(args.seed)
+    model = build_module(spec)
+    if args.weights:
+        load_weights(model, args.weights)
+    else:
+        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
+    return model
 
 
 def _print_int8(directory: Path) -> None:

@@ -27,21 +27,14 @@ def cmd_import(args) -> int:
 
 def export_hf(args) -> int:
     """The hf branch of ``tfspec export``: refuse a spec no family computes before building it."""
-    import torch
-
-    from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights, weights_of
+    from tfspec.backends.torch.checkpoint import weights_of
+    from tfspec.cli.deploy import model_to_export  # deploy imports this module first
     from tfspec.interop.hf import export_checkpoint, fitting_family
     from tfspec.interop.hf.checkpoint import TOKENIZER_FILES
 
     spec = load_spec(args.spec)
     family = fitting_family(spec)
-    torch.manual_seed(args.seed)
-    model = build_module(spec)
-    if args.weights:
-        load_weights(model, args.weights)
-    else:
-        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
+    model = model_to_export(spec, args)
     folder = resolve(args.spec).parent
     tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()] + sorted(folder.glob("*.model"))
     weights = {name: t.float().cpu().numpy() for name, t in weights_of(model).items()}
