@@ -6,8 +6,8 @@ onnxruntime (opset 18, attention spelled out; opset 23, the fused Attention op),
 KV-cached PyTorch eager decoder, and CTranslate2 with a TransformerSpec built from the same
 arrays. Sources are 32 random tokens; every engine must emit exactly 64 tokens (end of
 sentence forbidden before), so all do the same work. Greedy and beam 4, batch 1 and 16, fp32
-and int8 (CTranslate2 compute_type int8; onnxruntime's quantize_dynamic on the encoder and
-decoder-step graphs, after rewriting their Gemm nodes to MatMul, which it can quantize).
+and int8 (CTranslate2 compute_type int8; tfspec's `export --int8`: onnxruntime's dynamic
+quantisation of every MatMul and Gemm weight, per channel, 7-bit range).
 
 Before timing, CTranslate2 is checked to compute the same model: its greedy tokens must equal
 tfspec's, and its teacher-forced log-probabilities of random targets (score_batch) must match
@@ -27,10 +27,8 @@ engine is skipped.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import platform
-import shutil
 import statistics
 import tempfile
 import time
@@ -101,46 +99,6 @@ def ct2_model(model, spec, directory: Path) -> None:
     ct.save(str(directory))
 
 
-def quantize_ort(directory: Path, target: Path) -> None:
-    """int8 copies of the encoder and step graphs: Gemm(transB) -> MatMul on W^T (+ Add), as
-    quantize_dynamic does not handle Gemm, then dynamic quantization of constant-weight MatMuls
-    (int8 weights per output channel, activations quantized at run time)."""
-    import onnx
-    from onnx import helper, numpy_helper
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    shutil.copytree(directory, target)
-    for kind in ("encoder", "decoder"):
-        proto = onnx.load(str(target / f"{kind}.onnx"))
-        g, nodes, rewritten = proto.graph, [], 0
-        inits = {t.name: t for t in g.initializer}
-        for n in g.node:
-            attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
-            if n.op_type != "Gemm" or attrs.get("transB") != 1 or attrs.get("transA") or n.input[1] not in inits:
-                nodes.append(n)
-                continue
-            rewritten += 1
-            w = n.input[1] + ".T"
-            if w not in inits:
-                inits[w] = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(inits[n.input[1]]).T), w)
-                g.initializer.append(inits[w])
-            bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
-            y = n.output[0] + ".mm" if bias else n.output[0]
-            nodes.append(helper.make_node("MatMul", [n.input[0], w], [y], name=n.name + ".mm"))
-            if bias:
-                nodes.append(helper.make_node("Add", [y, bias], [n.output[0]], name=n.name + ".add"))
-        del g.node[:]
-        g.node.extend(nodes)
-        logging.disable(logging.WARNING)  # quantize_dynamic advises running its pre-processing first
-        try:
-            quantize_dynamic(proto, target / f"{kind}.onnx", op_types_to_quantize=["MatMul"],
-                             weight_type=QuantType.QInt8, per_channel=True)
-        finally:
-            logging.disable(logging.NOTSET)
-        done = [n.op_type for n in onnx.load(str(target / f"{kind}.onnx")).graph.node].count("MatMulInteger")
-        print(f"{target.name}/{kind}.onnx: {done} of {rewritten} linear layers quantized to int8")
-
-
 def engines(args, spec, model, work: Path) -> dict[str, Callable]:
     """Name -> decode(src (B, S) int64, beam, length) -> exactly ``length`` token ids per row."""
     options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
@@ -150,8 +108,8 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
             opset = int(key[3:])
             export(model, work / key, opset=opset, parity=False)
             dirs = {"": work / key}
-            if args.int8:
-                quantize_ort(work / key, work / f"{key}-int8")
+            if args.int8:  # the product's int8 path: `tfspec export --int8`
+                export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True)
                 dirs[" int8"] = work / f"{key}-int8"
             for suffix, d in dirs.items():
                 dec = OnnxModel(d, device="cpu", threads=args.threads).decoder()
