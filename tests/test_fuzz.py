@@ -13,6 +13,7 @@ tests/test_fuzz.py`` runs thousands.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import os
 import signal
@@ -72,6 +73,12 @@ def at(node, path):
     return node
 
 
+def fresh(value):
+    """A copy of a drawn value: the shared lists and dicts of ABSURD must not be mutated in
+    place by later mutations (a dict placed inside itself never ends)."""
+    return copy.deepcopy(value)
+
+
 def near(value):
     """Boundary values around a number: off by one, negated, scaled far out."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -88,12 +95,12 @@ def mutation(draw, data):
     if op == "delete" and path:
         del parent[path[-1]]
     elif op == "retype" and path:
-        parent[path[-1]] = draw(st.sampled_from(ABSURD))
+        parent[path[-1]] = fresh(draw(st.sampled_from(ABSURD)))
     elif op == "near" and path:
         parent[path[-1]] = draw(st.sampled_from(near(value)))
     elif op == "unknown_key" and isinstance(value, dict):
         key = draw(st.one_of(st.sampled_from(ODD_KEYS), st.text(min_size=1, max_size=6)))
-        value[key] = draw(st.sampled_from(ABSURD))
+        value[key] = fresh(draw(st.sampled_from(ABSURD)))
     elif op == "duplicate" and isinstance(value, list) and value:
         value.extend(value * draw(st.integers(1, 3)))
     elif op == "duplicate" and isinstance(value, dict) and value:
@@ -104,7 +111,7 @@ def mutation(draw, data):
     elif op == "kind" and isinstance(value, dict) and "kind" in value:
         value["kind"] = draw(st.sampled_from([*SUBLAYERS, "self_atention", "", 3]))
         for option in draw(st.lists(st.sampled_from(LAYER_OPTIONS), min_size=1, max_size=3)):
-            value[option] = draw(st.sampled_from(ABSURD))
+            value[option] = fresh(draw(st.sampled_from(ABSURD)))
 
 
 @st.composite

@@ -72,12 +72,17 @@ class Rule:
     ir: str
     hf: tuple[str, ...]
     layout: str = "copy"
+    rows: tuple[int, ...] = ()
+    """concat: the rows of each part when they differ (grouped-query attention's q, k, v)."""
+
+    def _rows(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return self.rows or (shape[0] // len(self.hf),) * len(self.hf)
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         if self.layout == "transpose":
             return {self.hf[0]: tuple(reversed(shape))}
         if self.layout == "concat":
-            return dict.fromkeys(self.hf, (shape[0] // len(self.hf), *shape[1:]))
+            return {name: (rows, *shape[1:]) for name, rows in zip(self.hf, self._rows(shape))}
         return {self.hf[0]: tuple(shape)}
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
@@ -89,7 +94,7 @@ class Rule:
         if self.layout == "transpose":
             return {self.hf[0]: value.T}
         if self.layout == "concat":
-            return dict(zip(self.hf, np.split(value, len(self.hf))))
+            return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
         return {self.hf[0]: value}
 
 

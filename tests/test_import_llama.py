@@ -1,0 +1,86 @@
+"""`tfspec import` of Llama-family checkpoints (llama, mistral, qwen2) against transformers:
+small random models written by ``save_pretrained`` (one sharded, one bf16), imported through
+the CLI, loaded by the PyTorch backend; logits equal, and greedy decoding equals `generate`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.backends.torch.checkpoint import load_weights
+from tfspec.search import SearchOptions, search
+from tfspec.spec import load_spec
+
+transformers = pytest.importorskip("transformers")
+
+SMALL = {"vocab_size": 120, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+         "bos_token_id": 1, "eos_token_id": 2}
+CASES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "llama-llama3-rope": ("LlamaConfig", "LlamaForCausalLM", {"rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}),
+    "mistral-window": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 6}),
+    "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True, "bos_token_id": 5,
+                                                       "eos_token_id": 5}),
+}
+
+
+def save(case: str, path, **save_options):
+    config_class, model_class, extra = CASES[case]
+    torch.manual_seed(0)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**SMALL | extra)).eval()
+    with torch.no_grad():  # norms start at 1 and biases at 0: make them matter
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.normal_(0.0 if "bias" in name else 1.0, 0.2)
+    model.save_pretrained(path, **save_options)
+    return model
+
+
+@pytest.mark.parametrize("case,options", [("llama", {}), ("llama-llama3-rope", {"max_shard_size": "100KB"}),
+                                          ("mistral-window", {}), ("qwen2-tied", {})])
+def test_imported_llama_family_matches_transformers(case, options, cli, tmp_path):
+    ref = save(case, tmp_path / "hf", **options)
+    code, out, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    spec = load_spec(tmp_path / "ours")
+    model = build_module(spec).eval()
+    load_weights(model, tmp_path / "ours" / "model.safetensors")
+    tokens = torch.randint(6, 120, (2, 30))
+    with torch.no_grad():
+        assert torch.allclose(model(tokens), ref(tokens).logits, atol=1e-4)
+    prompt = tokens[:, :4]
+    want = ref.generate(prompt, max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)[:, 4:]
+    got = search(TorchDecoder(model), None, SearchOptions(beam=1, max_length=12, min_length=12, max_extra=12),
+                 prefix=prompt.numpy())
+    assert [list(map(int, row)) for row in want] == got
+
+
+def test_config_only_counts_as_transformers(cli, tmp_path):
+    config = transformers.MistralConfig(**SMALL | {"sliding_window": 6})
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    with torch.device("meta"):
+        expected = sum(p.numel() for p in transformers.MistralForCausalLM(config).parameters())
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == expected
+
+
+@pytest.mark.parametrize("change,needle", [({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
+                                            "rope type \"yarn\" is not supported"),
+                                           ({"hidden_act": "gelu_fast"}, "hidden_act"),
+                                           ({"moe_experts": 8}, "unknown field moe_experts")])
+def test_unsupported_configs_are_refused_by_name(change, needle, cli, tmp_path):
+    (tmp_path / "hf").mkdir()
+    config = json.loads(transformers.LlamaConfig(**SMALL).to_json_string()) | change
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()

@@ -1,0 +1,155 @@
+"""Llama, Mistral and Qwen2 (``model_type: llama | mistral | qwen2``): transformers'
+*ForCausalLM and *Model as tfspec specs (``specs/zoo/llama-2-7b.yaml`` and its siblings).
+
+Pre-RMSNorm decoders with SwiGLU feed-forward layers, rotary positions in the rotate-half
+layout, grouped-query attention and (Llama) an untied output head. Mistral adds a sliding
+window of w tokens, tfspec's causal restricted attention with r = w - 1; Qwen2 biases its
+query, key and value projections. The checkpoint's q, k and v matrices are stacked into one
+``w_qkv`` (rows h*d_k, kv*d_k, kv*d_v). Rotary settings come as ``rope_parameters``
+(transformers 5) or ``rope_theta`` + ``rope_scaling`` (older files); types other than default
+and llama3 are refused by name. Importing only: exporting such a spec back is not written yet.
+"""
+
+from __future__ import annotations
+
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import Family, Rule, Source, _show, activation, number, register
+
+ROPE_TYPES = ("default", "llama3")
+
+
+@register
+class Llama(Family):
+    model_type = "llama"
+    title = "Llama"
+    architectures = {"LlamaForCausalLM": "model.", "LlamaModel": ""}
+    export_architecture = "LlamaForCausalLM"
+    heads = ("lm_head.",)
+    mapped = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
+              "rope_parameters", "rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "tie_word_embeddings",
+              "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout")
+    ignored = {"pretraining_tp": "splits the matrix products into slices whose results are added: the same sums"}
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = source.config, source.where
+        d_model = number(c, "hidden_size", where, default=4096)
+        heads = number(c, "num_attention_heads", where, default=32)
+        head_dim = number(c, "head_dim", where) if c.get("head_dim") is not None else d_model // heads
+        return {"family": "decoder-only", "vocab": _vocab(c, where), "d_model": d_model, "heads": heads,
+                "kv_heads": number(c, "num_key_value_heads", where, default=heads),
+                "d_k": head_dim, "d_v": head_dim,
+                "d_ff": number(c, "intermediate_size", where, default=11008),
+                "activation": activation(c, "hidden_act", where, "silu"), "gated": True,
+                "dropout": 0.0, "attention_dropout": number(c, "attention_dropout", where, float, 0.0),
+                "label_smoothing": 0.0, "positional": self._rotary(c, where), "norm": "pre", "norm_type": "rms",
+                "norm_eps": number(c, "rms_norm_eps", where, float, 1e-6), "final_norm": True, "bias": False,
+                "biases": self._biases(c), "embed_scale": False,
+                "tie_embeddings": "output" if c.get("tie_word_embeddings", False) else "none",
+                "decoder": {"layers": number(c, "num_hidden_layers", where, default=32),
+                            "block": [self._attention(c, where), "ffn"]}}
+
+    def _biases(self, c: dict) -> dict:
+        attention, mlp = bool(c.get("attention_bias", False)), bool(c.get("mlp_bias", False))
+        return {"q": attention, "k": attention, "v": attention, "o": attention, "ffn": mlp}
+
+    def _attention(self, c: dict, where: str):
+        return "causal_self_attention"
+
+    def _rotary(self, c: dict, where: str) -> dict:
+        rope = dict(c.get("rope_parameters") or {})
+        rope.setdefault("rope_theta", c.get("rope_theta", 10000.0))
+        if c.get("rope_scaling"):
+            rope |= c["rope_scaling"]
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            raise TfspecError(f"{where}: rope type {_show(kind)} is not supported; tfspec computes rotary "
+                              f"positions of type {' or '.join(ROPE_TYPES)}")
+        positional = {"kind": "rotary", "max_len": number(c, "max_position_embeddings", where, default=2048),
+                      "base": number(rope, "rope_theta", where, float)}
+        if rope.get("partial_rotary_factor", 1.0) != 1.0:
+            positional["fraction"] = number(rope, "partial_rotary_factor", where, float)
+        if kind == "llama3":
+            positional["scaling"] = {"type": "llama3", **{k: number(rope, k, where, float) for k in (
+                "factor", "low_freq_factor", "high_freq_factor")}, "original_max_position_embeddings": number(
+                rope, "original_max_position_embeddings", where)}
+        return positional
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        h, kv, d_k, d_v = spec.heads, spec.num_kv_heads, spec.d_k, spec.d_v
+        rows = (h * d_k, kv * d_k, kv * d_v)
+        rules = [Rule("decoder.embed.weight", ("embed_tokens.weight",)), Rule("decoder.norm.weight", ("norm.weight",))]
+        if spec.tie_embeddings == "none" and architecture.endswith("ForCausalLM"):
+            rules.append(Rule("output.weight", ("lm_head.weight",)))
+        for i in range(spec.decoder.num_layers):
+            ours, theirs, attn = f"decoder.layers.{i}.", f"layers.{i}.", spec.decoder.block[0].stem
+            qkv = tuple(f"{theirs}self_attn.{p}_proj" for p in "qkv")
+            rules += [Rule(f"{ours}{attn}_norm.weight", (f"{theirs}input_layernorm.weight",)),
+                      Rule(f"{ours}{attn}.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat", rows),
+                      Rule(f"{ours}{attn}.w_o", (f"{theirs}self_attn.o_proj.weight",)),
+                      Rule(f"{ours}ffn_norm.weight", (f"{theirs}post_attention_layernorm.weight",)),
+                      Rule(f"{ours}ffn.w_1", (f"{theirs}mlp.gate_proj.weight",)),
+                      Rule(f"{ours}ffn.w_3", (f"{theirs}mlp.up_proj.weight",)),
+                      Rule(f"{ours}ffn.w_2", (f"{theirs}mlp.down_proj.weight",))]
+            if spec.has_bias("q"):
+                rules.append(Rule(f"{ours}{attn}.b_qkv", tuple(f"{p}.bias" for p in qkv), "concat", rows))
+            if spec.has_bias("o"):
+                rules.append(Rule(f"{ours}{attn}.b_o", (f"{theirs}self_attn.o_proj.bias",)))
+            if spec.has_bias("ffn"):
+                rules += [Rule(f"{ours}ffn.b_{n}", (f"{theirs}mlp.{p}_proj.bias",))
+                          for n, p in (("1", "gate"), ("3", "up"), ("2", "down"))]
+        return rules
+
+    def dropped(self, architecture: str) -> dict[str, str]:
+        return {"lm_head.weight": "the output projection, tied to the token embedding",
+                "layers.*.self_attn.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
+
+    def structure(self, spec) -> str | None:
+        return f"exporting to {self.title} is not written yet (tfspec imports it)"
+
+
+@register
+class Mistral(Llama):
+    model_type = "mistral"
+    title = "Mistral"
+    architectures = {"MistralForCausalLM": "model.", "MistralModel": ""}
+    export_architecture = "MistralForCausalLM"
+    mapped = Llama.mapped + ("sliding_window",)
+
+    def _attention(self, c: dict, where: str):
+        window = c.get("sliding_window")
+        if window is None or window >= number(c, "max_position_embeddings", where, default=32768):
+            return "causal_self_attention"  # no position ever sees further back than the window
+        # Query i sees keys i - w + 1 .. i: causal restricted attention with r = w - 1.
+        return {"kind": "restricted_self_attention", "r": number(c, "sliding_window", where) - 1, "causal": True}
+
+
+@register
+class Qwen2(Llama):
+    model_type = "qwen2"
+    title = "Qwen2"
+    architectures = {"Qwen2ForCausalLM": "model.", "Qwen2Model": ""}
+    export_architecture = "Qwen2ForCausalLM"
+    required = {"use_sliding_window": (False,)}
+    ignored = Llama.ignored | {
+        "sliding_window": "read only with use_sliding_window, which must be false",
+        "max_window_layers": "read only with use_sliding_window, which must be false",
+        "layer_types": "every layer full attention, as use_sliding_window false says"}
+
+    def _biases(self, c: dict) -> dict:
+        return {"q": True, "k": True, "v": True, "o": False, "ffn": False}  # Qwen2 biases q, k and v only
+
+
+def _vocab(c: dict, where: str) -> dict:
+    """bos/eos from the config; padding by pad_token_id, else <unk> (id 0: Llama pads with it),
+    else, when bos and eos are one token (Qwen2), that token for all four (GPT-2's convention)."""
+    bos, eos = c.get("bos_token_id"), c.get("eos_token_id")
+    eos = eos[0] if isinstance(eos, list) and eos else eos
+    bos = bos if bos is not None else eos if eos is not None else 0
+    eos = eos if eos is not None else bos
+    ids = {"bos_id": number({"b": bos}, "b", where), "eos_id": number({"e": eos}, "e", where)}
+    pad = c.get("pad_token_id")
+    if pad is None:
+        pad = bos if bos == eos else 0
+    unk = pad if pad not in (bos, eos) or bos == eos else 0
+    return {"size": number(c, "vocab_size", where, default=32000), **ids, "pad_id": pad, "unk_id": unk}
