@@ -5,6 +5,7 @@ the CLI, loaded by the PyTorch backend; logits equal, and greedy decoding equals
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +85,21 @@ def test_unsupported_configs_are_refused_by_name(change, needle, cli, tmp_path):
     code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "ours").exists()
+
+
+PUBLISHED = {"Llama-2-7b-hf": 6_738_415_616, "TinyLlama-1.1B": 1_100_048_384, "Mistral-7B-v0.1": 7_241_732_096,
+             "Qwen2.5-0.5B": 494_032_768}
+"""The counts transformers gives for these configurations (../shared/ENGINEERING.md); each is
+also recounted from the fixture by transformers on the meta device."""
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_configs_import_at_their_counts(name, cli, tmp_path):
+    fixture = Path(__file__).parent / "fixtures" / "hf" / name
+    code, _, err = cli("import", fixture, "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    config = transformers.AutoConfig.from_pretrained(fixture)
+    with torch.device("meta"):
+        counted = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == counted == PUBLISHED[name]
