@@ -147,9 +147,8 @@ def _vocab(c: dict, where: str) -> dict:
     eos = eos[0] if isinstance(eos, list) and eos else eos
     bos = bos if bos is not None else eos if eos is not None else 0
     eos = eos if eos is not None else bos
-    ids = {"bos_id": number({"b": bos}, "b", where), "eos_id": number({"e": eos}, "e", where)}
-    pad = c.get("pad_token_id")
-    if pad is None:
-        pad = bos if bos == eos else 0
+    ids = {"bos_id": number({"bos_token_id": bos}, "bos_token_id", where),
+           "eos_id": number({"eos_token_id": eos}, "eos_token_id", where)}
+    pad = number(c, "pad_token_id", where) if c.get("pad_token_id") is not None else bos if bos == eos else 0
     unk = pad if pad not in (bos, eos) or bos == eos else 0
     return {"size": number(c, "vocab_size", where, default=32000), **ids, "pad_id": pad, "unk_id": unk}
