@@ -95,6 +95,7 @@ def test_int8_bleu_beside_float32(cli, trained):
     assert code == 0, err
     fp32, int8 = (json.loads((trained / "eval" / f"test.{b}.json").read_text()) for b in ("onnx", "onnx-int8"))
     assert f"int8 vs float32 on test: BLEU {int8['bleu']:.2f} vs {fp32['bleu']:.2f}" in out
+    assert fp32["weights"] == int8["weights"] and fp32["weights"].endswith(".safetensors")
     recorded = next((trained / "onnx").glob("*-int8/tfspec.json"))
     bleu = json.loads(recorded.read_text())["int8"]["bleu"]
     assert bleu["float32"] == fp32["bleu"] and bleu["int8"] == int8["bleu"] and bleu["sentences"] == 40

@@ -42,6 +42,8 @@ class Exported:
     files: dict[str, int] = field(default_factory=dict)
     """File name -> bytes."""
     checks: list[Check] = field(default_factory=list)
+    int8: dict | None = None
+    """With ``int8``: how the quantised graphs compare with float32, as the manifest records it."""
 
     @property
     def ok(self) -> bool:
@@ -92,10 +94,10 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
         result.checks = check_parity(OnnxModel(directory, device="cpu"), model, tolerance=5e-2 if fp16 else 1e-4)
         manifest["parity"] = [{"check": c.name, "max_abs_diff": c.diff, "tolerance": c.tolerance, "ok": c.ok}
                               for c in result.checks]
-        _write_manifest(directory, manifest)
+        write_manifest(directory, manifest)
     if int8:
-        manifest["int8"] = quantize(directory, manifest, result)
-        _write_manifest(directory, manifest)
+        manifest["int8"] = result.int8 = quantize(directory, manifest, result)
+        write_manifest(directory, manifest)
     return result
 
 
@@ -148,7 +150,8 @@ def agreement(reference: OnnxModel, quantised: OnnxModel, seed: int = 0) -> dict
             "sentences_equal": sum(x == y for x, y in zip(ours, theirs)), "sentences": len(theirs)}
 
 
-def _write_manifest(directory: Path, manifest: dict) -> None:
+def write_manifest(directory: Path, manifest: dict) -> None:
+    """Replace the directory's manifest atomically (a reader sees the old one or the new one)."""
     tmp = directory / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, directory / MANIFEST)

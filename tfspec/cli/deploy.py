@@ -40,8 +40,8 @@ def cmd_export(args) -> int:
     for check in result.checks:
         print(f"  {check}")
     print("parity: ok" if result.ok else "parity: FAILED (the graphs were written; do not deploy them)")
-    if args.int8:
-        _print_int8(Path(args.output))
+    if result.int8 is not None:
+        _print_int8(result.int8)
     return 0 if result.ok else 1
 
 
@@ -61,10 +61,7 @@ def model_to_export(spec, args):
     return model
 
 
-def _print_int8(directory: Path) -> None:
-    import json
-
-    record = json.loads((directory / "tfspec.json").read_text(encoding="utf-8"))["int8"]
+def _print_int8(record: dict) -> None:
     line = f"int8: weights of every MatMul/Gemm quantised ({record['weights']}); float32 parity was checked first"
     if "greedy_tokens" in record:
         line += (f"; greedy tokens equal to float32 on the parity inputs: {record['greedy_tokens_equal']}/"

@@ -8,7 +8,6 @@ A run directory holds ``run.json`` (spec, options, data), ``tokenizer.model``,
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -129,8 +128,7 @@ def cmd_evaluate(args) -> int:
     results = {}
     for name in chosen:
         decoder, where, export_dir = engines[name]()
-        results[name] = result = _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, name)
-        result["weights"] = str(weights)
+        results[name] = result = _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, name, weights)
         print(f"{spec.name} on {args.split} ({result['sentences']} sentences, {where}, beam {args.beam}): "
               f"BLEU {result['bleu']:.2f}, chrF {result['chrf']:.2f}")
         print(f"  {result['bleu_signature']}\n  {result['chrf_signature']}")
@@ -139,7 +137,7 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, backend: str) -> dict:
+def _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, backend: str, weights: Path) -> dict:
     """Decode every source, score against the references, and keep hypotheses and scores in RUN/eval."""
     from tqdm import tqdm
 
@@ -150,8 +148,8 @@ def _evaluate(decoder, sources, pairs, tokenizer, options, spec, args, backend: 
         outputs = decode_all(decoder, sources, options, args.batch, spec.family == "decoder-only", bar.update)
     hypotheses = tokenizer.decode(outputs)
     result = score(hypotheses, [t for _, t in pairs])
-    result |= {"split": args.split, "backend": backend, "beam": args.beam, "alpha": args.alpha,
-               "seconds": round(time.perf_counter() - started, 1)}
+    result |= {"split": args.split, "backend": backend, "weights": str(weights), "beam": args.beam,
+               "alpha": args.alpha, "seconds": round(time.perf_counter() - started, 1)}
     out = Path(args.run) / "eval"
     out.mkdir(exist_ok=True)
     (out / f"{args.split}.{backend}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
@@ -164,13 +162,13 @@ def _record_int8_bleu(export_dir: Path, fp32: dict, int8: dict, split: str) -> N
     difference = round(int8["bleu"] - fp32["bleu"], 2)
     print(f"int8 vs float32 on {split}: BLEU {int8['bleu']:.2f} vs {fp32['bleu']:.2f} ({difference:+.2f}), "
           f"chrF {int8['chrf']:.2f} vs {fp32['chrf']:.2f}; recorded in {export_dir / 'tfspec.json'}")
-    manifest_path = export_dir / "tfspec.json"
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    from tfspec.backends.onnx.export import write_manifest
+    from tfspec.backends.onnx.runtime import read_manifest
+
+    manifest = read_manifest(export_dir)
     manifest["int8"]["bleu"] = {"split": split, "sentences": int8["sentences"], "float32": fp32["bleu"],
                                 "int8": int8["bleu"], "difference": difference, "signature": int8["bleu_signature"]}
-    tmp = manifest_path.with_name(".tfspec.json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, manifest_path)
+    write_manifest(export_dir, manifest)
 
 
 def _weights(run: Path, chosen: str | None, checkpoint) -> Path:
