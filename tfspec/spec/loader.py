@@ -99,8 +99,8 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
 def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
     """The YAML node tree of ``path`` (for line numbers) and the data built from that same tree."""
     try:
-        if path.stat().st_size > MAX_SPEC_BYTES:
-            raise SpecError.one(str(path), f"{path.stat().st_size:,} bytes is too large for a spec (at most "
+        if (size := path.stat().st_size) > MAX_SPEC_BYTES:
+            raise SpecError.one(str(path), f"{size:,} bytes is too large for a spec (at most "
                                 f"{MAX_SPEC_BYTES:,}); specs are short YAML files")
         loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
         try:
