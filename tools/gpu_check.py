@@ -79,6 +79,11 @@ def ct2_engine(spec, model, work: Path):
         res = tr.translate_batch([[words[i] for i in row] for row in src], beam_size=beam, length_penalty=0.6,
                                  max_decoding_length=n, min_decoding_length=n)
         return [[index[t] for t in r.hypotheses[0]] for r in res]
+    try:  # the wheel finds its CUDA libraries (cuBLAS of its own CUDA major) only when it first runs
+        run(np.full((1, 4), 4), 1, 2)
+    except (RuntimeError, OSError) as e:
+        print(f"CTranslate2 skipped: it loads but cannot run on CUDA here ({e})")
+        return None
     return run
 
 
