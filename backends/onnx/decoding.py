@@ -132,4 +132,4 @@ def _gather_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
         [helper.make_tensor_value_info("rows", TensorProto.INT64, ["n"])]
         + [helper.make_tensor_value_info(name, elem, [None] * rank[name]) for name in names],
         [helper.make_tensor_value_info(f"{name}.rows", elem, [None] * rank[name]) for name in names])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
