@@ -141,3 +141,21 @@ def test_device_state_and_tokens_equal_pytorch(name, write_spec, tmp_path):
                 ours = search(decoder, src, options, prefix)
                 spy.check_search()
             assert ours == search(TorchDecoder(model), src, options, prefix), (batch, beam)
+
+
+def test_graphs_built_at_run_time_use_the_exported_ir_version(tmp_path, monkeypatch):
+    """The beam-reordering graph built while decoding declares the IR version of the exported
+    graphs: onnxruntime-gpu 1.31 refused it when it carried onnx's newest (found on an H100)."""
+    import onnx
+    import onnxruntime as ort
+
+    spec = shrunk("tiny")
+    export(build_module(spec).eval(), tmp_path / "onnx", parity=False)
+    exported = {onnx.load(str(p), load_external_data=False).ir_version for p in (tmp_path / "onnx").glob("*.onnx")}
+    built, session = [], ort.InferenceSession
+    monkeypatch.setattr(ort, "InferenceSession", lambda model, *a, **k: (
+        built.append(model) if isinstance(model, bytes) else None, session(model, *a, **k))[1])
+    src = np.random.default_rng(0).integers(4, spec.vocab.size, (2, 5))
+    search(OnnxModel(tmp_path / "onnx", device="cpu").decoder(), src, SearchOptions(beam=3, max_extra=3))
+    assert built and len(exported) == 1
+    assert {onnx.load_from_string(b).ir_version for b in built} == exported
