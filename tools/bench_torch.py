@@ -36,8 +36,8 @@ class Reference(torch.nn.Module):
                                          spec.d_ff, dropout=spec.dropout, batch_first=True)
 
     def forward(self, src, tgt):
-        pe = torch.from_numpy(sinusoids(max(src.shape[1], tgt.shape[1]), self.d)).float()
-        mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], dtype=torch.bool)
+        pe = torch.from_numpy(sinusoids(max(src.shape[1], tgt.shape[1]), self.d)).float().to(src.device)
+        mask = torch.nn.Transformer.generate_square_subsequent_mask(tgt.shape[1], device=src.device, dtype=torch.bool)
         h = self.core(self.embed(src) * math.sqrt(self.d) + pe[: src.shape[1]],
                       self.embed(tgt) * math.sqrt(self.d) + pe[: tgt.shape[1]], tgt_mask=mask, tgt_is_causal=True,
                       src_key_padding_mask=src == 0, tgt_key_padding_mask=tgt == 0, memory_key_padding_mask=src == 0)
@@ -53,9 +53,13 @@ def batch(spec, n: int, src_len: int, tgt_len: int, gen, dense: bool = False):
     return src, tgt
 
 
-def timed(fn) -> float:
+def timed(fn, device: str) -> float:
+    """Wall time of ``fn``, waiting for the GPU's queued work on both sides."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    sync()
     start = time.perf_counter()
     fn()
+    sync()
     return time.perf_counter() - start
 
 
@@ -68,22 +72,28 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=10)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--dense", action="store_true", help="no padding (nn.Transformer's fast path then skips nothing)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: both models on the GPU, bfloat16 autocast as `tfspec train` uses there")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     spec = load_spec(args.spec)
-    models = {"tfspec": build_module(spec), "nn.Transformer": Reference(spec)}
+    models = {"tfspec": build_module(spec).to(args.device), "nn.Transformer": Reference(spec).to(args.device)}
     src, tgt = batch(spec, args.batch, args.src_len, args.tgt_len, torch.Generator().manual_seed(0), args.dense)
+    src, tgt = src.to(args.device), tgt.to(args.device)
+    autocast = lambda: torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device == "cuda")
     optims = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
 
     def infer(model):
         model.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast():
             model(src, tgt)
 
     def train(name):
         model = models[name]
         model.train()
-        loss = F.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten(), ignore_index=0, label_smoothing=0.1)
+        with autocast():
+            logits = model(src, tgt)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tgt.flatten(), ignore_index=0, label_smoothing=0.1)
         loss.backward()
         optims[name].step()
         optims[name].zero_grad(set_to_none=True)
@@ -95,12 +105,13 @@ def main() -> None:
         times = {name: [] for name in models}
         for _ in range(args.repeats):
             for name in models:
-                times[name].append(timed(lambda: run(name)))
+                times[name].append(timed(lambda: run(name), args.device))
         results[task] = {name: statistics.median(t) for name, t in times.items()}
 
     padding = "dense" if args.dense else "ragged"
     print(f"{spec.name}: batch {args.batch} x src {args.src_len} / tgt {args.tgt_len} tokens ({padding}), "
-          f"{args.threads} threads, torch {torch.__version__}, {platform.processor() or platform.machine()}")
+          f"{args.threads} threads, torch {torch.__version__}, "
+          f"{torch.cuda.get_device_name() if args.device == 'cuda' else platform.processor() or platform.machine()}")
     print("| task | tfspec (ms) | nn.Transformer (ms) | tfspec / nn.Transformer |\n|---|---|---|---|")
     for task, r in results.items():
         print(f"| {task} | {1e3 * r['tfspec']:.1f} | {1e3 * r['nn.Transformer']:.1f} | "
