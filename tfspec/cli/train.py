@@ -95,7 +95,7 @@ def cmd_average(args) -> int:
 def cmd_evaluate(args) -> int:
     import torch
 
-    from tfspec.backends.torch import TorchDecoder, build_module
+    from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import load_weights
     from tfspec.backends.torch.training import checkpoint
     from tfspec.data import load_tokenizer, read_split
@@ -119,9 +119,9 @@ def cmd_evaluate(args) -> int:
     sources = [ids[: (limit or 10**9) - 1] + [spec.vocab.eos_id] for ids in tokenizer.encode([s for s, _ in pairs])]
     if args.int8 and args.backend != "onnx":
         raise TfspecError("--int8 evaluates int8 onnxruntime graphs: add --backend onnx")
-    engines = {"torch": lambda: (TorchDecoder(model), "PyTorch (CPU)", None)}
-    engines["onnx"] = lambda: _onnx_decoder(model, run, weights)
-    engines["onnx-int8"] = lambda: _onnx_decoder(model, run, weights, int8=True)
+    engines = {"torch": lambda: _torch_decoder(model, args.device)}
+    engines["onnx"] = lambda: _onnx_decoder(model, run, weights, args.device)
+    engines["onnx-int8"] = lambda: _onnx_decoder(model, run, weights, args.device, int8=True)
     chosen = ["onnx", "onnx-int8"] if args.int8 else [args.backend]
     options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
                             max_length=None if limit is None else limit - 1)
@@ -185,7 +185,15 @@ def _weights(run: Path, chosen: str | None, checkpoint) -> Path:
     return found[-1] / "model.safetensors"
 
 
-def _onnx_decoder(model, run: Path, weights: Path, int8: bool = False):
+def _torch_decoder(model, device: str):
+    """The KV-cached PyTorch decoder on ``device``: (decoder, where, no export directory)."""
+    from tfspec.backends.torch import TorchDecoder
+
+    device = _device(device)
+    return TorchDecoder(model.to(device)), f"PyTorch ({device.type.upper()})", None
+
+
+def _onnx_decoder(model, run: Path, weights: Path, device: str, int8: bool = False):
     """Export (once per weights file) and decode with onnxruntime: (decoder, where, directory)."""
     from tfspec.backends.onnx import OnnxModel, export
 
@@ -196,7 +204,7 @@ def _onnx_decoder(model, run: Path, weights: Path, int8: bool = False):
         if not result.ok:
             raise TfspecError(f"{target}: ONNX parity check failed: {[str(c) for c in result.checks if not c.ok]}")
     shutil.copyfile(run / TOKENIZER, target / TOKENIZER)
-    onnx_model = OnnxModel(target)
+    onnx_model = OnnxModel(target, device=device)
     return onnx_model.decoder(), onnx_model.describe() + (", int8" if int8 else ""), target
 
 
@@ -249,5 +257,7 @@ def register(command) -> None:
     c.add_argument("--max-extra", type=integer(0), default=50)
     c.add_argument("--batch", type=integer(1, 65536), default=32, help="sentences per batch (default 32)")
     c.add_argument("--limit", type=POSITIVE, help="only the first N sentences")
+    c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where to decode (auto: CUDA when torch, or with --backend onnx onnxruntime, has it)")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
