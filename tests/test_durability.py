@@ -96,3 +96,18 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch, whole):
     monkeypatch.setattr(checkpoint, "save_file", real)
     resume(tmp_path)
     assert losses(tmp_path) == whole
+
+
+def test_a_diverging_run_stops_before_its_weights_turn_to_nan(tmp_path):
+    """An absurd learning rate drives the weights to infinity and the loss to NaN: the run stops
+    with one error, and every checkpoint it left holds finite weights."""
+    from safetensors.torch import load_file
+
+    config = TrainConfig(**{**CONFIG.__dict__, "steps": 200, "lr_scale": 1e7, "save_every": 1})
+    diverged = r"training diverged: (the loss is nan|its weights are no longer finite)"
+    with pytest.raises(TfspecError, match=diverged) as caught:
+        train(small_spec(), copy_task(), tmp_path, config, CPU, progress=False)
+    saved = checkpoint.checkpoints(tmp_path)
+    assert saved and f"{saved[-1].name}, holds finite weights" in str(caught.value)
+    for path in saved:
+        assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values()), path
