@@ -54,12 +54,14 @@ def vocabulary(spec) -> list[str]:
     return [special.get(i, f"w{i}") for i in range(v.size)]
 
 
-def ct2_model(model, spec, directory: Path) -> None:
-    """Write a CTranslate2 model with the module's weights (post-norm, tied embeddings)."""
+def ct2_model(model, spec, directory: Path, words: list[str] | None = None) -> None:
+    """Write a CTranslate2 model with the module's weights (post- or pre-norm with final norms,
+    tied embeddings); ``words`` names the vocabulary's tokens (default: placeholders)."""
     from ctranslate2.specs import TransformerSpec, common_spec
 
     w = {name: p.detach().cpu().float().numpy() for name, p in model.named_parameters()}
-    ct = TransformerSpec.from_config((spec.encoder.layers, spec.decoder.layers), spec.heads, pre_norm=False,
+    pre = spec.norm == "pre"
+    ct = TransformerSpec.from_config((spec.encoder.layers, spec.decoder.layers), spec.heads, pre_norm=pre,
                                      activation=getattr(common_spec.Activation, spec.activation.upper()))
     table = sinusoids(spec.positional.max_len, spec.d_model).astype(np.float32)  # interleaved sin/cos, from 0
     embed = w["encoder.embed.weight"]
@@ -80,7 +82,7 @@ def ct2_model(model, spec, directory: Path) -> None:
             attn = layer.self_attention  # linear[0]: fused [q; k; v], like tfspec's w_qkv
             linear(attn.linear[0], p + "self_attn.", "w_qkv", "b_qkv")
             linear(attn.linear[1], p + "self_attn.", "w_o", "b_o")
-            norm(attn.layer_norm, p + "self_attn_norm")  # pre_norm=False: applied after the residual
+            norm(attn.layer_norm, p + "self_attn_norm")  # before the sub-layer (pre) or after the residual
             if stack == "decoder":  # linear[0]: q, linear[1]: fused [k; v], like tfspec's w_kv
                 for j, (weight, bias) in enumerate((("w_q", "b_q"), ("w_kv", "b_kv"), ("w_o", "b_o"))):
                     linear(layer.attention.linear[j], p + "cross_attn.", weight, bias)
@@ -88,9 +90,12 @@ def ct2_model(model, spec, directory: Path) -> None:
             linear(layer.ffn.linear_0, p + "ffn.", "w_1", "b_1")
             linear(layer.ffn.linear_1, p + "ffn.", "w_2", "b_2")
             norm(layer.ffn.layer_norm, p + "ffn_norm")
+    if pre:  # pre-norm stacks end with a norm of their own
+        norm(ct.encoder.layer_norm, "encoder.norm")
+        norm(ct.decoder.layer_norm, "decoder.norm")
     ct.config.layer_norm_epsilon = spec.norm_eps
     ct.config.decoder_start_token = "<s>"  # tfspec's decoder starts from bos; no </s> added to sources
-    words = vocabulary(spec)
+    words = words or vocabulary(spec)
     ct.register_source_vocabulary(words)
     ct.register_target_vocabulary(words)
     ct.validate()
@@ -123,8 +128,7 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
             except ImportError:
                 print("CTranslate2 skipped: not installed (`pip install ctranslate2`, a benchmark-only dependency)")
                 continue
-            if (spec.norm, spec.positional.kind, spec.tie_embeddings, spec.bias, spec.output_bias, spec.final_norm) \
-                    != ("post", "sinusoidal", "all", True, False, None):
+            if not ct2_maps(spec):
                 print(f"CTranslate2 skipped: the weight mapping here covers base-like specs only, not {spec.name}")
                 continue
             ct2_model(model, spec, work / "ct2")
@@ -140,6 +144,12 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
                 out[ENGINES[key] + suffix] = run
                 out[ENGINES[key] + suffix].translator = tr
     return out
+
+
+def ct2_maps(spec) -> bool:
+    """Whether ``ct2_model`` covers the spec: the paper's layout, post- or pre-norm."""
+    return (spec.positional.kind, spec.tie_embeddings, spec.bias, spec.output_bias, spec.final_norm) \
+        == ("sinusoidal", "all", True, False, None) and spec.norm in ("post", "pre")
 
 
 def cpu_seconds() -> np.ndarray:
