@@ -4,7 +4,8 @@ Where `tools/bench_decode.py` times fixed shapes, this times what a server does:
 lines of a corpus's test set (mixed lengths), decoded in batches sorted by length. tfspec runs
 `tfspec.evaluate.decode_all` on its exported ONNX graphs, the function `tfspec translate`
 calls; CTranslate2 runs `translate_batch` with the same batch size over the same token ids
-(the run's sentencepiece pieces, end of sentence included). Both stop at end of sentence, so
+(the run's sentencepiece pieces, end of sentence included). Both stop at end of sentence or at
+the model's positions (CTranslate2 has no "source length + 50" limit, so neither uses one), so
 each emits its own lengths: the table gives lines/s (the same work for both) and output
 tokens/s, and BLEU against the references shows both translate alike (CTranslate2 normalises
 beam scores by length^alpha, tfspec by GNMT's ((5 + length) / 6)^alpha, so beam outputs may
@@ -53,7 +54,7 @@ def engines(args, spec, model, sp, work: Path) -> dict:
         shutil.copyfile(args.run / TOKENIZER, work / f"onnx{suffix.strip()}" / TOKENIZER)
         dec = OnnxModel(work / f"onnx{suffix.strip()}", device="cpu", threads=args.threads).decoder()
         out["tfspec ORT" + suffix] = lambda src, beam, dec=dec: [o[:-1] if o[-1:] == [eos] else o for o in decode_all(
-            dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=50, max_length=limit), args.batch)]
+            dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=limit, max_length=limit), args.batch)]
     words = vocabulary(spec)[:4] + [sp.id_to_piece(i) for i in range(4, spec.vocab.size)]
     index = {w: i for i, w in enumerate(words)}
     ct2_model(model, spec, work / "ct2", words)
