@@ -64,3 +64,24 @@ def test_spec_that_is_not_the_family_is_refused(cli, tmp_path, write_spec, text,
 def test_opset_is_an_onnx_option(cli, tmp_path):
     code, _, err = cli("export", "zoo/gpt2", "--format", "hf", "--opset", "18", "-o", tmp_path / "hf")
     assert code == 2 and "--opset applies to --format onnx" in err
+
+
+@pytest.mark.parametrize("case", ["llama", "llama-llama3-rope", "mistral-window", "qwen2-tied"])
+@torch.no_grad()
+def test_llama_family_round_trip_gives_the_original_logits(cli, tmp_path, case):
+    """Llama, Llama 3 rope scaling, Mistral's window and Qwen2's biases: import -> export ->
+    transformers' from_pretrained computes what the original checkpoint did."""
+    from test_import_llama import CASES, save
+
+    original = save(case, tmp_path / "original")
+    imported, exported = tmp_path / "imported", tmp_path / "exported"
+    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
+    code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                            "-o", exported)
+    assert code == 0, stdout + err
+    assert "parity: ok" in stdout
+    config = json.loads((exported / "config.json").read_text())
+    assert config["architectures"] == [CASES[case][1]]
+    tokens = torch.randint(6, 120, (2, 24))
+    got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(tokens).logits
+    assert torch.allclose(got, original(tokens).logits, atol=1e-4)

@@ -160,7 +160,7 @@ def register(command) -> None:
                 "encoder.onnx and decoder.onnx (one decoding step with a KV cache), plus tfspec.json. Runs "
                 "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails. "
                 "--format hf writes config.json + model.safetensors for transformers' from_pretrained instead "
-                "(GPT2LMHeadModel, BertModel or BertForMaskedLM), for specs that are exactly one of those, and "
+                "(GPT-2, BERT, Llama, Mistral or Qwen2), for specs that are exactly one of those, and "
                 "checks them the same way when transformers is installed.")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")

@@ -7,13 +7,14 @@ window of w tokens, tfspec's causal restricted attention with r = w - 1; Qwen2 b
 query, key and value projections. The checkpoint's q, k and v matrices are stacked into one
 ``w_qkv`` (rows h*d_k, kv*d_k, kv*d_v). Rotary settings come as ``rope_parameters``
 (transformers 5) or ``rope_theta`` + ``rope_scaling`` (older files); types other than default
-and llama3 are refused by name. Importing only: exporting such a spec back is not written yet.
+and llama3 are refused by name. ``export --format hf`` writes the classic fields (``rope_theta``,
+``rope_scaling``), which transformers 4 and 5 both read.
 """
 
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import Family, Rule, Source, _show, activation, number, register
+from tfspec.interop.hf.family import ACTIVATION_NAMES, Family, Rule, Source, _show, activation, number, register
 
 ROPE_TYPES = ("default", "llama3")
 
@@ -105,7 +106,25 @@ class Llama(Family):
                 "layers.*.self_attn.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
 
     def structure(self, spec) -> str | None:
-        return f"exporting to {self.title} is not written yet (tfspec imports it)"
+        if spec.family != "decoder-only":
+            return f"{self.title} is a decoder alone; this spec is {spec.family}"
+        return None
+
+    def config(self, spec) -> dict:
+        v, pos = spec.vocab, spec.positional
+        config = {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
+                  "hidden_size": spec.d_model, "intermediate_size": spec.d_ff, "head_dim": spec.d_k,
+                  "num_hidden_layers": spec.decoder.num_layers, "num_attention_heads": spec.heads,
+                  "num_key_value_heads": spec.num_kv_heads, "hidden_act": ACTIVATION_NAMES.get(spec.activation, spec.activation),
+                  "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
+                  "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
+                  "eos_token_id": v.eos_id, "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
+        if pos.scaling is not None:
+            config["rope_scaling"] = {"rope_type": "llama3", **pos.scaling.model_dump(exclude={"type"})}
+        return config | self._config_biases(spec)
+
+    def _config_biases(self, spec) -> dict:
+        return {"attention_bias": spec.has_bias("q"), "mlp_bias": spec.has_bias("ffn")}
 
 
 @register
@@ -115,6 +134,11 @@ class Mistral(Llama):
     architectures = {"MistralForCausalLM": "model.", "MistralModel": ""}
     export_architecture = "MistralForCausalLM"
     mapped = Llama.mapped + ("sliding_window",)
+
+    def config(self, spec) -> dict:
+        attention = spec.decoder.block[0] if spec.family == "decoder-only" else None
+        window = attention.r + 1 if getattr(attention, "kind", None) == "restricted_self_attention" else None
+        return super().config(spec) | {"sliding_window": window}
 
     def _attention(self, c: dict, where: str):
         window = c.get("sliding_window")
@@ -138,6 +162,9 @@ class Qwen2(Llama):
 
     def _biases(self, c: dict) -> dict:
         return {"q": True, "k": True, "v": True, "o": False, "ffn": False}  # Qwen2 biases q, k and v only
+
+    def _config_biases(self, spec) -> dict:
+        return {"use_sliding_window": False}
 
 
 def _vocab(c: dict, where: str) -> dict:
