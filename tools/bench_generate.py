@@ -1,0 +1,136 @@
+"""Decoder-only generation: an imported Llama on tfspec vs transformers vs CTranslate2, one run.
+
+transformers writes a Llama-shaped model with random weights (default ~110M parameters:
+d_model 768, 12 layers, 12 heads sharing 4 key/value heads, SwiGLU 2048, 32000 tokens) and a
+word-level tokenizer for it; then every engine starts from that directory, as a user would:
+tfspec imports it (`tfspec import`), exports its ONNX graphs and generates with its KV-cached
+search on onnxruntime; CTranslate2 converts it (`TransformersConverter`) and runs
+`Generator.generate_batch`; transformers runs `generate` (KV cache, SDPA). Prompts of 32 random
+tokens after BOS, exactly 64 new tokens (greedy; end of sentence forbidden before), batch 1 and
+8, float32, the same threads for all. Before timing, every engine's tokens are compared with
+transformers'. Ratios > 1: tfspec is faster.
+
+    python tools/bench_generate.py                      # ~3 minutes on 2 quiet cores
+    python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench_decode import cpu_seconds
+from tfspec import load_spec
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.torch import build_module
+from tfspec.backends.torch.checkpoint import load_weights
+from tfspec.search import SearchOptions, search
+
+SETTINGS = (1, 8)  # batch sizes
+
+
+def write_llama(args, directory: Path):
+    """A random LlamaForCausalLM and a word-level tokenizer for its ids, saved by transformers."""
+    import transformers
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    config = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.d_model, intermediate_size=args.d_ff,
+                                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                                      num_key_value_heads=args.kv_heads, max_position_embeddings=256,
+                                      bos_token_id=1, eos_token_id=2)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    model.save_pretrained(directory)
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, args.vocab)}}
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(words, unk_token="<unk>")),
+                                                     bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    tokenizer.save_pretrained(directory)
+    return model, [w for w, _ in sorted(words.items(), key=lambda kv: kv[1])]
+
+
+def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
+    """Name -> generate(prompts (B, L) with BOS first, n) -> exactly n new token ids per row."""
+    import ctranslate2
+    from ctranslate2.converters import TransformersConverter
+
+    tfspec = Path(sys.executable).with_name("tfspec")
+    subprocess.run([str(tfspec), "import", str(hf_dir), "-o", str(work / "imported"), "--quiet"], check=True)
+    spec = load_spec(work / "imported")
+    model = build_module(spec).eval()
+    load_weights(model, work / "imported" / "model.safetensors")
+    export(model, work / "onnx", parity=False)
+    dec = OnnxModel(work / "onnx", device="cpu", threads=args.threads).decoder()
+    options = lambda n: SearchOptions(beam=1, min_length=n, max_length=n, max_extra=n)
+    TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
+    gen = ctranslate2.Generator(str(work / "ct2"), device="cpu", intra_threads=args.threads, inter_threads=1)
+    index = {w: i for i, w in enumerate(words)}
+
+    def ct2(prompts, n):
+        res = gen.generate_batch([[words[i] for i in row] for row in prompts], max_length=n, min_length=n,
+                                 sampling_topk=1, include_prompt_in_result=False)
+        return [[index[t] for t in r.sequences[0]] for r in res]
+
+    def hf(prompts, n):
+        with torch.inference_mode():
+            out = hf_model.generate(torch.from_numpy(prompts), max_new_tokens=n, min_new_tokens=n, do_sample=False,
+                                    pad_token_id=0)
+        return out[:, prompts.shape[1]:].tolist()
+
+    return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts), "transformers": hf,
+            "CTranslate2": ct2}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, default in (("vocab", 32000), ("d-model", 768), ("d-ff", 2048), ("layers", 12), ("heads", 12),
+                          ("kv-heads", 4), ("prompt", 32), ("new", 64), ("rounds", 3), ("threads", 2)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    prompts = {b: np.hstack([np.ones((b, 1), np.int64), rng.integers(3, args.vocab, (b, args.prompt))])
+               for b in SETTINGS}
+    with tempfile.TemporaryDirectory(prefix="bench-generate-") as tmp:
+        hf_model, words = write_llama(args, Path(tmp) / "hf")
+        runs = engines(args, Path(tmp) / "hf", hf_model, words, Path(tmp))
+        ref = runs["transformers"](prompts[8], args.new)
+        total = sum(map(len, ref))
+        print(f"greedy tokens equal to transformers' (8 prompts x {args.new}): " + ", ".join(
+            f"{name} {sum(a == b for r, o in zip(ref, run(prompts[8], args.new)) for a, b in zip(r, o))}/{total}"
+            for name, run in runs.items() if name != "transformers"))
+        times, order = {}, list(runs)
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        for r in range(args.rounds):
+            for batch in SETTINGS:
+                for name in order[r % len(order):] + order[:r % len(order)]:
+                    start = time.perf_counter()
+                    runs[name](prompts[batch], args.new)
+                    times.setdefault((batch, name), []).append(time.perf_counter() - start)
+        (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
+    params = sum(t.numel() for t in hf_model.parameters())
+    print(f"\nLlama {params / 1e6:.0f}M ({args.layers} layers, d_model {args.d_model}, {args.heads} heads / "
+          f"{args.kv_heads} kv, vocab {args.vocab}): prompt {args.prompt} -> exactly {args.new} new tokens, greedy, "
+          f"fp32, {args.threads} threads, median of {args.rounds}; meanwhile other processes used "
+          f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
+          f"{platform.processor() or platform.machine()}")
+    names = list(runs)
+    print("| batch | " + " | ".join(f"{n} (tok/s)" for n in names) + " | tfspec / transformers | tfspec / CTranslate2 |")
+    print("|---|" + "---|" * (len(names) + 2))
+    for batch in SETTINGS:
+        speed = {n: batch * args.new / statistics.median(times[batch, n]) for n in names}
+        print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) + f" | "
+              f"{speed['tfspec ORT'] / speed['transformers']:.2f} | {speed['tfspec ORT'] / speed['CTranslate2']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
