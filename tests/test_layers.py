@@ -17,6 +17,8 @@ EXAMPLES = {
     "cross_attention": ["cross_attention"],
     "restricted_self_attention": [{"kind": "restricted_self_attention", "r": 2},
                                   {"kind": "restricted_self_attention", "r": 2, "causal": True}],
+    "local_1d_self_attention": [{"kind": "local_1d_self_attention", "block": 2, "memory": 2},
+                                {"kind": "local_1d_self_attention", "block": 3, "memory": 3, "causal": True}],
     "ffn": ["ffn", {"kind": "ffn", "d_ff": 24, "activation": "gelu"}],
     "recurrent": [{"kind": "recurrent", "cell": c, "bidirectional": b} for c in ("lstm", "gru", "rnn")
                   for b in (False, True)],
@@ -108,11 +110,25 @@ def _reaches(sub, j: int, i: int, layers: int, n: int) -> bool:
     if kind == "restricted_self_attention":
         back = ahead = layers * sub.r
         return j - ahead <= i <= j + back if not sub.causal else j <= i <= j + back
+    if kind == "local_1d_self_attention":  # the Image Transformer's blocks, written out here
+        reach = {j}
+        for _ in range(layers):
+            reach = {o for o in range(n) if any(_local_1d_sees(sub, o, k) for k in reach)}
+        return i in reach
     left, right = sub.padding()  # conv: output i reads inputs i - left .. i + right (dilated taps)
     reach = {j}
     for _ in range(layers):
         reach = {o for o in range(n) for t in range(sub.kernel) if o - left + t * sub.dilation in reach}
     return i in reach
+
+
+def _local_1d_sees(sub, q: int, k: int) -> bool:
+    """Query q's block starts at a multiple of block; it sees memory positions before that
+    start, its block (up to q when causal) and, unless causal, memory positions after it."""
+    start = q - q % sub.block
+    if sub.causal:
+        return start - sub.memory <= k <= q
+    return start - sub.memory <= k < start + sub.block + sub.memory
 
 
 def test_learned_positions_reject_overlong_input(tmp_path, cli):

@@ -83,8 +83,9 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
                 k = e.present(node, "key", k, ["batch", g, "total_len", d_k])
                 v = e.present(node, "value", v, ["batch", g, "total_len", d_v])
             else:  # a banded kind never looks further back than its band: pass on just that
+                first = _dropped(b, node.layer, b.shape_of(k, 2))
                 for role, t, size in (("key", k, d_k), ("value", v, d_v)):
-                    e.present(node, role, b.op("Slice", t, b.ints(-band[0]), b.ints(2**62), b.ints(2)),
+                    e.present(node, role, b.op("Slice", t, first, b.ints(2**62), b.ints(2)),
                               ["batch", g, "kept_len", size])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
@@ -95,6 +96,15 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         y = _explicit(b, node, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(0, 0, h * d_v))
     return b.linear(y, p["w_o"], p.get("b_o"))
+
+
+def _dropped(b, layer, total: str) -> str:
+    """(1,) int64: how many of ``total`` cached keys a banded kind drops (``Attention.kept``)."""
+    behind, period = layer.band()[0], layer.period
+    over = b.op("Max", b.op("Sub", total, b.const(np.int64(behind))), b.const(np.int64(0)))
+    if period > 1:
+        over = b.op("Mul", b.op("Div", over, b.const(np.int64(period))), b.const(np.int64(period)))
+    return b.op("Unsqueeze", over, b.ints(0))
 
 
 def _bias(b, node: Node, role: str) -> str | None:

@@ -63,9 +63,8 @@ class MultiHeadAttention(OpModule):
                 if self.node_name in cache:
                     past_k, past_v = cache[self.node_name]
                     k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
-                band = self.layer.band()
                 # A banded kind never looks further back than its band: keep just that (O(r) per step).
-                keep = k.shape[2] if band is None else min(k.shape[2], band[0])
+                keep = self.layer.kept(k.shape[2])
                 cache[self.node_name] = k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:]
         else:
             q = F.linear(x, self.w_q, getattr(self, "b_q", None))

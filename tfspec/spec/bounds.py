@@ -43,6 +43,8 @@ Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
 VocabSize = Annotated[int, Field(ge=1, le=MAX_VOCAB)]
 TokenId = Annotated[int, Field(ge=0, lt=MAX_VOCAB)]
 Positions = Annotated[int, Field(ge=1, le=MAX_POSITIONS)]
+Reach = Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
+"""Positions a local attention sees beyond its query block (0: none)."""
 Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
 Kernel = Annotated[int, Field(ge=1, le=MAX_KERNEL)]
 Dilation = Annotated[int, Field(ge=1, le=MAX_DILATION)]

@@ -1,0 +1,133 @@
+"""The Image Transformer's local attention kinds (Parmar et al. 2018, §3.2) equal full
+attention under their mask, in both backends and in ONNX, and count what they compute.
+
+Masks are written here from the paper's definitions, not taken from the kinds' ``visible``:
+local 1D cuts the sequence into query blocks of l_q positions, each seeing its block and the
+l_m positions before it (and after it, unless causal).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tfspec.analysis.flops import SYMBOLS, at
+from tfspec.backends.torch import DecodeState, build_module
+from tfspec.backends.torch.attention import self_attention
+from tfspec.backends.torch.model import RunContext
+from tfspec.layers.attention import use_blocks
+from tfspec.layers.local1d import Local1dSelfAttention
+from tfspec.spec import Spec
+
+
+def local_1d_mask(n: int, block: int, memory: int, causal: bool) -> np.ndarray:
+    """(n, n): query i sees key j, from §3.2's "Local 1D Attention", one query at a time."""
+    mask = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        start = i - i % block
+        last = i if causal else min(n - 1, start + block - 1 + memory)
+        mask[i, max(0, start - memory):last + 1] = True
+    return mask
+
+
+def reference(q, k, v, visible, pad):
+    """softmax(q k^T / sqrt(d) + mask) v in float64, one dense matrix."""
+    B, L, h, d = q.shape
+    visible = torch.as_tensor(visible)[None, None] & ~pad[:, None, None, :]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q.double(), k.double()) / d ** 0.5
+    weights = torch.softmax(scores.masked_fill(~visible, -1e300), -1)
+    return torch.einsum("bhqk,bkhd->bqhd", weights, v.double()).reshape(B, L, -1)
+
+
+def padding(n: int) -> torch.Tensor:
+    pad = torch.zeros(3, n, dtype=torch.bool)
+    pad[1, n // 3:] = True
+    pad[2, n - 5:] = True
+    return pad
+
+
+LOCAL_1D = [(4, 8, False, 150), (8, 16, True, 203), (16, 0, True, 100), (5, 5, False, 61), (32, 32, True, 400)]
+
+
+@pytest.mark.parametrize("block,memory,causal,n", LOCAL_1D)
+def test_local_1d_equals_masked_full_attention(block, memory, causal, n):
+    torch.manual_seed(n)
+    layer = Local1dSelfAttention(block=block, memory=memory, causal=causal)
+    pad = padding(n)
+    q, k, v = (torch.randn(3, n, 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ours = self_attention(RunContext(False, {"S": pad}), layer, "S", q, k, v, 0.0)
+    ref = reference(q, k, v, local_1d_mask(n, block, memory, causal), pad)
+    keep = ~pad
+    assert torch.allclose(ours[keep], ref[keep], atol=1e-10)
+    grads = torch.autograd.grad(ours[keep].sum(), (q, k, v))
+    for g, e in zip(grads, torch.autograd.grad(ref[keep].sum(), (q, k, v))):
+        assert torch.allclose(g, e, atol=1e-10)
+
+
+@pytest.mark.parametrize("block,memory,causal", [(4, 8, False), (4, 8, True), (3, 0, False), (8, 24, True)])
+def test_local_1d_pairs_count_the_mask(block, memory, causal):
+    layer = Local1dSelfAttention(block=block, memory=memory, causal=causal)
+    for n in (1, 3, 7, 16, 31, 64, 101):
+        assert at(layer.pairs(SYMBOLS), n, {SYMBOLS.l_q: block, SYMBOLS.l_m: memory}) == \
+            local_1d_mask(n, block, memory, causal).sum(), n
+
+
+def lm_spec(layer: dict, max_len: int = 512) -> Spec:
+    return Spec.model_validate({"name": "local", "family": "decoder-only", "vocab": 50, "d_model": 32, "heads": 2,
+                                "dropout": 0.0, "positional": {"kind": "learned", "max_len": max_len},
+                                "decoder": {"layers": 2, "block": [layer, "ffn"]}})
+
+
+def encoder_spec(layer: dict, max_len: int = 512) -> Spec:
+    return Spec.model_validate({"name": "local", "family": "encoder-only", "vocab": 50, "d_model": 32, "heads": 2,
+                                "dropout": 0.0, "positional": {"kind": "learned", "max_len": max_len},
+                                "encoder": {"layers": 2, "block": [layer, "ffn"]}})
+
+
+def exported(model, tmp_path, opset=18):
+    from tfspec.backends.onnx.export import export
+    from tfspec.backends.onnx.runtime import OnnxModel
+
+    result = export(model, tmp_path / "onnx", opset=opset)
+    assert result.ok, result
+    return OnnxModel(tmp_path / "onnx")
+
+
+@pytest.mark.parametrize("opset", [18, 23])
+@pytest.mark.parametrize("causal", [False, True])
+def test_local_1d_onnx_equals_pytorch(causal, opset, tmp_path):
+    layer = {"kind": "local_1d_self_attention", "block": 8, "memory": 16, "causal": causal}
+    torch.manual_seed(1)
+    model = build_module((lm_spec if causal else encoder_spec)(layer)).eval()
+    onnx_model = exported(model, tmp_path, opset)
+    for n in (9, 200, 333):
+        assert use_blocks(Local1dSelfAttention(**layer).band(), n) == (n > 9)
+        tokens = torch.randint(4, 50, (3, n))
+        tokens[0, n // 2:] = 0
+        with torch.no_grad():
+            expected = model(tokens).numpy()
+        keep = (tokens != 0).numpy()
+        ours = onnx_model.logits(**({"tgt": tokens.numpy()} if causal else {"src": tokens.numpy()}))
+        assert np.abs(ours - expected)[keep].max() < 1e-4, n
+
+
+def test_local_1d_decoding_drops_whole_blocks(tmp_path):
+    """The cache keeps the band rounded up to whole blocks, so block-aligned masks stay right:
+    step-by-step log-probabilities equal the full pass in PyTorch and in the ONNX step graph."""
+    layer = Local1dSelfAttention(block=4, memory=4, causal=True)
+    torch.manual_seed(0)
+    model = build_module(lm_spec(layer.model_dump())).eval()
+    tokens = torch.randint(4, 50, (2, 30))
+    state = DecodeState()
+    decoder = exported(model, tmp_path).decoder()
+    onnx_state = decoder.select(decoder.start(None), np.zeros(2, dtype=np.int64), cross=True)
+    with torch.no_grad():
+        full = torch.log_softmax(model(tokens), -1)
+        for t in range(30):
+            step = torch.log_softmax(model.run({"tgt": tokens[:, t:t + 1]}, state=state)["logits"], -1)
+            assert torch.allclose(step[:, 0], full[:, t], atol=1e-5), t
+            assert all(k.shape[2] == layer.kept(t + 1) <= 7 + 3 for k, _ in state.cache.values())
+            ours, onnx_state = decoder.run(onnx_state, tokens[:, t:t + 1].numpy(), ["log_probs"])
+            assert np.abs(ours - full[:, t].numpy()).max() < 1e-4, t
+    assert all(v.shape()[2] == layer.kept(30) for v in onnx_state.pasts.values())
