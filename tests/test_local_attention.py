@@ -131,3 +131,54 @@ def test_local_1d_decoding_drops_whole_blocks(tmp_path):
             ours, onnx_state = decoder.run(onnx_state, tokens[:, t:t + 1].numpy(), ["log_probs"])
             assert np.abs(ours - full[:, t].numpy()).max() < 1e-4, t
     assert all(v.shape()[2] == layer.kept(30) for v in onnx_state.pasts.values())
+
+
+def local_2d_mask(n: int, block, memory, width: int, causal: bool) -> np.ndarray:
+    """(n, n) from §3.2's "Local 2D Attention": query (r, c) in the block whose top-left is
+    (r - r % h, c - c % w) sees the pixels of that block widened by w_m columns each side and
+    h_m rows above (and below, unless causal); when causal, none after it in raster order."""
+    (h, w), (h_m, w_m) = block, memory
+    mask = np.zeros((n, n), dtype=bool)
+    for i in range(n):
+        r, c = divmod(i, width)
+        top, left = r - r % h, c - c % w
+        for j in range(n):
+            rk, ck = divmod(j, width)
+            below = top + h - 1 + (0 if causal else h_m)
+            mask[i, j] = top - h_m <= rk <= below and left - w_m <= ck <= left + w - 1 + w_m and (j <= i or not causal)
+    return mask
+
+
+LOCAL_2D = [((2, 3), (2, 1), 9, True, 100), ((2, 3), (2, 1), 9, False, 81), ((4, 4), (4, 4), 16, True, 256),
+            ((2, 2), (1, 3), 7, False, 50), ((3, 4), (0, 0), 12, True, 37), ((1, 8), (3, 8), 24, True, 24 * 6)]
+
+
+@pytest.mark.parametrize("block,memory,width,causal,n", LOCAL_2D)
+def test_local_2d_equals_masked_full_attention(block, memory, width, causal, n):
+    from tfspec.layers.local2d import Local2dSelfAttention
+
+    torch.manual_seed(n)
+    layer = Local2dSelfAttention(block=block, memory=memory, width=width, causal=causal)
+    pad = padding(n)
+    q, k, v = (torch.randn(3, n, 2, 8, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    ours = self_attention(RunContext(False, {"S": pad}), layer, "S", q, k, v, 0.0)
+    ref = reference(q, k, v, local_2d_mask(n, block, memory, width, causal), pad)
+    keep = ~pad
+    assert torch.allclose(ours[keep], ref[keep], atol=1e-10)
+    grads = torch.autograd.grad(ours[keep].sum(), (q, k, v))
+    for g, e in zip(grads, torch.autograd.grad(ref[keep].sum(), (q, k, v))):
+        assert torch.allclose(g, e, atol=1e-10)
+    unpadded = self_attention(RunContext(False, {}), layer, "S", q, k, v, 0.0)
+    assert torch.allclose(unpadded, reference(q, k, v, local_2d_mask(n, block, memory, width, causal), pad & False))
+
+
+@pytest.mark.parametrize("block,memory,width,causal", [((2, 3), (2, 1), 9, True), ((2, 2), (1, 3), 8, False),
+                                                       ((4, 4), (0, 0), 8, True), ((2, 4), (3, 4), 12, False)])
+def test_local_2d_pairs_count_the_mask(block, memory, width, causal):
+    """Exact for whole block rows (images whose height is a multiple of h)."""
+    from tfspec.layers.local2d import Local2dSelfAttention
+
+    layer = Local2dSelfAttention(block=block, memory=memory, width=width, causal=causal)
+    for rows in (4, 8, 12):
+        n = rows * width
+        assert at(layer.pairs(SYMBOLS), n, {}) == local_2d_mask(n, block, memory, width, causal).sum(), n

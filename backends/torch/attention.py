@@ -11,6 +11,7 @@ time and memory grow as n * w, not n^2.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -150,11 +151,28 @@ def rotary(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
     return rotate(x, *rotation(frequencies, offset, x.shape[1], x.device, x.dtype))
 
 
+TILED: dict[str, Callable] = {}
+"""Kind -> its own ``self_attention`` over whole sequences (local 2D attention gathers memory
+blocks); the kind's other paths (decoding steps) use its mask."""
+
+
+def tiled(kind: str):
+    """Decorator registering ``fn(ctx, layer, seq, q, k, v, dropout)`` as ``kind``'s attention."""
+    def register(fn):
+        if kind in TILED:
+            raise ValueError(f"two PyTorch attentions for kind {kind!r}")
+        TILED[kind] = fn
+        return fn
+    return register
+
+
 def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tensor:
     """Attention of ``layer``'s kind among the positions of one sequence: (B, L, h, d) queries,
     keys and values -> (B, L, h*d_v). Table 1's "complexity per layer" is this function's cost
     (``tfspec table1 --measure`` times it)."""
     B, L, h, d_v = v.shape
+    if layer.kind in TILED:
+        return TILED[layer.kind](ctx, layer, seq, q, k, v, dropout)
     if use_blocks(layer.band(), L):
         return banded_attention(ctx, layer, seq, q, k, v, dropout)
     mask, causal = ctx.attention_mask(layer, seq, seq, L, L, q.device)
