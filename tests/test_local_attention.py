@@ -18,6 +18,7 @@ from tfspec.backends.torch.attention import self_attention
 from tfspec.backends.torch.model import RunContext
 from tfspec.layers.attention import use_blocks
 from tfspec.layers.local1d import Local1dSelfAttention
+from tfspec.layers.local2d import Local2dSelfAttention
 from tfspec.spec import Spec
 
 
@@ -112,10 +113,13 @@ def test_local_1d_onnx_equals_pytorch(causal, opset, tmp_path):
         assert np.abs(ours - expected)[keep].max() < 1e-4, n
 
 
-def test_local_1d_decoding_drops_whole_blocks(tmp_path):
-    """The cache keeps the band rounded up to whole blocks, so block-aligned masks stay right:
-    step-by-step log-probabilities equal the full pass in PyTorch and in the ONNX step graph."""
-    layer = Local1dSelfAttention(block=4, memory=4, causal=True)
+@pytest.mark.parametrize("layer", [Local1dSelfAttention(block=4, memory=4, causal=True),
+                                   Local2dSelfAttention(block=(2, 2), memory=(1, 1), width=5, causal=True)],
+                         ids=["1d", "2d"])
+def test_local_decoding_drops_whole_blocks(layer, tmp_path):
+    """The cache keeps the band rounded up to whole blocks (block rows in 2D), so block-aligned
+    masks stay right: step-by-step log-probabilities equal the full pass in PyTorch and in the
+    ONNX step graph."""
     torch.manual_seed(0)
     model = build_module(lm_spec(layer.model_dump())).eval()
     tokens = torch.randint(4, 50, (2, 30))
@@ -127,7 +131,7 @@ def test_local_1d_decoding_drops_whole_blocks(tmp_path):
         for t in range(30):
             step = torch.log_softmax(model.run({"tgt": tokens[:, t:t + 1]}, state=state)["logits"], -1)
             assert torch.allclose(step[:, 0], full[:, t], atol=1e-5), t
-            assert all(k.shape[2] == layer.kept(t + 1) <= 7 + 3 for k, _ in state.cache.values())
+            assert all(k.shape[2] == layer.kept(t + 1) < layer.band()[0] + layer.period for k, _ in state.cache.values())
             ours, onnx_state = decoder.run(onnx_state, tokens[:, t:t + 1].numpy(), ["log_probs"])
             assert np.abs(ours - full[:, t].numpy()).max() < 1e-4, t
     assert all(v.shape()[2] == layer.kept(30) for v in onnx_state.pasts.values())
@@ -155,8 +159,6 @@ LOCAL_2D = [((2, 3), (2, 1), 9, True, 100), ((2, 3), (2, 1), 9, False, 81), ((4,
 
 @pytest.mark.parametrize("block,memory,width,causal,n", LOCAL_2D)
 def test_local_2d_equals_masked_full_attention(block, memory, width, causal, n):
-    from tfspec.layers.local2d import Local2dSelfAttention
-
     torch.manual_seed(n)
     layer = Local2dSelfAttention(block=block, memory=memory, width=width, causal=causal)
     pad = padding(n)
@@ -176,9 +178,24 @@ def test_local_2d_equals_masked_full_attention(block, memory, width, causal, n):
                                                        ((4, 4), (0, 0), 8, True), ((2, 4), (3, 4), 12, False)])
 def test_local_2d_pairs_count_the_mask(block, memory, width, causal):
     """Exact for whole block rows (images whose height is a multiple of h)."""
-    from tfspec.layers.local2d import Local2dSelfAttention
-
     layer = Local2dSelfAttention(block=block, memory=memory, width=width, causal=causal)
     for rows in (4, 8, 12):
         n = rows * width
         assert at(layer.pairs(SYMBOLS), n, {}) == local_2d_mask(n, block, memory, width, causal).sum(), n
+
+
+@pytest.mark.parametrize("opset", [18, 23])
+@pytest.mark.parametrize("causal", [False, True])
+def test_local_2d_onnx_equals_pytorch(causal, opset, tmp_path):
+    layer = {"kind": "local_2d_self_attention", "block": [2, 4], "memory": [2, 3], "width": 12, "causal": causal}
+    torch.manual_seed(1)
+    model = build_module((lm_spec if causal else encoder_spec)(layer)).eval()
+    onnx_model = exported(model, tmp_path, opset)
+    for n in (5, 12 * 8, 12 * 9 + 5, 333):
+        tokens = torch.randint(4, 50, (3, n))
+        tokens[0, n // 2:] = 0
+        with torch.no_grad():
+            expected = model(tokens).numpy()
+        keep = (tokens != 0).numpy()
+        ours = onnx_model.logits(**({"tgt": tokens.numpy()} if causal else {"src": tokens.numpy()}))
+        assert np.abs(ours - expected)[keep].max() < 1e-4, n
