@@ -199,3 +199,63 @@ def test_local_2d_onnx_equals_pytorch(causal, opset, tmp_path):
         keep = (tokens != 0).numpy()
         ours = onnx_model.logits(**({"tgt": tokens.numpy()} if causal else {"src": tokens.numpy()}))
         assert np.abs(ours - expected)[keep].max() < 1e-4, n
+
+
+def image_spec(**changes) -> Spec:
+    """8 x 8 RGB images of 16 levels; local 2D then local 1D layers, the 2D width from the image."""
+    spec = {"name": "image", "family": "decoder-only", "image": {"height": 8, "width": 8, "channels": 3, "levels": 16},
+            "vocab": {"size": 17, "pad_id": 16, "bos_id": 16, "eos_id": 16, "unk_id": 16}, "d_model": 32,
+            "heads": 2, "d_ff": 64, "dropout": 0.0, "positional": {"kind": "none"},
+            "decoder": {"groups": [
+                {"layers": 1, "block": [{"kind": "local_2d_self_attention", "block": [2, 6], "memory": [2, 3],
+                                         "causal": True}, "ffn"]},
+                {"layers": 1, "block": [{"kind": "local_1d_self_attention", "block": 8, "memory": 16,
+                                         "causal": True}, "ffn"]}]}}
+    return Spec.model_validate(spec | changes)
+
+
+def test_image_model_is_causal():
+    """Changing a later intensity never changes an earlier position's distribution."""
+    torch.manual_seed(0)
+    model = build_module(image_spec()).eval()
+    tokens = torch.randint(0, 16, (2, 8 * 8 * 3))
+    with torch.no_grad():
+        logits = model(tokens)
+        for j in (0, 5, 24, 100, 191):
+            changed = tokens.clone()
+            changed[:, j] = (tokens[:, j] + 1) % 16
+            moved = model(changed)
+            assert torch.equal(moved[:, :j], logits[:, :j]), j
+            assert not torch.equal(moved[:, j], logits[:, j]), j
+
+
+def test_image_positions_are_row_column_and_channel_embeddings(tmp_path):
+    """Parameters count the three tables; ONNX equals PyTorch on whole and partial images."""
+    from tfspec.analysis.params import analyze_params
+
+    spec = image_spec()
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    params = dict(model.named_parameters())
+    assert [tuple(params[f"decoder.pos.{axis}"].shape) for axis in ("rows", "columns", "channels")] == \
+        [(8, 32), (8, 32), (3, 32)]
+    assert analyze_params(model.graph).total == sum(p.numel() for p in model.parameters())
+    onnx_model = exported(model, tmp_path)
+    for n in (192, 100):
+        tokens = torch.randint(0, 16, (2, n))
+        with torch.no_grad():
+            expected = model(tokens).numpy()
+        assert np.abs(onnx_model.logits(tgt=tokens.numpy()) - expected).max() < 1e-4, n
+    with pytest.raises(Exception, match="longer than the image"):
+        model(torch.randint(0, 16, (1, 193)))
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"positional": {"kind": "learned"}}, "positional: {kind: none}"),
+    ({"vocab": 16}, r"vocab.size \(16\) must exceed image.levels \(16\)"),
+    ({"vocab": {"size": 18, "pad_id": 16, "bos_id": 1, "eos_id": 17, "unk_id": 17}}, "vocab.bos_id .1. is an intensity"),
+    ({"image": None}, "needs the image row length"),
+])
+def test_image_spec_errors_say_what_to_change(changes, message):
+    with pytest.raises(ValueError, match=message):
+        image_spec(**changes)
