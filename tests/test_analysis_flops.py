@@ -25,8 +25,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:TF32 acceleration")  # torch.bac
 def small_copy(spec: Spec) -> Spec:
     """The same layers and head counts at 1/8 of the widths (at least d_model 64), vocabulary 1000."""
     f = max(1, spec.d_model // 64)
+    vocab = {"size": 1000} if spec.image is None else spec.vocab.model_dump() | {"size": 1000}  # ids above intensities
     data = spec.model_dump() | {"d_model": spec.d_model // f, "d_ff": spec.d_ff // f, "d_k": max(1, spec.d_k // f),
-                                "d_v": max(1, spec.d_v // f), "vocab": {"size": 1000}}
+                                "d_v": max(1, spec.d_v // f), "vocab": vocab}
     return Spec.model_validate(data)
 
 

@@ -17,6 +17,11 @@ EXAMPLES = {
     "cross_attention": ["cross_attention"],
     "restricted_self_attention": [{"kind": "restricted_self_attention", "r": 2},
                                   {"kind": "restricted_self_attention", "r": 2, "causal": True}],
+    "local_1d_self_attention": [{"kind": "local_1d_self_attention", "block": 2, "memory": 2},
+                                {"kind": "local_1d_self_attention", "block": 3, "memory": 3, "causal": True}],
+    "local_2d_self_attention": [{"kind": "local_2d_self_attention", "block": [1, 2], "memory": [1, 1], "width": 4},
+                                {"kind": "local_2d_self_attention", "block": [2, 2], "memory": [1, 1], "width": 4,
+                                 "causal": True}],
     "ffn": ["ffn", {"kind": "ffn", "d_ff": 24, "activation": "gelu"}],
     "recurrent": [{"kind": "recurrent", "cell": c, "bidirectional": b} for c in ("lstm", "gru", "rnn")
                   for b in (False, True)],
@@ -108,11 +113,36 @@ def _reaches(sub, j: int, i: int, layers: int, n: int) -> bool:
     if kind == "restricted_self_attention":
         back = ahead = layers * sub.r
         return j - ahead <= i <= j + back if not sub.causal else j <= i <= j + back
+    if kind.startswith("local_"):  # the Image Transformer's blocks, written out here
+        sees = _local_1d_sees if kind == "local_1d_self_attention" else _local_2d_sees
+        reach = {j}
+        for _ in range(layers):
+            reach = {o for o in range(n) if any(sees(sub, o, k) for k in reach)}
+        return i in reach
     left, right = sub.padding()  # conv: output i reads inputs i - left .. i + right (dilated taps)
     reach = {j}
     for _ in range(layers):
         reach = {o for o in range(n) for t in range(sub.kernel) if o - left + t * sub.dilation in reach}
     return i in reach
+
+
+def _local_1d_sees(sub, q: int, k: int) -> bool:
+    """Query q's block starts at a multiple of block; it sees memory positions before that
+    start, its block (up to q when causal) and, unless causal, memory positions after it."""
+    start = q - q % sub.block
+    if sub.causal:
+        return start - sub.memory <= k <= q
+    return start - sub.memory <= k < start + sub.block + sub.memory
+
+
+def _local_2d_sees(sub, q: int, k: int) -> bool:
+    """Rows of ``width`` positions; q's query block (h x w, aligned) widened by w_m columns each
+    side and h_m rows above (and below unless causal); when causal, nothing after q."""
+    (h, w), (h_m, w_m) = sub.block, sub.memory
+    (r, c), (rk, ck) = divmod(q, sub.width), divmod(k, sub.width)
+    top, left = r - r % h, c - c % w
+    rows = top - h_m <= rk <= top + h - 1 + (0 if sub.causal else h_m)
+    return rows and left - w_m <= ck <= left + w - 1 + w_m and (k <= q or not sub.causal)
 
 
 def test_learned_positions_reject_overlong_input(tmp_path, cli):

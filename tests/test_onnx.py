@@ -39,6 +39,8 @@ def shrunk(name: str) -> Spec:
             for layer in group.get("block") or []:
                 if layer["kind"] == "restricted_self_attention":
                     layer["r"] = min(layer["r"], MAX_RADIUS)
+    if data.get("image"):  # intensities stay below the special ids moved to 199
+        data["image"]["levels"] = min(data["image"]["levels"], 190)
     for key in ("pad_id", "bos_id", "eos_id", "unk_id", "mask_id"):  # GPT-2's ids sit at 50256
         if (data["vocab"][key] or 0) >= 200:
             data["vocab"][key] = 199

@@ -11,6 +11,7 @@ queries against their neighbouring blocks' keys, O(n * w) work and memory instea
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 from onnx import TensorProto
@@ -28,6 +29,21 @@ BLOCKED_UP_TO = 512
 a short input still pays for w x 3w scores per block: cheap for a radius of 64, but Mistral's
 4096-token window (w = 4095) would cost gigabytes on a ten-token input. Wider bands mask the
 n x n scores instead: quadratic, but those windows serve sequences shorter than the window."""
+
+
+TILED: dict[str, Callable] = {}
+"""Kind -> ``fn(e, node, q, k, v)``, its own attention over whole sequences (local 2D attention
+gathers memory blocks); step graphs use the kind's mask."""
+
+
+def tiled(kind: str):
+    """Decorator registering the ONNX attention of ``kind`` over whole sequences."""
+    def register(fn):
+        if kind in TILED:
+            raise ValueError(f"two ONNX attentions for kind {kind!r}")
+        TILED[kind] = fn
+        return fn
+    return register
 
 
 def blocked(node: Node) -> bool:
@@ -72,6 +88,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             cos, sin = e.cached(("rotary", node.shape[1], frequencies.tobytes()),
                                 lambda: _rotation(e, node.shape[1], q, frequencies))
             q, k = (_rotate(b, t, cos, sin, heads, d_k, 2 * len(frequencies)) for t, heads in ((q, h), (k, g)))
+        if node.layer.kind in TILED and e.kind != "step" and _plain(node):
+            return b.linear(TILED[node.layer.kind](e, node, q, k, v), p["w_o"], p.get("b_o"))
         if blocked(node) and e.kind != "step" and _plain(node):
             return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
@@ -83,18 +101,28 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
                 k = e.present(node, "key", k, ["batch", g, "total_len", d_k])
                 v = e.present(node, "value", v, ["batch", g, "total_len", d_v])
             else:  # a banded kind never looks further back than its band: pass on just that
+                first = _dropped(b, node.layer, b.shape_of(k, 2))
                 for role, t, size in (("key", k, d_k), ("value", v, d_v)):
-                    e.present(node, role, b.op("Slice", t, b.ints(-band[0]), b.ints(2**62), b.ints(2)),
+                    e.present(node, role, b.op("Slice", t, first, b.ints(2**62), b.ints(2)),
                               ["batch", g, "kept_len", size])
     q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
     if _plain(node):
-        y = _attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
+        y = attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
     else:
         k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, d_v)
         y = _explicit(b, node, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(0, 0, h * d_v))
     return b.linear(y, p["w_o"], p.get("b_o"))
+
+
+def _dropped(b, layer, total: str) -> str:
+    """(1,) int64: how many of ``total`` cached keys a banded kind drops (``Attention.kept``)."""
+    behind, period = layer.band()[0], layer.period
+    over = b.op("Max", b.op("Sub", total, b.const(np.int64(behind))), b.const(np.int64(0)))
+    if period > 1:
+        over = b.op("Mul", b.op("Div", over, b.const(np.int64(period))), b.const(np.int64(period)))
+    return b.op("Unsqueeze", over, b.ints(0))
 
 
 def _bias(b, node: Node, role: str) -> str | None:
@@ -120,7 +148,7 @@ def repeat_heads(b, t: str, heads: int, kv_heads: int, size: int) -> str:
     return b.op("Reshape", expanded, b.ints(0, heads, -1, size))
 
 
-def _attend(b, q: str, k: str, v: str, mask: str | None, node: Node) -> str:
+def attend(b, q: str, k: str, v: str, mask: str | None, node: Node) -> str:
     """softmax(Q K^T / sqrt(d_k) + mask) V on (N, h, L, d) queries and (N, g, L, d) keys and
     values: fused at opset 23 (which repeats key/value heads itself)."""
     a = node.attrs
@@ -252,7 +280,7 @@ def _banded(e, node: Node, q: str, k: str, v: str) -> str:
         mask = b.op("Add", mask, b.op("Unsqueeze", bias, b.ints(2)))
     mask = b.op("Reshape", b.op("Expand", mask, b.op("Concat", b.batch, b.ints(1, 1, 1), axis=0)),
                 b.ints(-1, 1, w, width))  # (B * blocks, 1, w, W)
-    y = _attend(b, q4, k4, v4, mask, node)  # (B * blocks, h, w, d_v)
+    y = attend(b, q4, k4, v4, mask, node)  # (B * blocks, h, w, d_v)
     y = b.op("Reshape", y, b.op("Concat", b.batch, b.ints(-1, h, w, d_v), axis=0))
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 1, 3, 2, 4]), b.op("Concat", b.batch, b.ints(-1, h * d_v), axis=0))
     return b.op("Slice", y, b.ints(0), b.op("Unsqueeze", length, b.ints(0)), b.ints(1))

@@ -137,6 +137,11 @@ class Index:
     def __radd__(self, other): return self._binary("Add", other, swap=True)
     def __sub__(self, other): return self._binary("Sub", other)
     def __rsub__(self, other): return self._binary("Sub", other, swap=True)
+    def __mul__(self, other): return self._binary("Mul", other)
+    def __rmul__(self, other): return self._binary("Mul", other, swap=True)
+    def __mod__(self, other): return self._binary("Mod", other)  # fmod=0: the divisor's sign, as Python
+    def __floordiv__(self, other):  # Div truncates towards zero; subtracting the remainder first floors
+        return (self - self % other)._binary("Div", other)
     def __le__(self, other): return self._binary("LessOrEqual", other)
     def __lt__(self, other): return self._binary("Less", other)
     def __ge__(self, other): return self._binary("GreaterOrEqual", other)

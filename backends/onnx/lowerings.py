@@ -48,6 +48,19 @@ def positional(e, node: Node, x: str) -> str:
     return b.op("Add", x, b.op("Gather", table, positions))
 
 
+@lowering("image_positional")
+def image_positional(e, node: Node, x: str) -> str:
+    """Adds row, column and channel embeddings, as the PyTorch backend's ``ImagePositional``."""
+    b, a, p = e.b, node.attrs, node.params
+    positions = e.positions(node.shape[1], x)
+    depth, width = b.const(np.int64(a["channels"])), b.const(np.int64(a["width"]))
+    pixel = b.op("Div", positions, depth)  # positions are >= 0: Div floors
+    for role, index in (("rows", b.op("Div", pixel, width)), ("columns", b.op("Mod", pixel, width)),
+                        ("channels", b.op("Mod", positions, depth))):
+        x = b.op("Add", x, b.op("Gather", b.param(p[role]), index))
+    return x
+
+
 @lowering("segment_embedding")
 def segment_embedding(e, node: Node, x: str, segments: str) -> str:
     return e.b.op("Add", x, e.b.op("Gather", e.b.param(node.params["weight"]), segments))

@@ -87,8 +87,10 @@ def _blocked_length(model: TorchModel) -> int | None:
     if not bands:
         return None
     length = max(3 * block_plan(band)[0] + 5 for band in bands)
-    positional = model.graph.spec.positional
-    return length if positional.kind == "none" or length <= positional.max_len else None
+    spec = model.graph.spec
+    if spec.image is not None:  # an image has as many positions as intensities
+        return length if length <= spec.image.positions else None
+    return length if spec.positional.kind == "none" or length <= spec.positional.max_len else None
 
 
 def _ids(rng, vocab: int, shape: tuple[int, ...], pad: int) -> np.ndarray:

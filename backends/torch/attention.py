@@ -11,6 +11,7 @@ time and memory grow as n * w, not n^2.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -63,9 +64,8 @@ class MultiHeadAttention(OpModule):
                 if self.node_name in cache:
                     past_k, past_v = cache[self.node_name]
                     k, v = torch.cat([past_k, k], 2), torch.cat([past_v, v], 2)
-                band = self.layer.band()
                 # A banded kind never looks further back than its band: keep just that (O(r) per step).
-                keep = k.shape[2] if band is None else min(k.shape[2], band[0])
+                keep = self.layer.kept(k.shape[2])
                 cache[self.node_name] = k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:]
         else:
             q = F.linear(x, self.w_q, getattr(self, "b_q", None))
@@ -151,11 +151,28 @@ def rotary(x: torch.Tensor, offset: int, base: float) -> torch.Tensor:
     return rotate(x, *rotation(frequencies, offset, x.shape[1], x.device, x.dtype))
 
 
+TILED: dict[str, Callable] = {}
+"""Kind -> its own ``self_attention`` over whole sequences (local 2D attention gathers memory
+blocks); the kind's other paths (decoding steps) use its mask."""
+
+
+def tiled(kind: str):
+    """Decorator registering ``fn(ctx, layer, seq, q, k, v, dropout)`` as ``kind``'s attention."""
+    def register(fn):
+        if kind in TILED:
+            raise ValueError(f"two PyTorch attentions for kind {kind!r}")
+        TILED[kind] = fn
+        return fn
+    return register
+
+
 def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tensor:
     """Attention of ``layer``'s kind among the positions of one sequence: (B, L, h, d) queries,
     keys and values -> (B, L, h*d_v). Table 1's "complexity per layer" is this function's cost
     (``tfspec table1 --measure`` times it)."""
     B, L, h, d_v = v.shape
+    if layer.kind in TILED:
+        return TILED[layer.kind](ctx, layer, seq, q, k, v, dropout)
     if use_blocks(layer.band(), L):
         return banded_attention(ctx, layer, seq, q, k, v, dropout)
     mask, causal = ctx.attention_mask(layer, seq, seq, L, L, q.device)

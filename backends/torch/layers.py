@@ -52,6 +52,27 @@ class Positional(OpModule):
         return x + table[start:end]
 
 
+@lowering("image_positional")
+class ImagePositional(OpModule):
+    """Adds the row, column and channel embeddings of each position of a raster-order image
+    (Image Transformer §3.1): position p is channel p % C of pixel (p // C // W, p // C % W)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        a = node.attrs
+        self.height, self.width, self.depth, self.seq = a["height"], a["width"], a["channels"], node.shape[1]
+
+    def forward(self, ctx, x):
+        start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
+        end = start + x.shape[1]
+        if end > self.height * self.width * self.depth:
+            raise TfspecError(f"input of length {end} is longer than the image ({self.height} x {self.width} x "
+                              f"{self.depth} = {self.height * self.width * self.depth} positions)")
+        p = torch.arange(start, end, device=x.device)
+        pixel = p // self.depth
+        return x + self.rows[pixel // self.width] + self.columns[pixel % self.width] + self.channels[p % self.depth]
+
+
 @lowering("segment_embedding")
 class SegmentEmbedding(OpModule):
     """Adds the embedding of each position's segment id (BERT's token types)."""

@@ -19,7 +19,7 @@ import math
 import numpy as np
 import sympy
 
-ORDER = ("k", "r", "n", "m", "d", "d_ff", "h", "d_k", "d_v")
+ORDER = ("k", "r", "l_q", "l_m", "n", "m", "d", "d_ff", "h", "d_k", "d_v")
 """Factor order in rendered monomials, the paper's (k * n * d^2, r * n * d)."""
 SUPERSCRIPTS = str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹")
 
@@ -31,6 +31,8 @@ def leading_monomials(expr: sympy.Expr, s) -> list[dict[str, int]]:
     # min(r, n - 1) and the like: as n grows, the bound that does not involve n is the one that holds.
     expr = expr.replace(lambda e: isinstance(e, sympy.Min),
                         lambda e: next((a for a in e.args if not a.has(s.n)), e))
+    # floor(n / l_q) blocks: n / l_q of them, up to a bounded remainder.
+    expr = expr.replace(lambda e: isinstance(e, sympy.floor), lambda e: e.args[0])
     terms = [t for t in sympy.Add.make_args(sympy.expand(expr)) if not t.could_extract_minus_sign()]
     powers = [{str(b): int(p) for b, p in t.as_powers_dict().items() if b.is_Symbol} for t in terms]
     top = max(p.get("n", 0) for p in powers)

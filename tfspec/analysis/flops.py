@@ -28,8 +28,8 @@ from tfspec.ir import Graph, Node
 
 @dataclass(frozen=True)
 class Symbols:
-    """The sizes FLOP formulas are written in (Table 1's n, d, k, r, §3.2's h, d_k, d_v, and the
-    key/value heads g of grouped-query attention)."""
+    """The sizes FLOP formulas are written in (Table 1's n, d, k, r, §3.2's h, d_k, d_v, the
+    key/value heads g of grouped-query attention and the Image Transformer's local blocks)."""
 
     n: sympy.Symbol  # sequence length (queries)
     m: sympy.Symbol  # memory length: keys of cross-attention
@@ -42,9 +42,11 @@ class Symbols:
     k: sympy.Symbol  # convolution kernel width
     r: sympy.Symbol  # restricted attention radius
     V: sympy.Symbol  # vocabulary of the pre-softmax projection
+    l_q: sympy.Symbol  # local attention: query block length (Image Transformer §3.2)
+    l_m: sympy.Symbol  # local attention: memory length before each query block
 
 
-SYMBOLS = Symbols(*sympy.symbols("n m d h g d_k d_v d_ff k r V", positive=True, integer=True))
+SYMBOLS = Symbols(*sympy.symbols("n m d h g d_k d_v d_ff k r V l_q l_m", positive=True, integer=True))
 FORWARD_BACKWARD = 3
 
 

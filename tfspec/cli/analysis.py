@@ -75,7 +75,7 @@ def _layer_rows(spec, graph, n):
         rows.append(entry)
     stacks = {}
     for name, stack in spec.stacks:
-        layers = [layer for _, layer in stack.sublayers()]
+        layers = [layer.resolved(spec) for _, layer in stack.sublayers()]
         paths = stack_paths(layers, n)
         stacks[name] = {"sublayers": len(layers), "sequential_ops": sum(sequential_ops(x, n) for x in layers),
                         "max_path_length": paths.longest, "reach": paths.reach, "causal": paths.causal}

@@ -96,6 +96,12 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
             params["weight"] = ((s.positional.max_len, s.d_model), "normal:0.02")
         x = b.op(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
                  component="positional")
+    if s.image is not None:  # the Image Transformer's row + column + channel embeddings
+        i = s.image
+        params = {axis: ((size, s.d_model), "normal:0.02")
+                  for axis, size in (("rows", i.height), ("columns", i.width), ("channels", i.channels))}
+        x = b.op(f"{stack}.pos", "image_positional", [x], params=params, component="positional",
+                 attrs={"height": i.height, "width": i.width, "channels": i.channels})
     if s.segments and stack == "encoder":
         ids = b.op("segments", "input", [], attrs={"dtype": "int64", "vocab": s.segments, "optional": True},
                    shape=("B", b.seq))

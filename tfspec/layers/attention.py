@@ -46,6 +46,21 @@ class Attention(Sublayer):
         block (``block_plan``): O(n * band) work and memory instead of an n x n masked matrix."""
         return None
 
+    @property
+    def period(self) -> int:
+        """p with visible(q + p, k + p) == visible(q, k): 1 for kinds that see by distance alone,
+        a block's length for block-aligned ones. Decoding drops keys older than the band p at a
+        time, so the kept keys' positions stay equal to the true ones modulo p."""
+        return 1
+
+    def kept(self, total: int) -> int:
+        """How many of ``total`` cached keys decoding keeps (a banded kind: its band, rounded up
+        so that the dropped ones are a multiple of ``period``)."""
+        band = self.band()
+        if band is None or total <= band[0]:
+            return total
+        return total - (total - band[0]) // self.period * self.period
+
     def reads(self, q, k):
         mask = self.visible(q, k)
         return (q >= 0) & (k >= 0) if mask is None else mask

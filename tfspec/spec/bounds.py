@@ -32,6 +32,8 @@ MAX_KERNEL = 4096
 MAX_DILATION = 2**20
 MAX_SEGMENTS = 2**16
 """Segment (token type) rows: BERT uses 2."""
+MAX_CHANNELS = 64
+"""Channels of an image input: RGB has 3, RGBA 4; multispectral images reach dozens."""
 MAX_STEPS = 10**12
 MAX_SPEC_BYTES = 2**21
 """A spec file: shipped specs are ~1 KB; 2 MiB of YAML already takes seconds to parse."""
@@ -43,11 +45,14 @@ Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
 VocabSize = Annotated[int, Field(ge=1, le=MAX_VOCAB)]
 TokenId = Annotated[int, Field(ge=0, lt=MAX_VOCAB)]
 Positions = Annotated[int, Field(ge=1, le=MAX_POSITIONS)]
+Reach = Annotated[int, Field(ge=0, le=MAX_POSITIONS)]
+"""Positions a local attention sees beyond its query block (0: none)."""
 Layers = Annotated[int, Field(ge=1, le=MAX_LAYERS)]
 Kernel = Annotated[int, Field(ge=1, le=MAX_KERNEL)]
 Dilation = Annotated[int, Field(ge=1, le=MAX_DILATION)]
 Segments = Annotated[int, Field(ge=0, le=MAX_SEGMENTS)]
 Steps = Annotated[int, Field(ge=1, le=MAX_STEPS)]
+Channels = Annotated[int, Field(ge=1, le=MAX_CHANNELS)]
 Epsilon = Annotated[float, Field(gt=0.0, le=1.0)]
 """Norm epsilon: published values are 1e-12..1e-5."""
 RotaryBase = Annotated[float, Field(gt=1.0, le=1e12)]

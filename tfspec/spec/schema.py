@@ -13,8 +13,8 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
-from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Epsilon, Heads, Layers, Segments, Steps, Text, TokenId,
-                                VocabSize, Width)
+from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Channels, Epsilon, Heads, Layers, Positions, Segments,
+                                Steps, Text, TokenId, VocabSize, Width)
 from tfspec.spec.positions import Positional
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -75,6 +75,27 @@ class Vocab(SpecModel):
     @property
     def tgt_size(self) -> int:
         return self.target_size or self.size
+
+
+class Image(SpecModel):
+    """Images as sequences (Image Transformer, Parmar et al. 2018, §3.1): every channel
+    intensity of every pixel is one token, in raster order (row r, column c, channel ch at
+    position (r * width + c) * channels + ch), and its position enters as the sum of a learned
+    row, column and channel embedding. A decoder-only model reads [bos, x_0, .., x_{n-2}], so
+    position i carries the row, column and channel of the intensity x_i it predicts."""
+
+    height: Positions
+    """Rows of pixels."""
+    width: Positions
+    """Columns of pixels."""
+    channels: Channels = 3
+    """Intensities per pixel (3: RGB), each a position of its own."""
+    levels: VocabSize = 256
+    """Intensity values per channel: token ids 0 .. levels - 1 (8-bit images: 256)."""
+
+    @property
+    def positions(self) -> int:
+        return self.height * self.width * self.channels
 
 
 class Biases(SpecModel):
@@ -251,6 +272,9 @@ class Spec(SpecModel):
     """Per-projection overrides of ``bias`` (q, k, v, o, ffn)."""
     output_bias: bool = False
     """Bias on the pre-softmax projection."""
+    image: Image | None = None
+    """An image input: intensity tokens in raster order with row, column and channel
+    embeddings in place of ``positional`` (which must then be kind none)."""
     encoder: Stack | None = None
     decoder: Stack | None = None
     reference: Reference | None = None
@@ -284,6 +308,7 @@ class Spec(SpecModel):
             raise field_error("kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
         self._check_rotary()
+        self._check_image()
         for field in ("segments", "pooler"):
             if getattr(self, field) and self.encoder is None:
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
@@ -303,6 +328,24 @@ class Spec(SpecModel):
             raise field_error("positional.fraction", f"rotary positions rotate pairs of features: int(d_k x "
                               f"fraction) = int({self.d_k} x {positional.fraction}) = {rotated} must be even and "
                               "positive; pick a fraction that makes it so")
+
+    def _check_image(self) -> None:
+        image = self.image
+        if image is None:
+            return
+        if self.positional.kind != "none":
+            raise field_error("positional", f"an image's positions are row, column and channel embeddings: set "
+                              f"positional: {{kind: none}} (got {self.positional.kind})")
+        if self.family == "encoder-decoder":
+            raise field_error("image", "an image is one sequence: use family decoder-only (or encoder-only)")
+        if self.vocab.size <= image.levels:
+            raise field_error("vocab.size", f"vocab.size ({self.vocab.size}) must exceed image.levels "
+                              f"({image.levels}): ids 0..{image.levels - 1} are intensities, padding and bos need "
+                              f"their own; use {image.levels + 1} with pad_id = bos_id = eos_id = unk_id = {image.levels}")
+        for key in ("pad_id", "bos_id"):
+            if getattr(self.vocab, key) < image.levels:
+                raise field_error(f"vocab.{key}", f"vocab.{key} ({getattr(self.vocab, key)}) is an intensity "
+                                  f"(below image.levels, {image.levels}); use {image.levels} or above")
 
     def _check_family(self) -> None:
         wants = {"encoder-decoder": ("encoder", "decoder"), "encoder-only": ("encoder",),
