@@ -80,14 +80,22 @@ def _limits(decoder, src, prefix, options) -> np.ndarray:
     return np.maximum(limits, max(options.min_length, 1))
 
 
+def _banned(decoder, t: int, min_length: int) -> list[int]:
+    """Tokens step ``t`` may not choose: eos before ``min_length``, and the padding token when
+    decoding starts from it (Marian, T5: it is never a word; Marian's configurations forbid it
+    with bad_words_ids, its embedding being a row added at conversion)."""
+    banned = [decoder.eos] if t < min_length else []
+    return banned + [decoder.pad] if decoder.bos == decoder.pad != decoder.eos else banned
+
+
 def _greedy(decoder, state, prefix, limits, min_length) -> list[list[int]]:
     batch = len(prefix)
     out: list[list[int]] = [[] for _ in range(batch)]
     alive, tokens = np.arange(batch), prefix
     for t in range(int(limits.max())):
-        forbid_eos = t < min_length
-        _, ids, state = decoder.step(state, tokens, 2 if forbid_eos else 1)
-        best = np.where(ids[:, 0] == decoder.eos, ids[:, 1], ids[:, 0]) if forbid_eos else ids[:, 0]
+        banned = _banned(decoder, t, min_length)
+        _, ids, state = decoder.step(state, tokens, 1 + len(banned))
+        best = ids[np.arange(len(ids)), np.argmax(~np.isin(ids, banned), axis=1)]
         ended = best == decoder.eos
         for row, token, end in zip(alive, best, ended):
             if not end:
@@ -112,12 +120,12 @@ def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     alive = np.arange(batch)
     for t in range(int(limits.max())):
-        forbid_eos = t < options.min_length
-        width = 2 * k + forbid_eos  # 2k candidates per row always leave k that do not end
+        banned = _banned(decoder, t, options.min_length)
+        width = 2 * k + len(banned)  # 2k candidates per row always leave k that do not end
         values, ids, state = decoder.step(state, tokens, width)
         width = values.shape[1]  # fewer when the vocabulary is smaller
-        if forbid_eos:
-            values = np.where(ids == decoder.eos, -np.inf, values)
+        if banned:
+            values = np.where(np.isin(ids, banned), -np.inf, values)
         n = len(alive)
         candidates = (scores[:, None] + values).reshape(n, k * width)
         order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
