@@ -16,6 +16,10 @@ from __future__ import annotations
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Family, Rule, Source, _show, activation, norm_rules, number, register
 
+LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
+             "static_position_embeddings", "_num_labels", "classif_dropout", "extra_pos_embeddings")
+"""Fields older Marian and BART configurations carry that transformers' classes never read."""
+
 
 @register
 class Marian(Family):
@@ -33,20 +37,20 @@ class Marian(Family):
     ignored = {"encoder_layerdrop": "training only (drops whole layers while training)",
                "decoder_layerdrop": "training only (drops whole layers while training)",
                "init_std": "initialisation of untrained weights",
-               "bos_token_id": "Marian decodes from decoder_start_token_id; its tokenizer adds no bos",
-               **dict.fromkeys(("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
-                                "static_position_embeddings", "_num_labels", "classif_dropout", "extra_pos_embeddings"),
-                               "left over from the BART-based conversion; transformers' Marian reads none of them "
-                               "(it is always post-norm with static sinusoids, no embedding or final norm)")}
-    positional = {"kind": "sinusoidal", "layout": "halves"}
-    """How the family's positions are made (BART: a learned table)."""
+               "bos_token_id": "decoding starts from decoder_start_token_id; bos_token_id only tells tokenizers",
+               **dict.fromkeys(LEFTOVERS, "left over from fairseq's BART options; transformers' Marian reads none of "
+                                          "them (it is always post-norm with static sinusoids, no embedding or final "
+                                          "norm)")}
+    defaults = {"vocab_size": 58101, "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0}
+    """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART)."""
+    embed_norm = False
+    """A LayerNorm on embeddings + positions (BART's layernorm_embedding)."""
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
         d_ff = number(c, "encoder_ffn_dim", where, default=4096)
         decoder_ffn = number(c, "decoder_ffn_dim", where, default=4096)
         ffn = "ffn" if decoder_ffn == d_ff else {"kind": "ffn", "d_ff": decoder_ffn}
-        output_bias = source.names is None or "final_logits_bias" in source.names  # transformers: zeros if absent
         return {"family": "encoder-decoder", "vocab": self._vocab(source), "d_model": number(c, "d_model", where,
                                                                                                default=1024),
                 "heads": self._heads(c, where), "d_ff": d_ff,
@@ -54,12 +58,23 @@ class Marian(Family):
                 "dropout": number(c, "dropout", where, float, 0.1),
                 "attention_dropout": number(c, "attention_dropout", where, float, 0.0),
                 "activation_dropout": number(c, "activation_dropout", where, float, 0.0), "label_smoothing": 0.0,
-                "positional": {**self.positional, "max_len": number(c, "max_position_embeddings", where, default=1024)},
-                "norm": "post", "norm_eps": 1e-5, "final_norm": False, "tie_embeddings": "all",
-                "embed_scale": self._flag(c, "scale_embedding", where), "output_bias": output_bias,
+                "positional": self._positional(c, where), "norm": "post", "norm_eps": 1e-5, "final_norm": False,
+                "tie_embeddings": "all", "embed_norm": self.embed_norm,
+                "embed_scale": self._flag(c, "scale_embedding", where), "output_bias": self._output_bias(source),
                 "encoder": {"layers": self._layers(c, where), "block": ["self_attention", "ffn"]},
                 "decoder": {"layers": number(c, "decoder_layers", where, default=12),
                             "block": ["causal_self_attention", "cross_attention", ffn]}}
+
+    def _output_bias(self, source: Source) -> bool:
+        """Whether the checkpoint has final_logits_bias (transformers takes zeros when it is
+        absent); a configuration alone: whether the class has the LM head (a base-model prefix)."""
+        if source.names is not None:
+            return "final_logits_bias" in source.names
+        return self.architectures[source.architecture] != ""
+
+    def _positional(self, c: dict, where: str) -> dict:
+        max_len = number(c, "max_position_embeddings", where, default=1024)
+        return {"kind": "sinusoidal", "layout": "halves", "max_len": max_len}
 
     def _flag(self, c: dict, key: str, where: str) -> bool:
         value = c.get(key, False)
@@ -85,13 +100,14 @@ class Marian(Family):
         """pad and eos from the config; bos is the token decoding starts from; unk the
         tokenizer's <unk> (only tokenizers read it), else the first id that is none of them."""
         c, where = source.config, source.where
-        size = number(c, "vocab_size", where, default=58101)
+        d = self.defaults
+        size = number(c, "vocab_size", where, default=d["vocab_size"])
         if c.get("decoder_vocab_size") not in (None, size):
             raise TfspecError(f"{where}: decoder_vocab_size: {_show(c['decoder_vocab_size'])} is not supported; "
                               f"tfspec imports {self.title} with one vocabulary (vocab_size {size})")
-        eos = c.get("eos_token_id", 0)
-        ids = {"pad_id": number(c, "pad_token_id", where, default=58100),
-               "bos_id": number(c, "decoder_start_token_id", where, default=58100),
+        eos = c.get("eos_token_id", d["eos_token_id"])
+        ids = {"pad_id": number(c, "pad_token_id", where, default=d["pad_token_id"]),
+               "bos_id": number(c, "decoder_start_token_id", where, default=d["decoder_start_token_id"]),
                "eos_id": number({"eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}, "eos_token_id",
                                 where)}
         unk = source.vocabulary.get("<unk>")
