@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
+from pathlib import Path
 
 from tfspec.cli.types import out_dir
 from tfspec.spec import load_spec, resolve
@@ -30,13 +32,12 @@ def export_hf(args) -> int:
     from tfspec.backends.torch.checkpoint import weights_of
     from tfspec.cli.deploy import model_to_export  # deploy imports this module first
     from tfspec.interop.hf import export_checkpoint, fitting_family
-    from tfspec.interop.hf.checkpoint import TOKENIZER_FILES
+    from tfspec.interop.hf.checkpoint import tokenizer_files
 
     spec = load_spec(args.spec)
     family = fitting_family(spec)
     model = model_to_export(spec, args)
-    folder = resolve(args.spec).parent
-    tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()] + sorted(folder.glob("*.model"))
+    tokenizer = tokenizer_files(resolve(args.spec).parent)
     weights = {name: t.float().cpu().numpy() for name, t in weights_of(model).items()}
     architecture, files = export_checkpoint(spec, weights, args.output, "float16" if args.fp16 else "float32",
                                             tokenizer)
@@ -55,6 +56,17 @@ def export_hf(args) -> int:
     ok = all(c.ok for c in checks)
     print("parity: ok" if ok else "parity: FAILED (the checkpoint was written; do not publish it)")
     return 0 if ok else 1
+
+
+def copy_tokenizer(spec_ref, output) -> list[str]:
+    """Copy the tokenizer files beside the spec (an imported directory's) into an export, so
+    ``tfspec translate`` and ``generate`` read and write text with the model's own tokenizer."""
+    from tfspec.interop.hf.checkpoint import tokenizer_files
+
+    files = tokenizer_files(resolve(spec_ref).parent)
+    for path in files:
+        shutil.copyfile(path, Path(output) / path.name)
+    return [p.name for p in files]
 
 
 def register(command) -> None:
