@@ -6,8 +6,8 @@ through the ``tokenizers`` library, as transformers' ``AutoTokenizer`` loads it)
 ``source.spm`` + ``target.spm`` + ``vocab.json`` (Marian: sentencepiece pieces mapped to ids by
 the JSON vocabulary, as transformers' ``MarianTokenizer`` does), then ``tokenizer.model``
 (tfspec's shared sentencepiece model, ``tfspec data tokenize``). A codec's ``encode`` gives a
-line's ids as the model reads them (special tokens added) and ``decode`` the text of output
-ids with special tokens left out. Tokenizer files are data: JSON is checked, nothing executes.
+line's ids as the model reads them (special tokens added), ``prompt`` a decoder-only model's
+prompt, and ``decode`` the text of output ids with special tokens left out. Tokenizer files are data: JSON is checked, nothing executes.
 """
 
 from __future__ import annotations
@@ -47,10 +47,14 @@ class SentencePieceCodec:
     """tfspec's own: sentencepiece ids, then eos."""
 
     def __init__(self, path: Path, vocab):
-        self.sp, self.eos = _sentencepiece(path), vocab.eos_id
+        self.sp, self.bos, self.eos = _sentencepiece(path), vocab.bos_id, vocab.eos_id
 
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(text) + [self.eos]
+
+    def prompt(self, text: str) -> list[int]:
+        """A decoder-only model's prompt: bos, then the text (no eos: it continues)."""
+        return [self.bos] + self.sp.encode(text)
 
     def decode(self, ids: list[int]) -> str:
         return self.sp.decode(ids)
@@ -117,6 +121,8 @@ class HFCodec:
         if any(i >= self.size for i in ids):
             raise TfspecError(f"the tokenizer gave id {max(ids)}, outside the model's vocabulary (0..{self.size - 1})")
         return ids
+
+    prompt = encode  # what transformers' tokenizer(prompt) gives generate
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
