@@ -7,7 +7,8 @@ through the ``tokenizers`` library, as transformers' ``AutoTokenizer`` loads it)
 the JSON vocabulary, as transformers' ``MarianTokenizer`` does), then ``tokenizer.model``
 (tfspec's shared sentencepiece model, ``tfspec data tokenize``). A codec's ``encode`` gives a
 line's ids as the model reads them (special tokens added), ``prompt`` a decoder-only model's
-prompt, and ``decode`` the text of output ids with special tokens left out. Tokenizer files are data: JSON is checked, nothing executes.
+prompt, and ``decode`` the text of output ids with special tokens left out. Tokenizer files are
+data: JSON is checked, nothing executes.
 """
 
 from __future__ import annotations

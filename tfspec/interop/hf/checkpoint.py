@@ -33,7 +33,8 @@ target.spm): ``tfspec translate`` and ``generate`` read some (``tfspec.data.code
 
 def tokenizer_files(directory: Path) -> list[Path]:
     """The tokenizer files in ``directory``."""
-    found = [directory / n for n in TOKENIZER_FILES] + sorted(directory.glob("*.model")) + sorted(directory.glob("*.spm"))
+    found = [directory / n for n in TOKENIZER_FILES] + sorted(directory.glob("*.model"))
+    found += sorted(directory.glob("*.spm"))
     return [p for p in found if p.is_file()]
 
 

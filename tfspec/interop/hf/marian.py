@@ -51,9 +51,8 @@ class Marian(Family):
         d_ff = number(c, "encoder_ffn_dim", where, default=4096)
         decoder_ffn = number(c, "decoder_ffn_dim", where, default=4096)
         ffn = "ffn" if decoder_ffn == d_ff else {"kind": "ffn", "d_ff": decoder_ffn}
-        return {"family": "encoder-decoder", "vocab": self._vocab(source), "d_model": number(c, "d_model", where,
-                                                                                               default=1024),
-                "heads": self._heads(c, where), "d_ff": d_ff,
+        return {"family": "encoder-decoder", "vocab": self._vocab(source),
+                "d_model": number(c, "d_model", where, default=1024), "heads": self._heads(c, where), "d_ff": d_ff,
                 "activation": activation(c, "activation_function", where, "gelu"),
                 "dropout": number(c, "dropout", where, float, 0.1),
                 "attention_dropout": number(c, "attention_dropout", where, float, 0.0),
@@ -161,7 +160,8 @@ def _attention(ours: str, theirs: str, parts: str) -> list[Rule]:
     rules = [Rule(f"{ours}.w_{parts}", tuple(f"{s}.weight" for s in stored), "concat"),
              Rule(f"{ours}.b_{parts}", tuple(f"{s}.bias" for s in stored), "concat")]
     if "q" in parts:
-        rules += [Rule(f"{ours}.w_o", (f"{theirs}.out_proj.weight",)), Rule(f"{ours}.b_o", (f"{theirs}.out_proj.bias",))]
+        rules += [Rule(f"{ours}.w_o", (f"{theirs}.out_proj.weight",)),
+                  Rule(f"{ours}.b_o", (f"{theirs}.out_proj.bias",))]
     return rules
 
 
