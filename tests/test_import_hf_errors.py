@@ -34,7 +34,8 @@ def test_unsupported_model_type(cli, tmp_path):
     (tmp_path / "mixtral").mkdir()
     (tmp_path / "mixtral" / "config.json").write_text(json.dumps({"model_type": "mixtral", "hidden_size": 4096}))
     line = refused(cli, tmp_path, tmp_path / "mixtral")
-    assert line.endswith("model_type 'mixtral' is not supported; tfspec imports: bert, gpt2, llama, mistral, qwen2")
+    assert line.endswith("model_type 'mixtral' is not supported; tfspec imports: "
+                         "bart, bert, gpt2, llama, marian, mistral, qwen2")
 
 
 @pytest.mark.parametrize("kind, field, value, says", [

@@ -9,6 +9,7 @@ token for token.
 Beam search follows §6.1 of the paper (beam 4, length penalty alpha = 0.6, maximum output
 length = input length + 50) with the GNMT length penalty ((5 + |Y|) / 6)^alpha (Wu et al.
 2016). A sentence stops once it has ``beam`` finished hypotheses (fairseq's early stop).
+With ``sampling``, greedy search draws each token instead (temperature, top-k, top-p).
 """
 
 from __future__ import annotations
@@ -37,6 +38,21 @@ class Decoder(Protocol):
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """Draw each next token from the model's distribution instead of taking the likeliest
+    (transformers' ``do_sample``), reshaped as transformers orders its warpers: divided by
+    ``temperature``, cut to the ``top_k`` likeliest, then to the fewest whose probabilities
+    sum to ``top_p`` (nucleus sampling, Holtzman et al. 2020)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    """0: no cut."""
+    top_p: float = 1.0
+    seed: int = 0
+    """numpy's generator: the same seed gives the same tokens (not transformers' tokens)."""
+
+
+@dataclass(frozen=True)
 class SearchOptions:
     beam: int = 4
     """Hypotheses kept per sentence; 1 is greedy search."""
@@ -48,6 +64,8 @@ class SearchOptions:
     """End-of-sentence is forbidden before this many tokens (benchmarks force equal work)."""
     max_length: int | None = None
     """An absolute cap on output tokens (the model's position limit, or decoder-only output)."""
+    sampling: Sampling | None = None
+    """With beam 1: draw tokens instead of taking the likeliest."""
 
 
 def length_penalty(length: int, alpha: float) -> float:
@@ -65,7 +83,8 @@ def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
     if src is None:  # decoder-only: one empty state, copied per row
         state = decoder.select(state, np.zeros(len(prefix), dtype=np.int64), cross=True)
     if options.beam == 1:
-        return _greedy(decoder, state, prefix, limits, options.min_length)
+        pick = _Picker(options.sampling) if options.sampling is not None else None
+        return _greedy(decoder, state, prefix, limits, options.min_length, pick)
     return _beam(decoder, state, prefix, limits, options)
 
 
@@ -80,14 +99,26 @@ def _limits(decoder, src, prefix, options) -> np.ndarray:
     return np.maximum(limits, max(options.min_length, 1))
 
 
-def _greedy(decoder, state, prefix, limits, min_length) -> list[list[int]]:
+def _banned(decoder, t: int, min_length: int) -> list[int]:
+    """Tokens step ``t`` may not choose: eos before ``min_length``, and the padding token when
+    decoding starts from it (Marian, T5: it is never a word; Marian's configurations forbid it
+    with bad_words_ids, its embedding being a row added at conversion)."""
+    banned = [decoder.eos] if t < min_length else []
+    return banned + [decoder.pad] if decoder.bos == decoder.pad != decoder.eos else banned
+
+
+def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[int]]:
+    """The likeliest token at each step, or the one ``pick`` draws."""
     batch = len(prefix)
     out: list[list[int]] = [[] for _ in range(batch)]
     alive, tokens = np.arange(batch), prefix
     for t in range(int(limits.max())):
-        forbid_eos = t < min_length
-        _, ids, state = decoder.step(state, tokens, 2 if forbid_eos else 1)
-        best = np.where(ids[:, 0] == decoder.eos, ids[:, 1], ids[:, 0]) if forbid_eos else ids[:, 0]
+        banned = _banned(decoder, t, min_length)
+        values, ids, state = decoder.step(state, tokens, (1 if pick is None else pick.k) + len(banned))
+        if pick is None:
+            best = ids[np.arange(len(ids)), np.argmax(~np.isin(ids, banned), axis=1)]
+        else:
+            best = pick(np.where(np.isin(ids, banned), -np.inf, values), ids)
         ended = best == decoder.eos
         for row, token, end in zip(alive, best, ended):
             if not end:
@@ -103,6 +134,27 @@ def _greedy(decoder, state, prefix, limits, min_length) -> list[list[int]]:
     return out
 
 
+class _Picker:
+    """Draws one token per row from top-k log-probabilities (``Sampling``)."""
+
+    def __init__(self, sampling: Sampling):
+        self.sampling, self.rng = sampling, np.random.default_rng(sampling.seed)
+        self.k = sampling.top_k or np.iinfo(np.int32).max  # no cut: the whole vocabulary (decoders clamp k)
+
+    def __call__(self, log_probs: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """log_probs, ids: (B, k) sorted by decoders, best first; banned ones at -inf."""
+        order = np.argsort(-log_probs, axis=1, kind="stable")[:, : self.sampling.top_k or None]
+        log_probs, ids = np.take_along_axis(log_probs, order, 1), np.take_along_axis(ids, order, 1)
+        scaled = log_probs / self.sampling.temperature  # softmax(logits / T): the shift of log_softmax cancels
+        probs = np.exp(scaled - scaled[:, :1])
+        probs /= probs.sum(1, keepdims=True)
+        if self.sampling.top_p < 1.0:  # keep a token while the likelier ones sum to less than top_p
+            probs *= (np.cumsum(probs, 1) - probs) < self.sampling.top_p
+            probs /= probs.sum(1, keepdims=True)
+        drawn = (np.cumsum(probs, 1) < self.rng.random((len(probs), 1))).sum(1)
+        return ids[np.arange(len(ids)), np.minimum(drawn, (probs > 0).sum(1) - 1)]
+
+
 def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     batch, k, alpha = len(prefix), options.beam, options.alpha
     state = decoder.select(state, np.repeat(np.arange(batch), k), cross=True)
@@ -112,12 +164,12 @@ def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
     alive = np.arange(batch)
     for t in range(int(limits.max())):
-        forbid_eos = t < options.min_length
-        width = 2 * k + forbid_eos  # 2k candidates per row always leave k that do not end
+        banned = _banned(decoder, t, options.min_length)
+        width = 2 * k + len(banned)  # 2k candidates per row always leave k that do not end
         values, ids, state = decoder.step(state, tokens, width)
         width = values.shape[1]  # fewer when the vocabulary is smaller
-        if forbid_eos:
-            values = np.where(ids == decoder.eos, -np.inf, values)
+        if banned:
+            values = np.where(np.isin(ids, banned), -np.inf, values)
         n = len(alive)
         candidates = (scores[:, None] + values).reshape(n, k * width)
         order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]

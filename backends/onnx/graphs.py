@@ -180,5 +180,10 @@ def _tokens(e: Emit, node) -> str:
     length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)
     if e.kind != "step" and not node.attrs.get("optional"):
-        e.pads[seq] = b.op("Equal", tokens, b.const(np.int64(e.graph.spec.vocab.pad_id)))
+        vocab = e.graph.spec.vocab
+        pads = b.op("Equal", tokens, b.const(np.int64(vocab.pad_id)))
+        if seq == "T" and vocab.starts_with_pad:  # the first target token is the start token
+            later = b.op("Range", b.const(np.int64(0)), b.shape_of(tokens, 1), b.const(np.int64(1)))
+            pads = b.op("And", pads, b.op("Greater", later, b.const(np.int64(0))))
+        e.pads[seq] = pads
     return tokens

@@ -38,13 +38,16 @@ def embedding(e, node: Node, tokens: str) -> str:
 
 @lowering("positional")
 def positional(e, node: Node, x: str) -> str:
-    """Adds rows offset..offset+L of the position table (offset > 0 only in step graphs)."""
+    """Adds the table rows of positions past..past+L (past > 0 only in step graphs; a learned
+    table's rows start after its ``offset`` unused ones)."""
     b, a = e.b, node.attrs
+    positions = e.positions(node.shape[1], x)
     if a["kind"] == "learned":
         table = b.param(node.params["weight"])
+        if a["offset"]:
+            positions = b.op("Add", positions, b.const(np.int64(a["offset"])))
     else:
-        table = b.const(sinusoids(a["max_len"], node.shape[-1]))
-    positions = e.positions(node.shape[1], x)
+        table = b.const(sinusoids(a["max_len"], node.shape[-1], a["layout"]))
     return b.op("Add", x, b.op("Gather", table, positions))
 
 
@@ -79,9 +82,9 @@ def timestep(e, node: Node, x: str) -> str:
     """Universal Transformer: the step's sinusoid (and the positions') added before a step."""
     b, a = e.b, node.attrs
     d = node.shape[-1]
-    x = b.op("Add", x, b.const(sinusoids(a["step"] + 1, d)[a["step"]]))
+    x = b.op("Add", x, b.const(sinusoids(a["step"] + 1, d, a["layout"])[a["step"]]))
     if a["positions"]:
-        table = b.const(sinusoids(e.graph.spec.positional.max_len, d))
+        table = b.const(sinusoids(e.graph.spec.positional.max_len, d, a["layout"]))
         x = b.op("Add", x, b.op("Gather", table, e.positions(node.shape[1], x)))
     return x
 

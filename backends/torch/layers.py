@@ -36,6 +36,7 @@ class Positional(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         self.kind, self.max_len, self.seq, self.d_model = node.attrs["kind"], node.attrs["max_len"], *node.shape[1:]
+        self.layout, self.offset = node.attrs["layout"], node.attrs["offset"]
         self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
@@ -45,10 +46,11 @@ class Positional(OpModule):
             raise TfspecError(f"input of length {end} is longer than positional.max_len ({self.max_len}) "
                               "of this spec; raise max_len or shorten the input")
         if self.kind == "learned":
-            return x + self.weight[start:end]
+            return x + self.weight[start + self.offset:end + self.offset]
         table = self._table
         if table is None or table.device != x.device or table.dtype != x.dtype:
-            table = self._table = torch.from_numpy(sinusoids(self.max_len, self.d_model)).to(x.device, x.dtype)
+            table = torch.from_numpy(sinusoids(self.max_len, self.d_model, self.layout))
+            table = self._table = table.to(x.device, x.dtype)
         return x + table[start:end]
 
 
@@ -96,6 +98,7 @@ class Timestep(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         self.step, self.positions, self.seq = node.attrs["step"], node.attrs["positions"], node.shape[1]
+        self.layout = node.attrs["layout"]
         self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
@@ -105,7 +108,7 @@ class Timestep(OpModule):
         table = self._table
         if table is None or len(table) < rows or table.device != x.device or table.dtype != x.dtype:
             rows = max(rows, 0 if table is None else 2 * len(table))  # grows by doubling while decoding
-            table = self._table = torch.from_numpy(sinusoids(rows, d)).to(x.device, x.dtype)
+            table = self._table = torch.from_numpy(sinusoids(rows, d, self.layout)).to(x.device, x.dtype)
         x = x + table[self.step]
         return x + table[start:start + L] if self.positions else x
 

@@ -104,6 +104,7 @@ class TorchModel(nn.Module):
         super().__init__()
         self.graph = graph
         self.pad_id = graph.spec.vocab.pad_id
+        self.starts_with_pad = graph.spec.vocab.starts_with_pad
         self._steps: dict[str, _Step] = {}
         for node in graph.nodes():
             if node.op == "input":
@@ -176,6 +177,8 @@ class TorchModel(nn.Module):
         for port, seq in (("src", "S"), ("tgt", "T")):
             if port in feeds and not (state is not None and port == "tgt"):
                 pad = feeds[port] == self.pad_id
+                if port == "tgt" and self.starts_with_pad:  # the first target token is the start token
+                    pad[:, 0] = False
                 padding[seq] = pad if bool(pad.any()) else None
         if state is not None and "S" not in padding:
             padding["S"] = state.src_padding

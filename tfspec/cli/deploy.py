@@ -8,13 +8,13 @@ from pathlib import Path
 
 from tfspec.cli import interop
 from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
+from tfspec.data.codecs import open_codec
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions
 from tfspec.spec import load_spec
 
 DEFAULT_OPSET = 18
-TOKENIZER = "tokenizer.model"  # a sentencepiece model next to the graphs turns text into ids
 MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take a few hundred tokens
 
 
@@ -34,6 +34,8 @@ def cmd_export(args) -> int:
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
+    if copied := interop.copy_tokenizer(args.spec, result.directory):
+        print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     if args.no_check:
         return 0
     print("parity with the PyTorch backend (onnxruntime CPU):")
@@ -99,20 +101,12 @@ def cmd_translate(args) -> int:
 
 
 class Codec:
-    """Lines <-> token ids: sentencepiece when the model directory has a tokenizer, else
-    whitespace-separated ids."""
+    """Lines <-> token ids: text through the model directory's tokenizer (``open_codec``:
+    tfspec's sentencepiece model or an imported checkpoint's), else whitespace-separated ids."""
 
     def __init__(self, directory: Path, spec):
         self.vocab = spec.vocab
-        self.sp = None
-        if (directory / TOKENIZER).is_file():
-            import sentencepiece
-
-            try:
-                self.sp = sentencepiece.SentencePieceProcessor(model_file=str(directory / TOKENIZER))
-            except (OSError, RuntimeError) as e:
-                raise TfspecError(f"{directory / TOKENIZER}: not a sentencepiece model "
-                                  f"({str(e).strip().splitlines()[0][:120]})") from None
+        self.text = open_codec(directory, spec.vocab)
 
     def encode(self, line: str, number: int, limit: int | None) -> list[int]:
         """Source ids (with EOS) of input line ``number``; empty lines give no ids."""
@@ -121,18 +115,18 @@ class Codec:
         if len(line) > MAX_LINE:
             raise TfspecError(f"line {number}: {len(line):,} characters, more than the {MAX_LINE:,} a line may "
                               "have; split it into sentences")
-        if self.sp is not None:
-            ids = self.sp.encode(line)
+        if self.text is not None:
+            ids = self.text.encode(line)
         else:
             try:
                 ids = [int(t) for t in line.split()]
             except ValueError:
                 raise TfspecError(f"line {number}: expected token ids separated by spaces (this model directory "
-                                  f"has no {TOKENIZER}), got {line.strip()[:40]!r}") from None
+                                  f"has no tokenizer), got {line.strip()[:40]!r}") from None
             bad = [t for t in ids if not 0 <= t < self.vocab.size]
             if bad:
                 raise TfspecError(f"line {number}: token id {bad[0]} is outside the vocabulary (0..{self.vocab.size - 1})")
-        ids.append(self.vocab.eos_id)
+            ids.append(self.vocab.eos_id)
         if limit is not None and len(ids) > limit:
             print(f"warning: line {number}: {len(ids)} tokens, more than the model's {limit} positions; "
                   f"translating the first {limit}", file=sys.stderr)
@@ -140,7 +134,7 @@ class Codec:
         return ids
 
     def decode(self, ids: list[int]) -> str:
-        return self.sp.decode(ids) if self.sp is not None else " ".join(map(str, ids))
+        return self.text.decode(ids) if self.text is not None else " ".join(map(str, ids))
 
 
 def _read(source: str | None) -> list[str]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
+from pathlib import Path
 
 from tfspec.cli.types import out_dir
 from tfspec.spec import load_spec, resolve
@@ -30,13 +32,12 @@ def export_hf(args) -> int:
     from tfspec.backends.torch.checkpoint import weights_of
     from tfspec.cli.deploy import model_to_export  # deploy imports this module first
     from tfspec.interop.hf import export_checkpoint, fitting_family
-    from tfspec.interop.hf.checkpoint import TOKENIZER_FILES
+    from tfspec.interop.hf.checkpoint import tokenizer_files
 
     spec = load_spec(args.spec)
     family = fitting_family(spec)
     model = model_to_export(spec, args)
-    folder = resolve(args.spec).parent
-    tokenizer = [folder / n for n in TOKENIZER_FILES if (folder / n).is_file()] + sorted(folder.glob("*.model"))
+    tokenizer = tokenizer_files(resolve(args.spec).parent)
     weights = {name: t.float().cpu().numpy() for name, t in weights_of(model).items()}
     architecture, files = export_checkpoint(spec, weights, args.output, "float16" if args.fp16 else "float32",
                                             tokenizer)
@@ -57,12 +58,24 @@ def export_hf(args) -> int:
     return 0 if ok else 1
 
 
+def copy_tokenizer(spec_ref, output) -> list[str]:
+    """Copy the tokenizer files beside the spec (an imported directory's) into an export, so
+    ``tfspec translate`` and ``generate`` read and write text with the model's own tokenizer."""
+    from tfspec.interop.hf.checkpoint import tokenizer_files
+
+    files = tokenizer_files(resolve(spec_ref).parent)
+    for path in files:
+        shutil.copyfile(path, Path(output) / path.name)
+    return [p.name for p in files]
+
+
 def register(command) -> None:
     c = command("import", cmd_import, "turn a Hugging Face checkpoint directory into a spec and tfspec weights",
                 "Read a Hugging Face checkpoint directory (config.json; model.safetensors, its shards with "
                 "model.safetensors.index.json, or pytorch_model.bin read with weights_only) and write "
                 "OUT_DIR/spec.yaml, OUT_DIR/model.safetensors (tfspec parameter names, as export --weights and "
-                "evaluate --checkpoint read) and the tokenizer files found. Families: bert, gpt2. Every config "
+                "evaluate --checkpoint read) and the tokenizer files found. Families: bert, gpt2, llama, "
+                "mistral, qwen2, marian, bart. Every config "
                 "field that changes the computation is mapped or refused by name; a directory with config.json alone gives the spec alone (for "
                 "report and table1). OUT_DIR appears only when complete.")
     c.add_argument("directory", metavar="DIR", help="the checkpoint directory (what save_pretrained writes)")

@@ -93,7 +93,7 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
     if s.positional.kind in ("sinusoidal", "learned"):
         params = {}
         if s.positional.kind == "learned":
-            params["weight"] = ((s.positional.max_len, s.d_model), "normal:0.02")
+            params["weight"] = ((s.positional.rows, s.d_model), "normal:0.02")
         x = b.op(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
                  component="positional")
     if s.image is not None:  # the Image Transformer's row + column + channel embeddings
@@ -125,7 +125,8 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
         if stack.shared and index != current:  # a new step of a universal stack
             current, b.share = index, (prefix, f"{b.stack}.layers.0.") if index else None
             step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
-                "step": index, "positions": b.spec.positional.kind == "sinusoidal"})
+                "step": index, "positions": b.spec.positional.kind == "sinusoidal",
+                "layout": b.spec.positional.layout})
         name = prefix + layer.stem + (f"_{seen}" if seen else "")
         x = _residual(b, layer, name, x)
         if stack.act is not None and layer is stack.block[-1]:  # the step's last sub-layer: update the halting state

@@ -9,13 +9,16 @@ from typing import Any, Mapping
 import numpy as np
 
 
-def sinusoids(length: int, d_model: int) -> np.ndarray:
-    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): float64 (length, d)."""
+def sinusoids(length: int, d_model: int, layout: str = "interleaved") -> np.ndarray:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): float64 (length, d).
+    ``halves`` puts the same values as [all sines | all cosines] (Marian's layout)."""
     position = np.arange(length, dtype=np.float64)[:, None]
     rate = np.exp(np.arange(0, d_model, 2, dtype=np.float64) * (-math.log(10000.0) / d_model))
+    sines, cosines = np.sin(position * rate), np.cos(position * rate)[:, : d_model // 2]
+    if layout == "halves":
+        return np.concatenate([sines, cosines], axis=1)
     table = np.zeros((length, d_model))
-    table[:, 0::2] = np.sin(position * rate)
-    table[:, 1::2] = np.cos(position * rate)[:, : d_model // 2]
+    table[:, 0::2], table[:, 1::2] = sines, cosines
     return table
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from tfspec.spec.base import SpecModel, field_error
-from tfspec.spec.bounds import Fraction, Positions, RopeFactor, RotaryBase
+from tfspec.spec.bounds import MAX_POSITIONS, Fraction, Positions, RopeFactor, RotaryBase
 
 
 class RotaryScaling(SpecModel):
@@ -47,6 +47,13 @@ class Positional(SpecModel):
     self-attention (Shaw et al. 2018); none: for models whose layers see order themselves."""
     max_len: Positions = 1024
     """Longest sequence the model accepts; rows of the learned table."""
+    layout: Literal["interleaved", "halves"] = "interleaved"
+    """sinusoidal: where the sines and cosines go. interleaved: sin at even features, cos at odd
+    (§3.5 as the paper writes it); halves: all sines, then all cosines of the same frequencies
+    (tensor2tensor's and Marian's layout, which transformers' MarianMT keeps)."""
+    offset: Annotated[int, Field(ge=0, le=MAX_POSITIONS)] = 0
+    """learned: rows of the table before the first position's; position p reads row p + offset
+    (BART's table starts with 2 unused rows, a leftover of fairseq's padding positions)."""
     max_distance: Positions = 16
     """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
     base: RotaryBase = 10000.0
@@ -69,12 +76,18 @@ class Positional(SpecModel):
         return {"kind": data} if isinstance(data, str) else data
 
     @model_validator(mode="after")
-    def _rotary_only(self) -> Positional:
-        for field, unset in (("fraction", 1.0), ("scaling", None)):
-            if self.kind != "rotary" and getattr(self, field) != unset:
-                raise field_error(field, f"{field} shapes rotary positions, but kind is {self.kind}: remove "
-                                  f"{field} or set kind: rotary")
+    def _kind_only(self) -> Positional:
+        for field, unset, kind in (("fraction", 1.0, "rotary"), ("scaling", None, "rotary"),
+                                   ("layout", "interleaved", "sinusoidal"), ("offset", 0, "learned")):
+            if self.kind != kind and getattr(self, field) != unset:
+                raise field_error(field, f"{field} shapes {kind} positions, but kind is {self.kind}: remove "
+                                  f"{field} or set kind: {kind}")
         return self
+
+    @property
+    def rows(self) -> int:
+        """Rows of the learned table: the offset's unused ones, then one per position."""
+        return self.max_len + self.offset
 
     def rotated(self, d_k: int) -> int:
         """How many of a head's d_k query/key features rotary positions rotate."""

@@ -66,11 +66,18 @@ class Vocab(SpecModel):
                 raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
         # Padding is found by id, so it needs its own, except in GPT-2's convention of one token
         # (<|endoftext|>) for everything, or Llama's of padding with <unk> (id 0), which its
-        # byte-fallback tokenizer never emits; bos, eos and unk may share one.
-        if self.pad_id in (self.bos_id, self.eos_id) and len(set(ids.values())) > 1:
-            raise field_error("pad_id", f"pad_id must differ from bos_id and eos_id (or all four ids be one "
-                              f"token, as GPT-2's <|endoftext|>), got {ids}")
+        # byte-fallback tokenizer never emits, or Marian's and T5's of starting the decoder from
+        # the padding token (see ``starts_with_pad``); bos, eos and unk may share one.
+        if self.pad_id == self.eos_id and len(set(ids.values())) > 1:
+            raise field_error("pad_id", f"pad_id must differ from eos_id (or all four ids be one token, as "
+                              f"GPT-2's <|endoftext|>), got {ids}")
         return self
+
+    @property
+    def starts_with_pad(self) -> bool:
+        """The decoder starts from the padding token (bos_id = pad_id: Marian, T5, GPT-2's one
+        token): a target's first token is then its start, never padding."""
+        return self.bos_id == self.pad_id
 
     @property
     def tgt_size(self) -> int:

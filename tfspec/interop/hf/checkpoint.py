@@ -27,7 +27,15 @@ WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json"),
                 ("pytorch_model.bin", "pytorch_model.bin.index.json"))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt", "vocab.json",
                    "special_tokens_map.json", "added_tokens.json")
-"""Copied along (with any sentencepiece ``*.model``): tfspec does not read them, a user of the model does."""
+"""Copied along with any sentencepiece ``*.model`` and ``*.spm`` (Marian's source.spm and
+target.spm): ``tfspec translate`` and ``generate`` read some (``tfspec.data.codecs``), users others."""
+
+
+def tokenizer_files(directory: Path) -> list[Path]:
+    """The tokenizer files in ``directory``."""
+    found = [directory / n for n in TOKENIZER_FILES] + sorted(directory.glob("*.model"))
+    found += sorted(directory.glob("*.spm"))
+    return [p for p in found if p.is_file()]
 
 
 @dataclass
@@ -57,8 +65,7 @@ class Checkpoint:
         return str(self.origin.get(name, self.directory))
 
     def tokenizer_files(self) -> list[Path]:
-        found = [self.directory / n for n in TOKENIZER_FILES] + sorted(self.directory.glob("*.model"))
-        return [p for p in found if p.is_file()]
+        return tokenizer_files(self.directory)
 
 
 def open_checkpoint(directory: str | Path) -> Checkpoint:

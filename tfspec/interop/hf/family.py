@@ -67,7 +67,8 @@ class Rule:
 
     ``copy``: the same matrix; ``transpose``: stored (in, out), as GPT-2's Conv1D; ``concat``:
     the IR matrix is the checkpoint tensors stacked along rows (BERT's query, key and value
-    into ``w_qkv``)."""
+    into ``w_qkv``); ``row``: the IR vector is stored as a one-row matrix (Marian's and BART's
+    final_logits_bias)."""
 
     ir: str
     hf: tuple[str, ...]
@@ -81,18 +82,20 @@ class Rule:
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         if self.layout == "transpose":
             return {self.hf[0]: tuple(reversed(shape))}
+        if self.layout == "row":
+            return {self.hf[0]: (1, *shape)}
         if self.layout == "concat":
             return {name: (rows, *shape[1:]) for name, rows in zip(self.hf, self._rows(shape))}
         return {self.hf[0]: tuple(shape)}
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
-        if self.layout == "transpose":
-            return parts[0].T
+        if self.layout in ("transpose", "row"):
+            return parts[0].T if self.layout == "transpose" else parts[0][0]
         return np.concatenate(parts) if self.layout == "concat" else parts[0]
 
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        if self.layout == "transpose":
-            return {self.hf[0]: value.T}
+        if self.layout in ("transpose", "row"):
+            return {self.hf[0]: value.T if self.layout == "transpose" else value[None]}
         if self.layout == "concat":
             return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
         return {self.hf[0]: value}

@@ -1,0 +1,149 @@
+"""`tfspec generate`: small random GPT-2 and Llama checkpoints with a tokenizer.json built here
+by the `tokenizers` library (BPE trained on the shipped sample), imported; the prompt's ids
+equal transformers' tokenizer's, greedy tokens equal `generate` (PyTorch backend and ONNX
+export), the printed text is transformers' decoding; sampling is reproducible and shaped."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tfspec.data import read_split, sample_dir
+from tfspec.data.codecs import open_codec
+from tfspec.search import Sampling, SearchOptions, _Picker, search
+from tfspec.spec import load_spec
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+PROMPT = "Select the cell and click"
+
+
+def bpe(kind: str):
+    """A BPE tokenizer of ~150 tokens: GPT-2's byte-level one with <|endoftext|> (id 0), or
+    Llama's with <unk> <s> </s> (0, 1, 2) and <s> put before every text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    lines = [en for en, _ in read_split(sample_dir(), "train")[:300]]
+    if kind == "gpt2":
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer, tok.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        specials = ["<|endoftext|>"]
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>"))
+        tok.pre_tokenizer, tok.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+        specials, alphabet = ["<unk>", "<s>", "</s>"], []
+    tok.train_from_iterator(lines, trainers.BpeTrainer(vocab_size=400, special_tokens=specials,
+                                                        initial_alphabet=alphabet, show_progress=False))
+    if kind == "llama":
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok
+
+
+def model_of(kind: str, vocab: int):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(vocab_size=vocab, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+                                         bos_token_id=0, eos_token_id=0)
+        model = transformers.GPT2LMHeadModel(config)
+    else:
+        config = transformers.LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                          bos_token_id=1, eos_token_id=2)
+        model = transformers.LlamaForCausalLM(config)
+    with torch.no_grad():  # far from the init, so every weight matters
+        for name, p in model.named_parameters():
+            p.normal_(1.0 if ("norm" in name or "ln_" in name) and name.endswith("weight") else 0.0, 0.2)
+    return model.eval()
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def imported(request, tmp_path_factory):
+    """(kind, import directory, transformers model, transformers tokenizer)."""
+    kind, tmp = request.param, tmp_path_factory.mktemp(request.param)
+    tok = bpe(kind)
+    model = model_of(kind, tok.get_vocab_size())
+    transformers.utils.logging.disable_progress_bar()
+    model.save_pretrained(tmp / "hf")
+    tok.save(str(tmp / "hf" / "tokenizer.json"))
+    from tfspec.cli import main
+
+    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
+    return kind, tmp / "ours", model, transformers.PreTrainedTokenizerFast(tokenizer_object=tok)
+
+
+def expected(model, tokenizer, max_new: int) -> list[int]:
+    ids = tokenizer(PROMPT, return_tensors="pt").input_ids
+    eos = model.config.eos_token_id
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new,
+                         pad_token_id=eos)[0].tolist()
+    return out[: out.index(eos, ids.shape[1])] if eos in out[ids.shape[1]:] else out
+
+
+def test_greedy_tokens_and_text_equal_transformers(imported, cli):
+    kind, directory, model, tokenizer = imported
+    spec = load_spec(directory)
+    prompt = open_codec(directory, spec.vocab).prompt(PROMPT)
+    assert prompt == tokenizer(PROMPT).input_ids
+    want = expected(model, tokenizer, 20)
+    code, out, err = cli("generate", directory, "--prompt", PROMPT, "--max-new-tokens", "20")
+    assert code == 0, err
+    assert out.rstrip("\n") == tokenizer.decode(want, skip_special_tokens=True)
+    assert len(want) - len(prompt) > 10 and "PyTorch" in err  # real generation was compared
+
+
+def test_onnx_export_generates_the_same(imported, cli, tmp_path):
+    kind, directory, model, tokenizer = imported
+    code, out, err = cli("export", directory, "--weights", directory / "model.safetensors", "-o", tmp_path / "onnx",
+                         "--no-check")
+    assert code == 0, err
+    code, out, err = cli("generate", tmp_path / "onnx", "--prompt", PROMPT, "--max-new-tokens", "20")
+    assert code == 0 and "onnxruntime" in err, err
+    assert out.rstrip("\n") == tokenizer.decode(expected(model, tokenizer, 20), skip_special_tokens=True)
+
+
+def test_sampling_is_reproducible_and_top_k_1_is_greedy(imported, cli):
+    directory = imported[1]
+    runs = [cli("generate", directory, "--prompt", PROMPT, "--sample", *extra)[1]
+            for extra in ([], ["--seed", "0"], ["--top-k", "1", "--temperature", "5"],
+                          ["--seed", "7", "--temperature", "1.5", "--top-p", "0.9"])]
+    greedy = cli("generate", directory, "--prompt", PROMPT)[1]
+    assert runs[0] == runs[1] and runs[2] == greedy and runs[3] != greedy
+
+
+def test_picker_draws_as_temperature_top_k_and_top_p_say():
+    log_probs = np.log(np.array([[0.5, 0.3, 0.15, 0.05]] * 20000))
+    ids = np.array([[7, 8, 9, 10]] * 20000)
+
+    def frequencies(**options):
+        drawn = _Picker(Sampling(seed=1, **options))(log_probs, ids)
+        return np.bincount(drawn - 7, minlength=4) / len(drawn)
+
+    np.testing.assert_allclose(frequencies(), [0.5, 0.3, 0.15, 0.05], atol=0.015)
+    np.testing.assert_allclose(frequencies(top_p=0.6), [0.625, 0.375, 0, 0], atol=0.015)  # 0.5 < 0.6: two kept
+    np.testing.assert_allclose(frequencies(top_k=3), [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0], atol=0.015)
+    hot = np.array([0.5, 0.3, 0.15, 0.05]) ** 0.5
+    np.testing.assert_allclose(frequencies(temperature=2.0), hot / hot.sum(), atol=0.015)
+
+
+def test_sampling_options_need_sample_and_encoder_decoders_are_refused(imported, cli):
+    directory = imported[1]
+    code, _, err = cli("generate", directory, "--prompt", PROMPT, "--top-p", "0.5")
+    assert code == 2 and "--top-p applies to sampling: add --sample" in err
+    code, _, err = cli("generate", "tiny", "--prompt", PROMPT)
+    assert code == 2 and "generate continues prompts with decoder-only models" in err
+
+
+def test_search_samples_through_any_decoder(imported):
+    from tfspec.backends.torch import TorchDecoder, build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    directory = imported[1]
+    model = build_module(load_spec(directory))
+    load_weights(model, directory / "model.safetensors")
+    prefix = np.array([[5, 6, 7], [8, 9, 10]])
+    options = SearchOptions(beam=1, max_extra=8, sampling=Sampling(seed=3, top_k=5))
+    first = search(TorchDecoder(model), None, options, prefix)
+    assert first == search(TorchDecoder(model), None, options, prefix) and len(first) == 2

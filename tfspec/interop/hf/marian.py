@@ -1,0 +1,171 @@
+"""Marian (``model_type: marian``): transformers' MarianMTModel (the OPUS-MT translation
+models, e.g. Helsinki-NLP/opus-mt-en-de) as a tfspec spec.
+
+The paper's encoder-decoder, nearly as written: post-norm layers, embeddings scaled by
+sqrt(d_model) (``scale_embedding``), sinusoidal positions, one embedding matrix shared by the
+encoder, the decoder and the output projection. It differs in three places: the sinusoids are
+laid out as [all sines | all cosines] (``positional.layout: halves``), the output has a bias
+(``final_logits_bias``), and decoding starts from the padding token (``decoder_start_token_id``
+is ``pad_token_id``: the spec's bos_id is its pad_id). Query, key and value are separate
+matrices in the checkpoint, stacked into ``w_qkv`` (cross-attention: key and value into
+``w_kv``). Defaults are MarianConfig's. BART (``bart.py``) reuses the layer table.
+"""
+
+from __future__ import annotations
+
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import Family, Rule, Source, _show, activation, norm_rules, number, register
+
+LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
+             "static_position_embeddings", "_num_labels", "classif_dropout", "extra_pos_embeddings")
+"""Fields older Marian and BART configurations carry that transformers' classes never read."""
+
+
+@register
+class Marian(Family):
+    model_type = "marian"
+    title = "Marian"
+    architectures = {"MarianMTModel": "model."}
+    export_architecture = "MarianMTModel"
+    heads = ("lm_head.", "final_logits_bias")
+    mapped = ("vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_hidden_layers",
+              "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
+              "activation_function", "dropout", "attention_dropout", "activation_dropout", "max_position_embeddings",
+              "scale_embedding", "pad_token_id", "eos_token_id", "decoder_start_token_id")
+    required = {"is_encoder_decoder": (True,), "is_decoder": (False,), "share_encoder_decoder_embeddings": (True,),
+                "tie_word_embeddings": (True,)}
+    ignored = {"encoder_layerdrop": "training only (drops whole layers while training)",
+               "decoder_layerdrop": "training only (drops whole layers while training)",
+               "init_std": "initialisation of untrained weights",
+               "bos_token_id": "decoding starts from decoder_start_token_id; bos_token_id only tells tokenizers",
+               **dict.fromkeys(LEFTOVERS, "left over from fairseq's BART options; transformers' Marian reads none of "
+                                          "them (it is always post-norm with static sinusoids, no embedding or final "
+                                          "norm)")}
+    defaults = {"vocab_size": 58101, "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0}
+    """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART)."""
+    embed_norm = False
+    """A LayerNorm on embeddings + positions (BART's layernorm_embedding)."""
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = source.config, source.where
+        d_ff = number(c, "encoder_ffn_dim", where, default=4096)
+        decoder_ffn = number(c, "decoder_ffn_dim", where, default=4096)
+        ffn = "ffn" if decoder_ffn == d_ff else {"kind": "ffn", "d_ff": decoder_ffn}
+        return {"family": "encoder-decoder", "vocab": self._vocab(source),
+                "d_model": number(c, "d_model", where, default=1024), "heads": self._heads(c, where), "d_ff": d_ff,
+                "activation": activation(c, "activation_function", where, "gelu"),
+                "dropout": number(c, "dropout", where, float, 0.1),
+                "attention_dropout": number(c, "attention_dropout", where, float, 0.0),
+                "activation_dropout": number(c, "activation_dropout", where, float, 0.0), "label_smoothing": 0.0,
+                "positional": self._positional(c, where), "norm": "post", "norm_eps": 1e-5, "final_norm": False,
+                "tie_embeddings": "all", "embed_norm": self.embed_norm,
+                "embed_scale": self._flag(c, "scale_embedding", where), "output_bias": self._output_bias(source),
+                "encoder": {"layers": self._layers(c, where), "block": ["self_attention", "ffn"]},
+                "decoder": {"layers": number(c, "decoder_layers", where, default=12),
+                            "block": ["causal_self_attention", "cross_attention", ffn]}}
+
+    def _output_bias(self, source: Source) -> bool:
+        """Whether the checkpoint has final_logits_bias (transformers takes zeros when it is
+        absent); a configuration alone: whether the class has the LM head (a base-model prefix)."""
+        if source.names is not None:
+            return "final_logits_bias" in source.names
+        return self.architectures[source.architecture] != ""
+
+    def _positional(self, c: dict, where: str) -> dict:
+        max_len = number(c, "max_position_embeddings", where, default=1024)
+        return {"kind": "sinusoidal", "layout": "halves", "max_len": max_len}
+
+    def _flag(self, c: dict, key: str, where: str) -> bool:
+        value = c.get(key, False)
+        if not isinstance(value, bool):
+            raise TfspecError(f"{where}: {key} must be true or false, got {_show(value)}")
+        return value
+
+    def _heads(self, c: dict, where: str) -> int:
+        heads = number(c, "encoder_attention_heads", where, default=16)
+        if number(c, "decoder_attention_heads", where, default=16) != heads:
+            raise TfspecError(f"{where}: decoder_attention_heads: {_show(c['decoder_attention_heads'])} is not "
+                              f"supported; tfspec imports {self.title} with as many heads as the encoder ({heads})")
+        return heads
+
+    def _layers(self, c: dict, where: str) -> int:
+        layers = number(c, "encoder_layers", where, default=12)
+        if c.get("num_hidden_layers", layers) != layers:  # transformers' alias of encoder_layers
+            raise TfspecError(f"{where}: num_hidden_layers ({_show(c['num_hidden_layers'])}) differs from "
+                              f"encoder_layers ({layers}); transformers reads it as encoder_layers: make them equal")
+        return layers
+
+    def _vocab(self, source: Source) -> dict:
+        """pad and eos from the config; bos is the token decoding starts from; unk the
+        tokenizer's <unk> (only tokenizers read it), else the first id that is none of them."""
+        c, where = source.config, source.where
+        d = self.defaults
+        size = number(c, "vocab_size", where, default=d["vocab_size"])
+        if c.get("decoder_vocab_size") not in (None, size):
+            raise TfspecError(f"{where}: decoder_vocab_size: {_show(c['decoder_vocab_size'])} is not supported; "
+                              f"tfspec imports {self.title} with one vocabulary (vocab_size {size})")
+        eos = c.get("eos_token_id", d["eos_token_id"])
+        ids = {"pad_id": number(c, "pad_token_id", where, default=d["pad_token_id"]),
+               "bos_id": number(c, "decoder_start_token_id", where, default=d["decoder_start_token_id"]),
+               "eos_id": number({"eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}, "eos_token_id",
+                                where)}
+        unk = source.vocabulary.get("<unk>")
+        if not isinstance(unk, int) or not 0 <= unk < size:
+            unk = next(i for i in range(size) if i not in ids.values())
+        return {"size": size, "shared": True, **ids, "unk_id": unk}
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        rules = [Rule("encoder.embed.weight", ("shared.weight",))]
+        rules += encoder_rules(spec) + decoder_rules(spec)
+        if spec.output_bias:
+            rules.append(Rule("output.bias", ("final_logits_bias",), "row"))
+        return rules
+
+    def dropped(self, architecture: str) -> dict[str, str]:
+        return {"lm_head.weight": "the output projection, tied to the shared embedding",
+                "encoder.embed_tokens.weight": "the encoder's embedding, tied to the shared one",
+                "decoder.embed_tokens.weight": "the decoder's embedding, tied to the shared one",
+                "encoder.embed_positions.weight": "the position table, computed from the config",
+                "decoder.embed_positions.weight": "the position table, computed from the config"}
+
+    def structure(self, spec) -> str | None:
+        return f"exporting to {self.title} is not written yet (tfspec imports it)"
+
+
+def encoder_rules(spec) -> list[Rule]:
+    """The encoder layers of Marian and BART (fairseq's names)."""
+    rules = []
+    for i in range(spec.encoder.num_layers):
+        ours, theirs = f"encoder.layers.{i}.", f"encoder.layers.{i}."
+        rules += [*_attention(ours + "self_attn", theirs + "self_attn", "qkv"),
+                  *norm_rules(ours + "self_attn_norm", theirs + "self_attn_layer_norm"), *_ffn(ours, theirs)]
+    return rules
+
+
+def decoder_rules(spec) -> list[Rule]:
+    rules = []
+    for i in range(spec.decoder.num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"decoder.layers.{i}."
+        rules += [*_attention(ours + "self_attn", theirs + "self_attn", "qkv"),
+                  *norm_rules(ours + "self_attn_norm", theirs + "self_attn_layer_norm"),
+                  *_attention(ours + "cross_attn", theirs + "encoder_attn", "q"),
+                  *_attention(ours + "cross_attn", theirs + "encoder_attn", "kv"),
+                  *norm_rules(ours + "cross_attn_norm", theirs + "encoder_attn_layer_norm"), *_ffn(ours, theirs)]
+    return rules
+
+
+def _attention(ours: str, theirs: str, parts: str) -> list[Rule]:
+    """Projections ``parts`` (q, k, v) stacked into ``w_<parts>``; with q, the output too."""
+    stored = tuple(f"{theirs}.{p}_proj" for p in parts)
+    rules = [Rule(f"{ours}.w_{parts}", tuple(f"{s}.weight" for s in stored), "concat"),
+             Rule(f"{ours}.b_{parts}", tuple(f"{s}.bias" for s in stored), "concat")]
+    if "q" in parts:
+        rules += [Rule(f"{ours}.w_o", (f"{theirs}.out_proj.weight",)),
+                  Rule(f"{ours}.b_o", (f"{theirs}.out_proj.bias",))]
+    return rules
+
+
+def _ffn(ours: str, theirs: str) -> list[Rule]:
+    return [Rule(ours + "ffn.w_1", (theirs + "fc1.weight",)), Rule(ours + "ffn.b_1", (theirs + "fc1.bias",)),
+            Rule(ours + "ffn.w_2", (theirs + "fc2.weight",)), Rule(ours + "ffn.b_2", (theirs + "fc2.bias",)),
+            *norm_rules(ours + "ffn_norm", theirs + "final_layer_norm")]
