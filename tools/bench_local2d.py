@@ -22,25 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import resource
 import subprocess
 import sys
 import time
 
 import numpy as np
 
+from bench_restricted import exponent, peak_mb, rss_mb
+
 HEADS, D_HEAD = 8, 64
 LAYER = {"block": (8, 16), "memory": (8, 16), "causal": True}
 METHODS = {"local": "local 2D, blocks 8x16, flange 8/16", "mask": "n x n mask, same attention"}
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
-def peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def attention_point(method: str, side: int, threads: int) -> dict:
@@ -83,10 +75,6 @@ def in_subprocess(*args) -> dict | None:
         print(f"    {args[:2]}: failed ({done.stderr.strip().splitlines()[-1:] or done.returncode})")
         return None
     return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def exponent(ns, ys) -> float:
-    return float(np.polyfit(np.log(ns), np.log(ys), 1)[0])
 
 
 def main() -> None:
