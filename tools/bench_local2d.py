@@ -24,11 +24,8 @@ import json
 import platform
 import subprocess
 import sys
-import time
 
-import numpy as np
-
-from bench_restricted import exponent, peak_mb, rss_mb
+from bench_restricted import exponent, measured
 
 HEADS, D_HEAD = 8, 64
 LAYER = {"block": (8, 16), "memory": (8, 16), "causal": True}
@@ -57,14 +54,7 @@ def attention_point(method: str, side: int, threads: int) -> dict:
             return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                   attn_mask=layer.visible(i[:, None], i[None, :]))
 
-    base = rss_mb()
-    call()
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return {"seconds": float(np.median(times)), "peak_mb": peak_mb() - base}
+    return measured(call, repeats=3)
 
 
 def in_subprocess(*args) -> dict | None:

@@ -72,14 +72,7 @@ def attention_point(method: str, n: int, threads: int) -> dict:
                                                attn_mask=mask)
         y.sum().backward()
 
-    base = rss_mb()
-    call()
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return {"seconds": float(np.median(times)), "peak_mb": peak_mb() - base}
+    return measured(call, repeats=3)
 
 
 def onnx_point(directory: str, n: int, threads: int) -> dict:
@@ -88,12 +81,18 @@ def onnx_point(directory: str, n: int, threads: int) -> dict:
 
     model = OnnxModel(directory, device="cpu", threads=threads)
     tokens = np.random.default_rng(0).integers(4, 1000, (1, n))
+    return measured(lambda: model.logits(src=tokens), repeats=2)
+
+
+def measured(call, repeats: int) -> dict:
+    """Median seconds of ``repeats`` calls after a warm-up one, and the peak memory (MB) the
+    calls took above what the process held before them."""
     base = rss_mb()
-    model.logits(src=tokens)
+    call()
     times = []
-    for _ in range(2):
+    for _ in range(repeats):
         start = time.perf_counter()
-        model.logits(src=tokens)
+        call()
         times.append(time.perf_counter() - start)
     return {"seconds": float(np.median(times)), "peak_mb": peak_mb() - base}
 
