@@ -141,7 +141,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                     (loss * ddp.world / step_tokens).backward()
                 loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
             if _agree(not math.isfinite(loss_sum), ddp, device):
-                raise TfspecError(_diverged(run, f"the loss is {loss_sum} (nothing of this step was applied"))
+                raise TfspecError(_diverged(run, f"the loss is {loss_sum}", "nothing of this step was applied"))
             lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
             for g in optimizer.param_groups:
                 g["lr"] = lr
@@ -174,7 +174,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
             out_of_time = _agree(time.perf_counter() > deadline, ddp, device)
             if state["step"] % config.save_every == 0 or state["step"] == config.steps or stop.requested or out_of_time:
                 if not all(bool(torch.isfinite(p).all()) for p in params):
-                    raise TfspecError(_diverged(run, f"its weights are no longer finite (not saved"))
+                    raise TfspecError(_diverged(run, "its weights are no longer finite", "not saved"))
                 _save(run, model, optimizer, state, config, ddp)
             if out_of_time:
                 log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
@@ -224,12 +224,12 @@ def _next_batches(state: dict, num_batches: int, seed: int, count: int) -> list[
     return out
 
 
-def _diverged(run: Path, what: str) -> str:
+def _diverged(run: Path, what: str, kept: str) -> str:
     """Why training stops: a non-finite loss (checked every step, before the update) or non-finite
     weights (checked before every save), so no checkpoint holds what the divergence touched."""
     saved = checkpoint.checkpoints(run)
     since = f"the newest checkpoint, {saved[-1].name}, holds finite weights" if saved else "no checkpoint was saved yet"
-    return (f"training diverged: {what}; {since}). Lower --lr-scale or lengthen --warmup, or use norm: pre, "
+    return (f"training diverged: {what} ({kept}; {since}). Lower --lr-scale or lengthen --warmup, or use norm: pre, "
             "then rerun (with --resume to continue from that checkpoint)")
 
 
