@@ -37,8 +37,9 @@ from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.backends.torch.training import checkpoint
-from tfspec.cli.train import TOKENIZER, _run_spec, _weights
+from tfspec.cli.train import _run_spec, _weights
 from tfspec.data import read_split
+from tfspec.data.codecs import TOKENIZER
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions
 

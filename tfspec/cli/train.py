@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 from tfspec.cli.types import ALPHA, BEAM, POSITIVE, SEED, THREADS, integer, number, out_dir
+from tfspec.data.codecs import TOKENIZER
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
 from tfspec.spec.bounds import MAX_STEPS
 
-TOKENIZER = "tokenizer.model"
 
 
 def _device(name: str):
