@@ -116,7 +116,7 @@ class Marian(Family):
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("shared.weight",))]
-        rules += encoder_rules(spec) + decoder_rules(spec)
+        rules += layer_rules(spec)
         if spec.output_bias:
             rules.append(Rule("output.bias", ("final_logits_bias",), "row"))
         return rules
@@ -132,25 +132,20 @@ class Marian(Family):
         return f"exporting to {self.title} is not written yet (tfspec imports it)"
 
 
-def encoder_rules(spec) -> list[Rule]:
-    """The encoder layers of Marian and BART (fairseq's names)."""
+def layer_rules(spec) -> list[Rule]:
+    """The encoder, then the decoder layers of Marian and BART (fairseq's names, which the IR's
+    parameter paths mirror): self-attention, in the decoder cross-attention, then the ffn."""
     rules = []
-    for i in range(spec.encoder.num_layers):
-        ours, theirs = f"encoder.layers.{i}.", f"encoder.layers.{i}."
-        rules += [*_attention(ours + "self_attn", theirs + "self_attn", "qkv"),
-                  *norm_rules(ours + "self_attn_norm", theirs + "self_attn_layer_norm"), *_ffn(ours, theirs)]
-    return rules
-
-
-def decoder_rules(spec) -> list[Rule]:
-    rules = []
-    for i in range(spec.decoder.num_layers):
-        ours, theirs = f"decoder.layers.{i}.", f"decoder.layers.{i}."
-        rules += [*_attention(ours + "self_attn", theirs + "self_attn", "qkv"),
-                  *norm_rules(ours + "self_attn_norm", theirs + "self_attn_layer_norm"),
-                  *_attention(ours + "cross_attn", theirs + "encoder_attn", "q"),
-                  *_attention(ours + "cross_attn", theirs + "encoder_attn", "kv"),
-                  *norm_rules(ours + "cross_attn_norm", theirs + "encoder_attn_layer_norm"), *_ffn(ours, theirs)]
+    for stack, layers in (("encoder", spec.encoder.num_layers), ("decoder", spec.decoder.num_layers)):
+        for i in range(layers):
+            p = f"{stack}.layers.{i}."
+            rules += [*_attention(p + "self_attn", p + "self_attn", "qkv"),
+                      *norm_rules(p + "self_attn_norm", p + "self_attn_layer_norm")]
+            if stack == "decoder":
+                rules += [*_attention(p + "cross_attn", p + "encoder_attn", "q"),
+                          *_attention(p + "cross_attn", p + "encoder_attn", "kv"),
+                          *norm_rules(p + "cross_attn_norm", p + "encoder_attn_layer_norm")]
+            rules += _ffn(p, p)
     return rules
 
 
