@@ -95,6 +95,17 @@ def exported(model, tmp_path, opset=18):
     return OnnxModel(tmp_path / "onnx")
 
 
+def assert_onnx_equals_pytorch(model, onnx_model, causal: bool, n: int) -> None:
+    """Logits of three length-n sequences, one half padding, within 1e-4 at the real tokens."""
+    tokens = torch.randint(4, 50, (3, n))
+    tokens[0, n // 2:] = 0
+    with torch.no_grad():
+        expected = model(tokens).numpy()
+    keep = (tokens != 0).numpy()
+    ours = onnx_model.logits(**({"tgt": tokens.numpy()} if causal else {"src": tokens.numpy()}))
+    assert np.abs(ours - expected)[keep].max() < 1e-4, n
+
+
 @pytest.mark.parametrize("opset", [18, 23])
 @pytest.mark.parametrize("causal", [False, True])
 def test_local_1d_onnx_equals_pytorch(causal, opset, tmp_path):
@@ -104,13 +115,7 @@ def test_local_1d_onnx_equals_pytorch(causal, opset, tmp_path):
     onnx_model = exported(model, tmp_path, opset)
     for n in (9, 200, 333):
         assert use_blocks(Local1dSelfAttention(**layer).band(), n) == (n > 9)
-        tokens = torch.randint(4, 50, (3, n))
-        tokens[0, n // 2:] = 0
-        with torch.no_grad():
-            expected = model(tokens).numpy()
-        keep = (tokens != 0).numpy()
-        ours = onnx_model.logits(**({"tgt": tokens.numpy()} if causal else {"src": tokens.numpy()}))
-        assert np.abs(ours - expected)[keep].max() < 1e-4, n
+        assert_onnx_equals_pytorch(model, onnx_model, causal, n)
 
 
 @pytest.mark.parametrize("layer", [Local1dSelfAttention(block=4, memory=4, causal=True),
@@ -192,13 +197,7 @@ def test_local_2d_onnx_equals_pytorch(causal, opset, tmp_path):
     model = build_module((lm_spec if causal else encoder_spec)(layer)).eval()
     onnx_model = exported(model, tmp_path, opset)
     for n in (5, 12 * 8, 12 * 9 + 5, 333):
-        tokens = torch.randint(4, 50, (3, n))
-        tokens[0, n // 2:] = 0
-        with torch.no_grad():
-            expected = model(tokens).numpy()
-        keep = (tokens != 0).numpy()
-        ours = onnx_model.logits(**({"tgt": tokens.numpy()} if causal else {"src": tokens.numpy()}))
-        assert np.abs(ours - expected)[keep].max() < 1e-4, n
+        assert_onnx_equals_pytorch(model, onnx_model, causal, n)
 
 
 def image_spec(**changes) -> Spec:
