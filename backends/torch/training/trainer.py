@@ -140,7 +140,11 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                         loss = loss + model.ponder
                     (loss * ddp.world / step_tokens).backward()
                 loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
-            if _agree(not math.isfinite(loss_sum), ddp, device):
+            if ddp.world > 1:  # the step's sums over all ranks: a NaN on any rank reaches every rank
+                sums = torch.tensor([loss_sum, nll_sum], device=device)
+                dist.all_reduce(sums)
+                loss_sum, nll_sum = sums.tolist()
+            if not math.isfinite(loss_sum):
                 raise TfspecError(_diverged(run, f"the loss is {loss_sum}", "nothing of this step was applied"))
             lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
             for g in optimizer.param_groups:
@@ -149,10 +153,6 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                 torch.nn.utils.clip_grad_norm_(params, config.clip)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-            if ddp.world > 1:
-                sums = torch.tensor([loss_sum, nll_sum], device=device)
-                dist.all_reduce(sums)
-                loss_sum, nll_sum = sums.tolist()
             state["step"] += 1
             state["tokens"] += step_tokens
             state["seconds"] += time.perf_counter() - started
