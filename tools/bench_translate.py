@@ -51,9 +51,10 @@ def engines(args, spec, model, sp, work: Path) -> dict:
     limit, eos = spec.positional.max_len - 1, spec.vocab.eos_id
     out = {}
     for suffix, int8 in (("", False), (" int8", True)) if args.int8 else (("", False),):
-        export(model, work / f"onnx{suffix.strip()}", parity=False, int8=int8)
-        shutil.copyfile(args.run / TOKENIZER, work / f"onnx{suffix.strip()}" / TOKENIZER)
-        dec = OnnxModel(work / f"onnx{suffix.strip()}", device="cpu", threads=args.threads).decoder()
+        directory = work / f"onnx{suffix.strip()}"  # `tfspec translate` (cli_seconds) reads text in "onnx"
+        export(model, directory, parity=False, int8=int8)
+        shutil.copyfile(args.run / TOKENIZER, directory / TOKENIZER)
+        dec = OnnxModel(directory, device="cpu", threads=args.threads).decoder()
         out["tfspec ORT" + suffix] = lambda src, beam, dec=dec: [o[:-1] if o[-1:] == [eos] else o for o in decode_all(
             dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=limit, max_length=limit), args.batch)]
     words = vocabulary(spec)[:4] + [sp.id_to_piece(i) for i in range(4, spec.vocab.size)]
