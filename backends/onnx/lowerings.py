@@ -123,7 +123,7 @@ def act(e, node: Node, s: str, y: str, packed: str | None = None) -> str:
 
 @lowering("act_state")
 def act_state(e, node: Node, packed: str) -> str:
-    return e.b.op("Slice", packed, e.b.ints(0), e.b.ints(node.shape[-1]), e.b.ints(2))
+    return e.b.op("Slice", packed, e.b.ints(0), e.b.ints(node.shape[-1]), e.b.ints(-1))
 
 
 @lowering("dense")
@@ -191,9 +191,12 @@ def ffn(e, node: Node, x: str) -> str:
 
 @lowering("projection")
 def projection(e, node: Node, x: str) -> str:
-    if e.kind == "step":  # only the next token's distribution is wanted
-        x = e.b.op("Slice", x, e.b.ints(-1), e.b.ints(np.iinfo(np.int64).max), e.b.ints(1))
-    return e.b.linear(x, node.params["weight"], node.params.get("bias"))
+    b, d = e.b, e.b.weights[node.params["weight"]].shape[1]
+    if e.kind == "step":  # only the next token's distribution is wanted: (B, d) rows
+        last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
+        x = b.op("Reshape", last, b.ints(-1, d))
+        b.flat.add(x)
+    return b.linear(x, node.params["weight"], node.params.get("bias"))
 
 
 @lowering("conv")
