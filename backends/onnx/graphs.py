@@ -149,7 +149,6 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
         else:
             env[node.name] = LOWERINGS[node.op](e, node, *[env[i] for i in node.inputs])
     b.scope = "outputs"
-    vocab = graph.node(ports["logits"]).attrs["vocab"]
     if kind == "encoder":
         memory = b.output("memory", env[ports["memory"]], ["batch", "src_len", graph.spec.d_model])
         b.output("memory_bias", e.key_bias("S"), ["batch", 1, 1, "src_len"])
@@ -162,13 +161,13 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     elif kind == "decoder":
         # Squeezed before LogSoftmax: a Squeeze writing the graph output would copy (B, vocab).
         log_probs = b.op("LogSoftmax", b.op("Squeeze", env[ports["logits"]], b.ints(1)), axis=-1)
-        log_probs = b.output("log_probs", log_probs, ["batch", vocab])
+        log_probs = b.output("log_probs", log_probs, ["batch", graph.node(ports["logits"]).attrs["vocab"]])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)
-    else:
-        seq = "tgt_len" if "tgt" in ports else "src_len"
-        b.output("logits", env[ports["logits"]], ["batch", seq, vocab])
+    else:  # (batch, len, vocab), or a task head's (batch, classes) or (batch, src_len, classes)
+        names = {"B": "batch", "S": "src_len", "T": "tgt_len"}
+        b.output("logits", env[ports["logits"]], [names.get(d, d) for d in graph.node(ports["logits"]).shape])
     if pooled and kind != "decoder":
         b.output("pooled", env[ports["pooled"]], ["batch", graph.spec.d_model])
     return b.model(metadata or {})
