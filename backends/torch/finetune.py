@@ -63,8 +63,9 @@ def load_body(model: TorchModel, tensors: dict[str, torch.Tensor], source: str) 
               for n, p in body.items() if n in tensors and tuple(tensors[n].shape) != tuple(p.shape)]
     if missing or shapes:
         problems = shapes + missing
-        raise TfspecError("\n".join([f"{source}: the pretrained weights do not fit {model.graph.name}: "
-                                     f"{len(shapes)} shapes differ, {len(missing)} missing", *problems[:12]]))
+        more = f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
+        raise TfspecError(f"{source}: the pretrained weights do not fit {model.graph.name} ({len(shapes)} shapes "
+                          f"differ, {len(missing)} missing): {'; '.join(problems[:4])}{more}")
     with torch.no_grad():
         for name, p in body.items():
             p.copy_(tensors[name])
