@@ -155,7 +155,6 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
             if node.op in ROWWISE and len(node.shape) == 3:
                 b.flat.add(env[node.name])
     b.scope = "outputs"
-    vocab = graph.node(ports["logits"]).attrs["vocab"]
     if kind == "encoder":
         d = graph.spec.d_model
         memory = env[ports["memory"]]
@@ -171,13 +170,15 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
         logits = env[ports["logits"]]  # (B, vocab) when flat: the step's one position per row
         # Squeezed before LogSoftmax: a Squeeze writing the graph output would copy (B, vocab).
         log_probs = b.op("LogSoftmax", logits if logits in b.flat else b.op("Squeeze", logits, b.ints(1)), axis=-1)
-        log_probs = b.output("log_probs", log_probs, ["batch", vocab])
+        log_probs = b.output("log_probs", log_probs, ["batch", graph.node(ports["logits"]).attrs["vocab"]])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)
-    else:
-        seq = "tgt_len" if "tgt" in ports else "src_len"
-        b.output("logits", b.sequence(env[ports["logits"]], vocab), ["batch", seq, vocab])
+    else:  # (batch, len, vocab), or a task head's (batch, classes) or (batch, src_len, classes)
+        names = {"B": "batch", "S": "src_len", "T": "tgt_len"}
+        shape = graph.node(ports["logits"]).shape
+        logits = b.sequence(env[ports["logits"]], shape[-1]) if len(shape) == 3 else env[ports["logits"]]
+        b.output("logits", logits, [names.get(d, d) for d in shape])
     if pooled and kind != "decoder":
         b.output("pooled", env[ports["pooled"]], ["batch", graph.spec.d_model])
     return b.model(metadata or {})

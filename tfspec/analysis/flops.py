@@ -79,6 +79,9 @@ def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
         return {"halting": 2 * SYMBOLS.n * SYMBOLS.d}
     if node.op == "dense":
         return {"dense": 2 * SYMBOLS.n * SYMBOLS.d * SYMBOLS.d}
+    if node.op == "classifier":  # a task head: one vector per sequence (B, classes), or each position's
+        positions = SYMBOLS.n if len(node.shape) == 3 else 1
+        return {"classifier": 2 * positions * SYMBOLS.d * node.attrs["classes"]}
     return {}
 
 
@@ -151,7 +154,7 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
         raise TfspecError(f"sequence length n must be at least 1 (got {n})")
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes():
-        if node.layer is not None or node.op in ("projection", "pooler", "act", "dense"):
+        if node.layer is not None or node.op in ("projection", "pooler", "act", "dense", "classifier"):
             groups.setdefault((node.stack, node.layer if node.layer is not None else node.op), []).append(node)
     rows, total = [], sympy.Integer(0)
     for (stack, key), nodes in groups.items():

@@ -118,6 +118,18 @@ def cmd_stats(args) -> int:
     return 0
 
 
+def cmd_langid(args) -> int:
+    from tfspec.data.langid import build_langid
+
+    languages = tuple(x.strip() for x in args.languages.split(",") if x.strip())
+    started = time.perf_counter()
+    manifest = build_langid(args.dir, languages, args.per_language, force=args.force, progress=sys.stderr.isatty())
+    rows = [[s, *(f"{manifest['labels'][s][x]:,}" for x in manifest["request"]["languages"])] for s in SPLITS]
+    print(f"language identification corpus in {args.dir} ({time.perf_counter() - started:.1f}s); held out by page")
+    print(render(["split", *manifest["request"]["languages"]], rows), end="")
+    return 0
+
+
 def register(command) -> None:
     c = command("data", lambda args: c.print_help() or 2, "fetch, prepare and tokenize parallel corpora",
                 "Parallel text for `tfspec train`.\n" + LAYOUT)
@@ -163,6 +175,19 @@ def register(command) -> None:
                "sources unchanged: the floor a trained model must clearly beat.")
     a.add_argument("dir", metavar="DIR")
     a.add_argument("--verify", action="store_true", help="also check every file's sha256 against the manifest")
+    a = action("langid", cmd_langid, "build a language-identification corpus from LibreOffice help",
+               "Download LibreOffice's help in each language (apt-get download, no install; ~8 MB each, cached "
+               "in DIR/.cache) and write labelled paragraphs: {train,dev,test}.txt, .labels (the language) and "
+               ".docs (the page). Pages go to test or dev by the sha256 of their path, the same pages in every "
+               "language, so no test text is seen in training in any language. Paragraphs of 4-60 words; "
+               "untranslated ones (equal to the English of the same paragraph id) and texts under two labels "
+               "are dropped. For `tfspec finetune`; `tfspec train --src txt --tgt txt` pretrains on it.")
+    a.add_argument("dir", metavar="DIR")
+    a.add_argument("--languages", default="de,en,es,fr,it,nl,pt,sv",
+                   help="comma-separated LibreOffice help languages (default de,en,es,fr,it,nl,pt,sv)")
+    a.add_argument("--per-language", type=integer(1, 10**7), default=4000,
+                   help="train texts per language at most (dev and test: a quarter each; default 4000)")
+    a.add_argument("--force", action="store_true", help="download and rebuild even if cached")
     a = action("sample", cmd_sample, "take a small corpus out of a prepared one (how the shipped sample is made)",
                "Copy short pairs of one source, chosen by the sha256 of their text, from each split of CORPUS "
                "into the same split of DIR.")

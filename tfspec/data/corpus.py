@@ -86,7 +86,7 @@ def write(data_dir: Path, splits: dict[str, list], manifest: dict, readme: str) 
         for split in SPLITS:
             for column, suffix in enumerate((src, tgt, "docs")):
                 name = f"{split}.{suffix}"
-                files[name] = _write_lines(data_dir / name, [p[column] for p in splits[split]])
+                files[name] = write_lines(data_dir / name, [p[column] for p in splits[split]])
         manifest = {**manifest, "files": files}
         _atomic(data_dir / "README.md", readme.encode("utf-8"))
         _atomic(data_dir / "manifest.json", (json.dumps(manifest, indent=2, ensure_ascii=False) + "\n").encode())
@@ -97,7 +97,8 @@ def write(data_dir: Path, splits: dict[str, list], manifest: dict, readme: str) 
     return manifest
 
 
-def _write_lines(path: Path, lines: list[str]) -> dict:
+def write_lines(path: Path, lines: list[str]) -> dict:
+    """Write ``lines`` atomically; their sha256, bytes and line count, as the manifest records them."""
     data = "".join(line + "\n" for line in lines).encode("utf-8")
     _atomic(path, data)
     return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "lines": len(lines)}

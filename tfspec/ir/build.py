@@ -76,6 +76,9 @@ def build_graph(spec: Spec) -> Graph:
         tie = embedding if spec.tie_embeddings == "all" else None
         x, embedding = _embed(b, spec.vocab.tgt_size, tie=tie)
         out, out_seq = _stack(b, spec.decoder, x), "T"
+    if spec.head is not None:  # a task head instead of the masked-LM projection (tfspec.spec.heads)
+        graph.ports["logits"] = spec.head.lower(LayerBuilder(graph, spec, "", "S"), memory, graph.ports.get("pooled"))
+        return graph
     vocab = spec.vocab.tgt_size if spec.decoder is not None else spec.vocab.size
     _project(LayerBuilder(graph, spec, "", out_seq), out, vocab, embedding)
     return graph

@@ -180,9 +180,10 @@ def _problem(err: dict, origins: Origins, file: str) -> Problem:
         loc += tuple(int(p) if p.isdecimal() and p.isascii() else p for p in ctx["field"].split("."))
     message = err["msg"]
     value = err.get("input")
-    if err["type"] == "union_tag_invalid":
-        message = f"unknown layer kind {_show(ctx['tag'])}{did_you_mean(ctx['tag'], SUBLAYERS)}; " \
-                  f"known kinds: {', '.join(SUBLAYERS)}"
+    if err["type"] == "union_tag_invalid":  # a layer kind, or a head kind (tfspec.spec.heads)
+        known = re.findall(r"'([^']*)'", ctx.get("expected_tags", "")) or list(SUBLAYERS)
+        what = "head kind" if loc[:1] == ("head",) else "layer kind"
+        message = f"unknown {what} {_show(ctx['tag'])}{did_you_mean(ctx['tag'], known)}; known kinds: {', '.join(known)}"
     elif err["type"] == "literal_error":
         choices = re.findall(r"'([^']*)'", ctx.get("expected", ""))
         message = f"{message} (got {_show(value)}){did_you_mean(value, choices)}"

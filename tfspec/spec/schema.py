@@ -15,6 +15,7 @@ from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Channels, Epsilon, Heads, Layers, Positions, Segments,
                                 Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -284,6 +285,9 @@ class Spec(SpecModel):
     embeddings in place of ``positional`` (which must then be kind none)."""
     encoder: Stack | None = None
     decoder: Stack | None = None
+    head: Head | None = None
+    """A task head in place of the masked-LM projection (encoder-only specs):
+    sequence_classification (logits (B, classes)) or token_classification (B, S, classes)."""
     reference: Reference | None = None
     """Published figures for this model (not inherited through extends)."""
 
@@ -321,7 +325,21 @@ class Spec(SpecModel):
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
         for stack in ("encoder", "decoder"):
             self._check_stack(stack)
+        self._check_head()
         return self
+
+    def _check_head(self) -> None:
+        if self.head is None:
+            return
+        if self.family != "encoder-only":
+            raise field_error("head", f"a {self.head.kind} head reads an encoder alone: set family: encoder-only "
+                              f"(got {self.family})")
+        for field in ("head_transform", "output_bias"):
+            if getattr(self, field):
+                raise field_error(field, f"{field} belongs to the masked-LM projection, which head "
+                                  f"{self.head.kind} replaces: set {field}: false")
+        if problem := self.head.check(self):
+            raise field_error("head", problem)
 
     def _check_rotary(self) -> None:
         positional = self.positional

@@ -1,0 +1,182 @@
+"""Fine-tuning: a pretrained encoder's body, a new task head, a few epochs of labelled data.
+
+The recipe is BERT's (Devlin et al. 2019, §4 and appendix A.3), as transformers' ``Trainer``
+runs it by default: AdamW (beta 0.9/0.999, eps 1e-8, weight decay 0.01 except on biases and
+norms), the rate rising linearly over the first ``warmup`` share of the steps and falling
+linearly to 0 at the last, batches of a few dozen sentences, a few epochs, gradient norms
+clipped at 1. Checkpoints are the trainer's (``training.checkpoint``); a non-finite loss stops
+the run before the update, as the trainer's guard does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tfspec.errors import TfspecError
+
+from .model import TorchModel
+from .training import checkpoint
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    epochs: int = 3
+    batch: int = 32
+    """Sentences per step (BERT: 16 or 32)."""
+    lr: float = 5e-5
+    """Peak learning rate (BERT: 2e-5 to 5e-5 for a large pretrained body; small ones take more)."""
+    warmup: float = 0.1
+    """Share of the steps over which the rate rises to ``lr``."""
+    weight_decay: float = 0.01
+    clip: float = 1.0
+    seed: int = 0
+    save_every: int = 500
+    keep: int = 2
+    log_every: int = 20
+    max_minutes: float = 0.0
+    """Stop (with a checkpoint) after this much wall time; 0: no limit."""
+
+
+def head_parameters(model: TorchModel) -> set[str]:
+    """Names of the parameters the task head declares (initialised fresh, never loaded)."""
+    return {p for node in model.graph.nodes() if node.component == "head" for p in node.params.values()}
+
+
+def load_body(model: TorchModel, tensors: dict[str, torch.Tensor], source: str) -> list[str]:
+    """Copy the pretrained ``tensors`` into every parameter of ``model`` but the head's; return
+    the names of tensors the model has no use for (the masked-LM projection, a pooler).
+    A body parameter that is missing or shaped differently is refused, by name."""
+    own = dict(model.named_parameters())
+    body = {name: p for name, p in own.items() if name not in head_parameters(model)}
+    aliases = set(model.graph.tied())
+    missing = [f"missing {n} {list(p.shape)}" for n, p in body.items() if n not in tensors]
+    shapes = [f"{n}: checkpoint has {list(tensors[n].shape)}, the model needs {list(p.shape)}"
+              for n, p in body.items() if n in tensors and tuple(tensors[n].shape) != tuple(p.shape)]
+    if missing or shapes:
+        problems = shapes + missing
+        more = f"; and {len(problems) - 4} more" if len(problems) > 4 else ""
+        raise TfspecError(f"{source}: the pretrained weights do not fit {model.graph.name} ({len(shapes)} shapes "
+                          f"differ, {len(missing)} missing): {'; '.join(problems[:4])}{more}")
+    with torch.no_grad():
+        for name, p in body.items():
+            p.copy_(tensors[name])
+    return sorted(n for n in tensors if n not in body and n not in aliases)
+
+
+def batches(ids: list[list[int]], size: int, pad: int, order=None):
+    """(index, tokens (B, L) padded with ``pad``) in ``order`` (default: as given)."""
+    order = np.arange(len(ids)) if order is None else order
+    for start in range(0, len(order), size):
+        index = order[start:start + size]
+        tokens = np.full((len(index), max(len(ids[i]) for i in index)), pad, dtype=np.int64)
+        for row, i in enumerate(index):
+            tokens[row, :len(ids[i])] = ids[i]
+        yield index, torch.from_numpy(tokens)
+
+
+@torch.no_grad()
+def predict(model: TorchModel, ids: list[list[int]], batch: int = 128) -> np.ndarray:
+    """The most likely class of each sequence (batches sorted by length: little padding)."""
+    model.eval()
+    out = np.zeros(len(ids), dtype=np.int64)
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    device = next(model.parameters()).device
+    for index, tokens in batches(ids, batch, model.pad_id, order):
+        out[index] = model(tokens.to(device)).argmax(-1).cpu().numpy()
+    return out
+
+
+def lr_at(step: int, total: int, config: FinetuneConfig) -> float:
+    """Linear warm-up to ``config.lr`` over ``warmup x total`` steps, then linear decay to 0."""
+    warm = max(1, round(config.warmup * total))
+    if step < warm:
+        return config.lr * (step + 1) / warm
+    return config.lr * max(0.0, (total - step) / max(1, total - warm))
+
+
+def adamw(model: TorchModel, config: FinetuneConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (biases, norms and 1-D gains are not decayed)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.999), eps=1e-8)
+
+
+def finetune(model: TorchModel, train: tuple[list, np.ndarray], dev: tuple[list, np.ndarray], run: Path,
+             config: FinetuneConfig, progress: bool = True, log=print) -> dict:
+    """Train ``model`` (body loaded, head fresh) on ``train`` = (token ids, class ids); returns
+    the last metrics, with the dev accuracy after each epoch in ``dev_accuracy``."""
+    from tqdm import tqdm
+
+    if checkpoint.checkpoints(run):
+        raise TfspecError(f"{run}: already holds checkpoints; choose another -o")
+    torch.manual_seed(config.seed)
+    ids, labels = train
+    optimizer = adamw(model, config)
+    per_epoch = math.ceil(len(ids) / config.batch)
+    total = config.epochs * per_epoch
+    state = {"step": 0, "epoch": 0, "seconds": 0.0}
+    device = next(model.parameters()).device
+    deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
+    history, window, out_of_time = [], [], False
+    bar = tqdm(total=total, unit="step", file=sys.stderr, disable=None if progress else True, dynamic_ncols=True)
+    try:
+        while state["epoch"] < config.epochs and not out_of_time:
+            order = np.random.default_rng([config.seed, state["epoch"]]).permutation(len(ids))
+            model.train()
+            for index, tokens in batches(ids, config.batch, model.pad_id, order):
+                started = time.perf_counter()
+                loss = F.cross_entropy(model(tokens.to(device)).float(), torch.from_numpy(labels[index]).to(device))
+                if not math.isfinite(loss.item()):
+                    raise TfspecError(_diverged(run, loss.item()))
+                loss.backward()
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(state["step"], total, config)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                state["step"] += 1
+                state["seconds"] += time.perf_counter() - started
+                window.append(loss.item())
+                bar.update(1)
+                if state["step"] % config.log_every == 0:
+                    _log_metrics(run, {"step": state["step"], "loss": sum(window) / len(window),
+                                       "lr": optimizer.param_groups[0]["lr"], "seconds": round(state["seconds"], 2)})
+                    bar.set_postfix(loss=f"{sum(window) / len(window):.3f}")
+                    window = []
+                out_of_time = time.perf_counter() > deadline
+                if state["step"] % config.save_every == 0 or out_of_time:
+                    checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
+                if out_of_time:
+                    log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
+                    break
+            state["epoch"] += 1
+            accuracy = float((predict(model, dev[0]) == dev[1]).mean())
+            history.append(accuracy)
+            _log_metrics(run, {"step": state["step"], "epoch": state["epoch"], "dev_accuracy": accuracy})
+            log(f"epoch {state['epoch']}: dev accuracy {accuracy:.4f}")
+    finally:
+        bar.close()
+    checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
+    return {**state, "dev_accuracy": history}
+
+
+def _log_metrics(run: Path, line: dict) -> None:
+    with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _diverged(run: Path, loss: float) -> str:
+    saved = checkpoint.checkpoints(run)
+    since = f"the newest checkpoint, {saved[-1].name}, holds finite weights" if saved else "no checkpoint was saved yet"
+    return (f"fine-tuning diverged: the loss is {loss} (nothing of this step was applied; {since}). Lower --lr or "
+            "raise --warmup, then rerun")

@@ -1,0 +1,98 @@
+"""``tfspec finetune`` end to end on a tiny labelled set (English vs German lines of the shipped
+sample), and its refusals: one ``error:`` line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tfspec.backends.torch import build_module
+from tfspec.backends.torch.checkpoint import save_weights
+from tfspec.data import read_split, sample_dir, train_tokenizer
+from tfspec.spec import spec_from_data
+
+ENCODER = {"name": "enc", "family": "encoder-only", "vocab": {"size": 300}, "d_model": 32, "heads": 2, "d_ff": 64,
+           "label_smoothing": 0.0, "positional": {"kind": "learned", "max_len": 64},
+           "encoder": {"layers": 1, "block": ["self_attention", "ffn"]}}
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A directory as `tfspec import` writes one: spec.yaml, model.safetensors, tokenizer."""
+    import yaml
+
+    path = tmp_path_factory.mktemp("pretrained")
+    (path / "spec.yaml").write_text(yaml.safe_dump(ENCODER), encoding="utf-8")
+    save_weights(build_module(spec_from_data(ENCODER, "enc")), path / "model.safetensors")
+    shutil.copyfile(train_tokenizer(sample_dir(), 300, out_dir=path), path / "tokenizer.model")
+    return path
+
+
+@pytest.fixture
+def data(tmp_path):
+    """English and German lines of the sample, labelled en and de."""
+    out = tmp_path / "data"
+    out.mkdir()
+    for split, n in (("train", 40), ("dev", 10), ("test", 10)):
+        pairs = read_split(sample_dir(), split)[:n]
+        (out / f"{split}.txt").write_text("".join(f"{en}\n{de}\n" for en, de in pairs), encoding="utf-8")
+        (out / f"{split}.labels").write_text("en\nde\n" * n, encoding="utf-8")
+    return out
+
+
+def test_finetune_end_to_end(pretrained, data, tmp_path, cli):
+    run = tmp_path / "run"
+    code, out, err = cli("finetune", pretrained, data, "-o", run, "--epochs", "2", "--lr", "1e-3", "--quiet",
+                         "--baseline")
+    assert code == 0, err
+    assert "body loaded from" in err and "epoch 2: dev accuracy" in err
+    results = json.loads((run / "results.json").read_text())
+    assert results["steps"] == 6 and len(results["dev_accuracy"]) == 2 and results["test_sentences"] == 20
+    assert 0 <= results["test_accuracy"] <= 1 and results["baseline_test_accuracy"] > 0.5
+    assert "fine-tuned model" in out and "character 1-3-gram" in out
+    assert json.loads((run / "labels.json").read_text()) == ["de", "en"]
+    assert (run / "tokenizer.model").is_file() and list((run / "checkpoints").iterdir())
+    code, out, err = cli("report", run)  # spec.yaml carries the head
+    assert code == 0 and "classifier" in out
+
+
+def one_error(cli, *args) -> str:
+    code, _, err = cli("finetune", *args)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
+    return lines[0]
+
+
+def test_missing_labels_refused(pretrained, data, tmp_path, cli):
+    (data / "dev.labels").unlink()
+    assert "dev.labels: no such file" in one_error(cli, pretrained, data, "-o", tmp_path / "run")
+
+
+def test_short_labels_refused(pretrained, data, tmp_path, cli):
+    lines = (data / "train.labels").read_text().splitlines()
+    (data / "train.labels").write_text("\n".join(lines[:-1]) + "\n")
+    assert "train.txt has 80 lines but train.labels has 79" in one_error(cli, pretrained, data, "-o", tmp_path / "r")
+
+
+def test_unknown_label_refused(pretrained, data, tmp_path, cli):
+    (data / "test.labels").write_text("en\nde\n" * 9 + "en\nfr\n")
+    message = one_error(cli, pretrained, data, "-o", tmp_path / "run")
+    assert "test.labels:20: label 'fr' is not among the 2 labels train has (de, en)" in message
+
+
+def test_mismatched_checkpoint_refused(pretrained, data, tmp_path, cli):
+    import yaml
+
+    other = tmp_path / "other"
+    shutil.copytree(pretrained, other)
+    (other / "spec.yaml").write_text(yaml.safe_dump(ENCODER | {"d_ff": 48}))
+    message = one_error(cli, other, data, "-o", tmp_path / "run")
+    assert "do not fit enc-classifier (3 shapes differ, 0 missing): encoder.layers.0.ffn.w_1: checkpoint has " \
+           "[64, 32], the model needs [48, 32]" in message
+
+
+def test_decoder_only_refused(data, tmp_path, cli):
+    assert "fine-tuning adds a classification head to an encoder-only" in one_error(cli, "tiny", data, "-o",
+                                                                                   tmp_path / "run")

@@ -1,0 +1,167 @@
+"""``tfspec finetune PRETRAINED DATA -o RUN``: a pretrained encoder plus a new classification
+head, trained on labelled text (``tfspec.data.labelled``) and scored on its held-out test split.
+
+PRETRAINED is a ``tfspec train`` run of an encoder-only spec (masked LM; its averaged weights,
+else its newest checkpoint, and its tokenizer), a directory made by ``tfspec import`` (an
+imported BERT: ``model.safetensors`` and its tokenizer), or a spec, which starts from random
+weights with a tokenizer trained on DATA. RUN receives ``spec.yaml`` (the spec with its head,
+so ``tfspec export RUN --weights RUN/model.safetensors`` works), ``model.safetensors``,
+``labels.json``, the tokenizer, ``metrics.jsonl``, ``checkpoints/`` and ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from tfspec.cli.types import SEED, THREADS, integer, number, out_dir
+from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER, open_codec
+from tfspec.data.labelled import label_ids, read_labelled
+from tfspec.errors import TfspecError
+from tfspec.spec import Spec, load_spec, spec_from_data
+
+TOKENIZERS = (HF_TOKENIZER, TOKENIZER)  # what open_codec reads, in its order (Marian's translate, not classify)
+
+
+def pretrained(path: str, data: Path, run: Path) -> tuple[Spec, Path | None, Path]:
+    """(spec, weights file or None for random weights, the directory of its tokenizer) of PRETRAINED."""
+    from tfspec.cli.train import _run_spec, _weights
+
+    directory = Path(path)
+    if (directory / "run.json").is_file():
+        from tfspec.backends.torch.training import checkpoint
+
+        spec, _ = _run_spec(directory)
+        weights = _weights(directory, None, checkpoint)
+    else:
+        spec = load_spec(path)
+        weights = directory / "model.safetensors" if directory.is_dir() else None
+        if weights is not None and not weights.is_file():
+            raise TfspecError(f"{directory}: no model.safetensors (a `tfspec import` directory holds one)")
+    if spec.family != "encoder-only":
+        raise TfspecError(f"{spec.name} is {spec.family}: fine-tuning adds a classification head to an encoder-only "
+                          "spec (BERT-style)")
+    source = directory if weights is not None else run
+    if weights is None and not (run / TOKENIZER).is_file():
+        from tfspec.data import train_tokenizer
+
+        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), run / TOKENIZER)
+    if not any((source / name).is_file() for name in TOKENIZERS):
+        raise TfspecError(f"{source}: no tokenizer ({' or '.join(TOKENIZERS)}) to turn text into ids")
+    return spec, weights, source
+
+
+def with_head(spec: Spec, classes: int, pooling: str | None, dropout: float | None) -> Spec:
+    """``spec`` with a sequence classification head in place of its masked-LM projection."""
+    head = {"kind": "sequence_classification", "classes": classes, "pooling": pooling, "dropout": dropout}
+    data = spec.model_dump(mode="json") | {"name": f"{spec.name}-classifier", "head_transform": False,
+                                            "output_bias": False,
+                                            "head": {k: v for k, v in head.items() if v is not None}}
+    return spec_from_data(data, f"{spec.name} + head")
+
+
+def cmd_finetune(args) -> int:
+    import numpy as np
+    import torch
+
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import read_weights, save_weights
+    from tfspec.backends.torch.finetune import FinetuneConfig, finetune, load_body, predict
+
+    data, run = Path(args.data), Path(args.out)
+    splits = {s: read_labelled(data, s) for s in ("train", "dev", "test")}
+    names = sorted(set(splits["train"][1]))
+    if len(names) < 2:
+        raise TfspecError(f"{data / 'train.labels'}: one label ({names[0]}); a classifier needs at least two")
+    classes = {s: np.array(label_ids(labels, names, data / f"{s}.labels")) for s, (_, labels) in splits.items()}
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run.mkdir(parents=True, exist_ok=True)
+    spec, weights, tokenizer = pretrained(args.pretrained, data, run)
+    codec = open_codec(tokenizer, spec.vocab)
+    spec = with_head(spec, len(names), args.pooling, args.dropout)
+    model = build_module(spec)
+    if weights is not None:
+        unused = load_body(model, read_weights(weights), str(weights))
+        print(f"body loaded from {weights}; head new ({len(names)} classes)"
+              + (f"; not used: {', '.join(unused)}" if unused else ""), file=sys.stderr)
+    limit = spec.positional.max_len if spec.positional.kind != "none" else 10**9
+    ids = {s: [_fit(codec.encode(t), limit) for t in texts] for s, (texts, _) in splits.items()}
+    config = FinetuneConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, warmup=args.warmup, seed=args.seed,
+                            max_minutes=args.max_minutes)
+    _write_setup(run, spec, names, args, tokenizer)
+    started = time.perf_counter()
+    state = finetune(model, (ids["train"], classes["train"]), (ids["dev"], classes["dev"]), run, config,
+                     progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
+    save_weights(model, run / "model.safetensors")
+    results = {"pretrained": str(args.pretrained), "steps": state["step"], "epochs": state["epoch"],
+               "train_seconds": round(time.perf_counter() - started, 1), "dev_accuracy": state["dev_accuracy"],
+               "test_accuracy": float((predict(model, ids["test"]) == classes["test"]).mean()),
+               "test_sentences": len(ids["test"])}
+    if args.baseline:
+        from tfspec.baseline import char_ngram_accuracy
+
+        started = time.perf_counter()
+        results["baseline_test_accuracy"] = char_ngram_accuracy(splits["train"], splits["test"])
+        results["baseline_seconds"] = round(time.perf_counter() - started, 1)
+    (run / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    _print_results(results, spec, len(splits["train"][0]))
+    return 0
+
+
+def _fit(ids: list[int], limit: int) -> list[int]:
+    """Ids cut to the model's positions, keeping the last (eos / [SEP])."""
+    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
+
+
+def _write_setup(run: Path, spec: Spec, names: list[str], args, tokenizer: Path) -> None:
+    """What RUN needs to be used later: the spec with its head, the labels, the tokenizer."""
+    text = yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False, width=110)
+    (run / "spec.yaml").write_text(f"# Written by `tfspec finetune {args.pretrained} {args.data}`.\n" + text,
+                                   encoding="utf-8")
+    (run / "labels.json").write_text(json.dumps(names, ensure_ascii=False) + "\n", encoding="utf-8")
+    name = next(n for n in TOKENIZERS if (tokenizer / n).is_file())
+    if tokenizer.resolve() != run.resolve():
+        shutil.copyfile(tokenizer / name, run / name)
+
+
+def _print_results(results: dict, spec: Spec, train: int) -> None:
+    print(f"{spec.name}: {results['steps']:,} steps over {train:,} training texts in {results['train_seconds']:.0f}s")
+    print(f"test accuracy ({results['test_sentences']:,} texts): {results['test_accuracy']:.4f}  fine-tuned model")
+    if "baseline_test_accuracy" in results:
+        print(f"test accuracy ({results['test_sentences']:,} texts): {results['baseline_test_accuracy']:.4f}  "
+              f"character 1-3-gram TF-IDF + logistic regression ({results['baseline_seconds']:.0f}s)")
+
+
+def register(command) -> None:
+    c = command("finetune", cmd_finetune, "add a classification head to a pretrained encoder and train it",
+                "Fine-tune an encoder-only model for text classification. PRETRAINED: a `tfspec train` run of an "
+                "encoder-only spec (masked LM), a `tfspec import` directory (BERT), or a spec (random weights, "
+                "tokenizer trained on DATA). DATA: {train,dev,test}.txt with aligned .labels files (`tfspec data "
+                "langid` writes them). The body's weights are loaded by name (a missing or differently shaped "
+                "one is refused), a sequence_classification head is added with fresh weights, and the model is "
+                "trained with AdamW, linear warm-up and decay (BERT's recipe); dev accuracy after each epoch, "
+                "test accuracy at the end, with --baseline a character n-gram classifier beside it.")
+    c.add_argument("pretrained", metavar="PRETRAINED")
+    c.add_argument("data", metavar="DATA")
+    c.add_argument("-o", "--out", required=True, metavar="RUN", type=out_dir, help="run directory (new or empty)")
+    c.add_argument("--pooling", choices=["first", "mean"],
+                   help="first: BERT's pooler on the first position (needs pooler: true); mean: the mean of the "
+                        "outputs (default: first when the spec has a pooler, else mean)")
+    c.add_argument("--dropout", type=number(0, 0.99), help="dropout before the classifier (default: the spec's)")
+    c.add_argument("--epochs", type=integer(1, 10**4), default=3, help="passes over train (default 3)")
+    c.add_argument("--batch", type=integer(1, 65536), default=32, help="texts per step (default 32)")
+    c.add_argument("--lr", type=number(0, 1, low_open=True), default=5e-5,
+                   help="peak learning rate (default 5e-5, BERT's; a small encoder takes ~1e-3)")
+    c.add_argument("--warmup", type=number(0, 1), default=0.1, help="share of steps spent warming up (default 0.1)")
+    c.add_argument("--seed", type=SEED, default=0)
+    c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long")
+    c.add_argument("--baseline", action="store_true",
+                   help="also fit the character n-gram baseline (scikit-learn) and print both test accuracies")
+    c.add_argument("--threads", type=THREADS, help="torch CPU threads")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
