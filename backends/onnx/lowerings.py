@@ -191,8 +191,11 @@ def ffn(e, node: Node, x: str) -> str:
 
 @lowering("projection")
 def projection(e, node: Node, x: str) -> str:
+    """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5)."""
     if e.kind == "step":  # only the next token's distribution is wanted
         x = e.b.op("Slice", x, e.b.ints(-1), e.b.ints(np.iinfo(np.int64).max), e.b.ints(1))
+    if node.attrs["scale"] != 1.0:
+        x = e.b.op("Mul", x, e.b.const(node.attrs["scale"]))
     return e.b.linear(x, node.params["weight"], node.params.get("bias"))
 
 
