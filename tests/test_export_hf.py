@@ -54,6 +54,9 @@ def test_shipped_zoo_spec_exports_as_its_family(cli, tmp_path, write_spec):
     ("extends: zoo/gpt2\npositional: {kind: rotary}\n", 'positional.kind is "rotary" (GPT-2: "learned")'),
     ("extends: zoo/bert-base\npooler: false\n", "BertModel always has a pooler"),
     ("extends: tiny\n", "GPT-2 is a decoder alone; this spec is encoder-decoder"),
+    ("extends: zoo/t5-small\noutput_scale: 0.5\n", "output_scale is 0.5 (T5: 0.04419417382415922)"),
+    ("extends: zoo/t5-small\npositional: {kind: relative, max_distance: 128}\n",
+     'positional.kind is "relative" (T5: "relative_bias")'),
 ])
 def test_spec_that_is_not_the_family_is_refused(cli, tmp_path, write_spec, text, says):
     code, _, err = cli("export", write_spec(text), "--format", "hf", "-o", tmp_path / "hf")
@@ -87,19 +90,28 @@ def test_llama_family_round_trip_gives_the_original_logits(cli, tmp_path, case):
     assert torch.allclose(got, original(tokens).logits, atol=1e-4)
 
 
-@pytest.mark.parametrize("case", ["marian", "bart", "bart-scaled-relu"])
+def _seq2seq(case: str):
+    """(save, class name, (source, target), pad id) of an encoder-decoder test case."""
+    if case.startswith("t5"):
+        import test_import_t5 as t5
+        return t5.save, "T5ForConditionalGeneration", t5.batch(seed=7), t5.PAD
+    import test_import_seq2seq as s2s
+    return s2s.save, s2s.CASES[case][1], s2s.batch(case), s2s.CASES[case][2]["pad_token_id"]
+
+
+@pytest.mark.parametrize("case", ["marian", "bart", "bart-scaled-relu", "t5", "t5-v1_1"])
 @torch.no_grad()
 def test_seq2seq_round_trip_gives_the_original_logits(cli, tmp_path, case):
-    """Marian and BART: import -> export -> from_pretrained computes what the original did."""
-    from test_import_seq2seq import CASES, batch, save
-
+    """Marian, BART, T5 (tied, scaled output) and T5 v1.1 (gated-gelu, its own lm_head): import
+    -> export -> from_pretrained computes what the original checkpoint did."""
+    save, architecture, (src, tgt), pad = _seq2seq(case)
     original = save(case, tmp_path / "original")
     imported, exported = tmp_path / "imported", tmp_path / "exported"
     assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
     code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
                             "-o", exported)
     assert code == 0, stdout + err
-    reloaded = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()
-    src, tgt = batch(case)
-    inputs = dict(input_ids=src, attention_mask=(src != CASES[case][2]["pad_token_id"]).long(), decoder_input_ids=tgt)
-    assert torch.allclose(reloaded(**inputs).logits, original(**inputs).logits, atol=1e-4)
+    assert "parity: ok" in stdout
+    inputs = dict(input_ids=src, attention_mask=(src != pad).long(), decoder_input_ids=tgt)
+    got = getattr(transformers, architecture).from_pretrained(exported).eval()(**inputs).logits
+    assert torch.allclose(got, original(**inputs).logits, atol=1e-4)

@@ -35,7 +35,7 @@ def test_unsupported_model_type(cli, tmp_path):
     (tmp_path / "mixtral" / "config.json").write_text(json.dumps({"model_type": "mixtral", "hidden_size": 4096}))
     line = refused(cli, tmp_path, tmp_path / "mixtral")
     assert line.endswith("model_type 'mixtral' is not supported; tfspec imports: "
-                         "bart, bert, gpt2, llama, marian, mistral, qwen2")
+                         "bart, bert, gpt2, llama, marian, mistral, qwen2, t5")
 
 
 @pytest.mark.parametrize("kind, field, value, says", [

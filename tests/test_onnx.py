@@ -101,6 +101,25 @@ VARIANTS = {
         encoder: {layers: 1, block: [{kind: recurrent, cell: lstm, bidirectional: true}, {kind: conv, kernel: 3}]}
         decoder: {layers: 2, block: [{kind: recurrent, cell: lstm}, cross_attention, ffn]}
     """,
+    "T5's relative bias shared by mixed kinds, set scales, untied output": """
+        name: t5ish
+        vocab: {size: 300, pad_id: 0, bos_id: 0, eos_id: 1, unk_id: 2}
+        d_model: 32
+        heads: 4
+        d_k: 6
+        d_v: 6
+        d_ff: 64
+        positional: {kind: relative_bias, buckets: 8, max_distance: 12}
+        norm: pre
+        norm_type: rms
+        bias: false
+        tie_embeddings: inputs
+        output_scale: 0.2
+        encoder: {layers: 2, block: [{kind: self_attention, scale: 1.0}, {kind: restricted_self_attention, r: 3}, ffn]}
+        decoder:
+          layers: 2
+          block: [{kind: causal_self_attention, scale: 0.5}, {kind: cross_attention, scale: 1.0}, ffn]
+    """,
 }
 
 

@@ -46,6 +46,15 @@ CASES = {
                          ["tie_embeddings", "shared"]),
     "shared_vocab_sizes": (GOOD.replace("vocab: 1000", "vocab: {size: 1000, target_size: 900}"),
                            ["vocab.target_size", "shared"]),
+    "buckets_without_relative_bias": (GOOD + "positional: {kind: relative, buckets: 16}\n",
+                                      ["spec.yaml:7", "buckets shapes relative_bias positions", "kind is relative"]),
+    "relative_bias_too_short": (GOOD + "positional: {kind: relative_bias, buckets: 32, max_distance: 16}\n",
+                                ["positional.max_distance", "max_distance (16) must exceed buckets // 2 (16)"]),
+    "scale_of_additive_scores": (GOOD.replace("[self_attention", "[{kind: self_attention, score: additive, scale: 1}"),
+                                 ["encoder.block[0]", "scale (1.0) multiplies dot-product scores", "score is additive"]),
+    "tie_inputs_decoder_only": ("family: decoder-only\ntie_embeddings: inputs\n" + GOOD.replace(
+        "encoder: {layers: 2, block: [self_attention, ffn]}\n", "").replace("cross_attention, ", ""),
+                                ["tie_embeddings", "'inputs' ties the source embedding"]),
     "python_tag": ('name: !!python/object/apply:os.system ["touch pwned"]\n' + GOOD, ["malformed YAML"]),
     "missing_extends": ("extends: nowhere.yaml\n" + GOOD, ["spec.yaml:1", "extends", "no such spec"]),
 }

@@ -10,7 +10,6 @@ queries against their neighbouring blocks' keys, O(n * w) work and memory instea
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -22,6 +21,7 @@ from tfspec.layers.attention import block_plan, fused_bias
 
 from .builder import Index
 from .lowerings import lowering
+from .relative_bias import relative_bias
 
 
 BLOCKED_UP_TO = 512
@@ -109,7 +109,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         y = attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
     else:
         k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, d_v)
-        y = _explicit(b, node, q, k, v, mask)
+        y = _explicit(e, node, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
     b.flat.add(y)
     return _out(b, node, x, y)
@@ -154,8 +154,9 @@ def repeat_heads(b, t: str, heads: int, kv_heads: int, size: int) -> str:
 
 
 def attend(b, q: str, k: str, v: str, mask: str | None, node: Node) -> str:
-    """softmax(Q K^T / sqrt(d_k) + mask) V on (N, h, L, d) queries and (N, g, L, d) keys and
-    values: fused at opset 23 (which repeats key/value heads itself)."""
+    """softmax(Q K^T x scale + mask) V on (N, h, L, d) queries and (N, g, L, d) keys and
+    values (scale 1 / sqrt(d_k) unless the layer sets it): fused at opset 23 (which repeats
+    key/value heads itself)."""
     a = node.attrs
     d_k, h, g = a["d_k"], a["heads"], a["kv_heads"]
     if b.opset >= 23:
@@ -163,35 +164,40 @@ def attend(b, q: str, k: str, v: str, mask: str | None, node: Node) -> str:
             full = b.op("Concat", b.op("Shape", q, start=0, end=1), b.ints(1), b.op("Shape", q, start=2, end=3),
                         b.op("Shape", k, start=2, end=3), axis=0)
             mask = b.op("Expand", mask, full)
-        return b.op("Attention", q, k, v, mask)
+        return b.op("Attention", q, k, v, mask, scale=float(a["scale"]))
     k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, a["d_v"])
-    scores = _dot_scores(b, q, k, d_k)
+    scores = _dot_scores(b, q, k, a["scale"])
     if mask is not None:
         scores = b.op("Add", scores, mask)
     return b.op("MatMul", b.op("Softmax", scores, axis=-1), v)
 
 
-def _dot_scores(b, q: str, k: str, d_k: int) -> str:
-    """Q K^T / sqrt(d_k) on (N, h, L, d) queries and keys."""
-    return b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))), b.op("Transpose", k, perm=[0, 1, 3, 2]))
+def _dot_scores(b, q: str, k: str, scale: float) -> str:
+    """Q K^T x scale on (N, h, L, d) queries and keys."""
+    q = b.op("Mul", q, b.const(scale)) if scale != 1.0 else q
+    return b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))
 
 
 def _plain(node: Node) -> bool:
     """Dot-product scores with nothing added: the fused and blocked paths apply."""
-    return node.attrs["score"] == "dot" and (node.attrs["positions"] or {}).get("kind") != "relative"
+    return node.attrs["score"] == "dot" and (node.attrs["positions"] or {}).get("kind") not in ADDED_TO_SCORES
 
 
-def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
-    """Additive scores and/or relative positions (Shaw et al. 2018), spelled out on (B, h, L, d);
-    mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend."""
-    a, p = node.attrs, node.params
+ADDED_TO_SCORES = ("relative", "relative_bias")
+"""Positional kinds that add a term to the attention logits."""
+
+
+def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
+    """Additive scores and/or relative positions (Shaw et al. 2018, or T5's bias), spelled out
+    on (B, h, L, d); mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend."""
+    b, a, p = e.b, node.attrs, node.params
     h, d_k = a["heads"], a["d_k"]
     if a["score"] == "additive":  # w_h · tanh(q_i + k_j): (B, h, Lq, Lk, d) x (1, h, 1, d, 1)
         summed = b.op("Tanh", b.op("Add", b.op("Unsqueeze", q, b.ints(3)), b.op("Unsqueeze", k, b.ints(2))))
         w = b.op("Reshape", b.param(p["w_score"]), b.ints(1, h, 1, d_k, 1))
         scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
-        scores = _dot_scores(b, q, k, d_k)
+        scores = _dot_scores(b, q, k, a["scale"])
     positions = a["positions"] or {}
     relative = positions.get("kind") == "relative"
     if relative:  # one-hot (Lq, Lk, R) of each pair's clipped distance j - i
@@ -204,10 +210,12 @@ def _explicit(b, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
                         b.const(np.int64(far)))
         onehot = b.op("Cast", b.op("Equal", b.op("Unsqueeze", distance, b.ints(2)),
                                    b.const(np.arange(2 * far + 1, dtype=np.int64))), to=b.elem_type)
-        by_distance = b.op("MatMul", b.op("Mul", q, b.const(1 / math.sqrt(d_k))),
+        by_distance = b.op("MatMul", b.op("Mul", q, b.const(a["scale"])),
                            b.op("Transpose", b.param(p["rel_k"])))  # (B, h, Lq, R)
         spread = b.op("MatMul", b.op("Unsqueeze", by_distance, b.ints(3)), b.op("Transpose", onehot, perm=[0, 2, 1]))
         scores = b.op("Add", scores, b.op("Squeeze", spread, b.ints(3)))
+    if positions.get("kind") == "relative_bias":  # T5: the stack's bias for the bucket of j - i
+        scores = b.op("Add", scores, relative_bias(e, node, q, k))
     if mask is not None:
         scores = b.op("Add", scores, mask)
     weights = b.op("Softmax", scores, axis=-1)

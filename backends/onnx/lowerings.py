@@ -191,13 +191,16 @@ def ffn(e, node: Node, x: str) -> str:
 
 @lowering("projection")
 def projection(e, node: Node, x: str) -> str:
-    """Logits in ``x``'s layout; in step graphs of the last position only (flat: (B, vocab))."""
+    """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5);
+    logits in ``x``'s layout, in step graphs of the last position only (flat: (B, vocab))."""
     b, (vocab, d) = e.b, e.b.weights[node.params["weight"]].shape
     flat = x in b.flat
     if e.kind == "step":  # only the next token's distribution is wanted: (B, d) rows
         last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
         x = b.op("Reshape", last, b.ints(-1, d))
         b.flat.add(x)
+    if node.attrs["scale"] != 1.0:
+        x = b.op("Mul", x, b.const(node.attrs["scale"]))
     logits = b.linear(x, node.params["weight"], node.params.get("bias"))
     return logits if flat else b.sequence(logits, vocab)
 

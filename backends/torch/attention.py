@@ -10,7 +10,6 @@ time and memory grow as n * w, not n^2.
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -20,6 +19,7 @@ from tfspec.ir.positions import rotary_frequencies
 from tfspec.layers.attention import block_plan, fused_bias, use_blocks
 
 from .registry import OpModule, lowering
+from .relative_bias import RelativeBias
 
 
 @lowering("attention")
@@ -31,9 +31,10 @@ class MultiHeadAttention(OpModule):
         a = node.attrs
         self.h, self.g, self.d_k, self.d_v, self.p = a["heads"], a["kv_heads"], a["d_k"], a["d_v"], a["dropout"]
         self.layer, self.q_seq, self.kv_seq = node.layer, node.shape[1], a["kv_seq"]
-        self.score, self.positions = a["score"], a["positions"] or {}
+        self.score, self.scale, self.positions = a["score"], a["scale"], a["positions"] or {}
         self.relative = self.positions.get("kind") == "relative"
-        self.plain = self.score == "dot" and not self.relative
+        self.bucketed = RelativeBias(node) if self.positions.get("kind") == "relative_bias" else None
+        self.plain = self.score == "dot" and not self.relative and self.bucketed is None
         """Fused kernels apply: dot-product scores with nothing added to them."""
         self.frequencies = (torch.from_numpy(rotary_frequencies(self.d_k, self.positions))
                             if self.positions.get("kind") == "rotary" else None)
@@ -83,9 +84,10 @@ class MultiHeadAttention(OpModule):
         q = q.view(B, Lq, h, d_k).transpose(1, 2)  # (B, h, Lq, d_k)
         mask, causal = ctx.attention_mask(self.layer, self.q_seq, self.kv_seq, Lq, Lk, x.device)
         if self.plain:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout,
+                                               scale=self.scale)
         else:
-            y = self._explicit(q, k, v, mask, causal, dropout)
+            y = self._explicit(ctx, q, k, v, mask, causal, dropout)
         y = y.transpose(1, 2).reshape(B, Lq, h * d_v)  # heads concatenated
         return F.linear(y, self.w_o, getattr(self, "b_o", None))
 
@@ -97,18 +99,20 @@ class MultiHeadAttention(OpModule):
         parts = [getattr(self, name) if name else self.w_o.new_zeros(rows) for name, rows in self.bias_pieces]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
-    def _explicit(self, q, k, v, mask, causal, dropout):
+    def _explicit(self, ctx, q, k, v, mask, causal, dropout):
         """Attention with additive scores and/or relative positions, spelled out (B, h, L, d)."""
         Lq, Lk = q.shape[2], k.shape[2]
         if self.score == "additive":  # w_h · tanh(q_i + k_j) for each head h
             scores = torch.einsum("bhqkd,hd->bhqk", torch.tanh(q[:, :, :, None] + k[:, :, None]), self.w_score)
         else:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_k)
+            scores = q @ k.transpose(-1, -2) * self.scale
         if self.relative:  # Shaw et al. (2018), eq. 4: q_i · a_K(clip(j - i)) joins the score
             far = self.positions["max_distance"]
             offsets = torch.arange(Lk, device=q.device)[None, :] - torch.arange(Lk - Lq, Lk, device=q.device)[:, None]
             index = (offsets.clamp(-far, far) + far).expand(*scores.shape)
-            scores = scores + (q @ self.rel_k.T / math.sqrt(self.d_k)).gather(-1, index)
+            scores = scores + (q @ self.rel_k.T * self.scale).gather(-1, index)
+        if self.bucketed is not None:  # T5: the stack's bias for the bucket of j - i
+            scores = scores + self.bucketed(ctx, self.rel_bias, Lq, Lk)
         if causal:
             mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
         if mask is not None:
@@ -177,7 +181,7 @@ def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tenso
         return banded_attention(ctx, layer, seq, q, k, v, dropout)
     mask, causal = ctx.attention_mask(layer, seq, seq, L, L, q.device)
     y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask,
-                                       is_causal=causal, dropout_p=dropout)
+                                       is_causal=causal, dropout_p=dropout, scale=layer.scale)
     return y.transpose(1, 2).reshape(B, L, h * d_v)
 
 
@@ -191,7 +195,8 @@ def banded_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Ten
     mask = ctx.cached(("band", layer, seq, L), lambda: _band_mask(layer, B, L, ctx.padding.get(seq), q.device))
     q = _blocks(q, blocks * w - L, w).transpose(2, 3).flatten(0, 1)  # (B * blocks, h, w, d_k)
     k, v = (_windows(_blocks(t, blocks * w - L, w), before, after).transpose(2, 3).flatten(0, 1) for t in (k, v))
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B * blocks, h, w, d_v)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout,
+                                       scale=layer.scale)  # (B * blocks, h, w, d_v)
     return y.view(B, blocks, h, w, d_v).transpose(2, 3).reshape(B, blocks * w, h * d_v)[:, :L]
 
 

@@ -220,10 +220,15 @@ class Dense(OpModule):
 
 @lowering("projection")
 class Projection(OpModule):
-    """The pre-softmax linear layer: (B, L, d_model) -> logits (B, L, vocab)."""
+    """The pre-softmax linear layer: (B, L, d_model) -> logits (B, L, vocab), its input first
+    multiplied by the spec's output_scale (T5's d_model^-0.5)."""
+
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        self.scale = node.attrs["scale"]
 
     def forward(self, ctx, x):
-        return F.linear(x, self.weight, getattr(self, "bias", None))
+        return F.linear(x * self.scale if self.scale != 1.0 else x, self.weight, getattr(self, "bias", None))
 
 
 @lowering("conv")

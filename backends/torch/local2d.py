@@ -21,7 +21,8 @@ def local_2d_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.T
     queries = _grid(q, rows * h, W, cols * w - W, 0, 0).view(B, rows, h, cols, w, heads, -1)
     queries = queries.permute(0, 1, 3, 5, 2, 4, 6).reshape(-1, heads, h * w, q.shape[-1])  # (B * blocks, heads, h*w, d)
     memory = [_memory(layer, _grid(t, rows * h, W, cols * w - W, h_m, w_m)) for t in (k, v)]
-    y = F.scaled_dot_product_attention(queries, *memory, attn_mask=mask, dropout_p=dropout)  # (B * blocks, heads, h*w, d)
+    y = F.scaled_dot_product_attention(queries, *memory, attn_mask=mask, dropout_p=dropout,
+                                       scale=layer.scale)  # (B * blocks, heads, h*w, d)
     y = y.view(B, rows, cols, heads, h, w, d_v).permute(0, 1, 4, 2, 5, 3, 6).reshape(B, rows * h, cols * w, heads * d_v)
     return y[:, :, :W].reshape(B, -1, heads * d_v)[:, :L]
 

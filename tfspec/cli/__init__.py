@@ -99,16 +99,18 @@ def cmd_report(args) -> int:
     else:
         print(f"{heading}\n{dims}\n")
     print(render(["component", "parameters", "share"], rows, args.format), end="")
-    shared_depth = {}  # universal stacks: layers.K.<rest> = layers.0.<rest>, one line per stack
+    shared_depth = {}  # layers.K.<role> = layers.0.<role>: one line per universal stack, else per role
     for use, owner in report.tied.items():
         stack, _, rest = use.partition(".layers.")
         index, _, role = rest.partition(".")
         if rest and owner == f"{stack}.layers.0.{role}" and index.isdigit():
-            shared_depth.setdefault(stack, set()).add(int(index))
+            universal = getattr(spec, stack).shared  # else one parameter per stack (T5's relative bias)
+            shared_depth.setdefault((stack, None if universal else role), set()).add(int(index))
         else:
             print(f"\ntied: {use} = {owner}", end="")
-    for stack, indices in shared_depth.items():
-        print(f"\ntied: {stack} layers {min(indices)}-{max(indices)} = {stack} layer 0 (shared across depth)", end="")
+    for (stack, role), indices in shared_depth.items():
+        what = " (shared across depth)" if role is None else f": {role}"
+        print(f"\ntied: {stack} layers {min(indices)}-{max(indices)} = {stack} layer 0{what}", end="")
     if report.tied:
         print()
     ref = spec.reference

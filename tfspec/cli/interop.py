@@ -93,4 +93,5 @@ def register(command) -> None:
 def add_export_options(c) -> None:
     c.add_argument("--format", choices=["onnx", "hf"], default="onnx",
                    help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
-                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, Mistral or Qwen2)")
+                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
+                        "Mistral, Qwen2 or T5)")

@@ -9,7 +9,7 @@ own op (``tfspec.layers``); this module only wires them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tfspec.ir.graph import Graph
 from tfspec.spec.schema import Spec, Stack
@@ -31,6 +31,8 @@ class LayerBuilder:
     share: tuple[str, str] | None = None
     """(prefix, owner prefix): parameters declared under ``prefix`` tie to the owner's instead
     (a universal stack's layers all use layer 0's weights)."""
+    per_stack: dict[str, str] = field(default_factory=dict)
+    """Role -> the parameter the stack's layers share, named after the op that declared it."""
 
     def op(self, name: str, op: str, inputs: list[str], *, attrs=None, params=None, component=None,
            layer=None, shape=None) -> str:
@@ -46,6 +48,12 @@ class LayerBuilder:
         component = component or (layer.component if layer is not None else "")
         return self.graph.add_op(name, op, inputs, shape or ("B", self.seq, self.spec.d_model), attrs=attrs,
                                  params=roles, component=component, stack=self.stack, layer=layer)
+
+    def stack_param(self, name: str, role: str, shape: tuple[int, ...], init: str):
+        """The ``params`` entry of op ``name`` for a parameter all layers of the stack share
+        (T5's relative attention bias): a declaration for the first op that asks, then a tie."""
+        owner = self.per_stack.setdefault(role, f"{name}.{role}")
+        return (shape, init) if owner == f"{name}.{role}" else owner
 
     def norm(self, name: str, x: str) -> str:
         """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``."""
@@ -73,7 +81,7 @@ def build_graph(spec: Spec) -> Graph:
                                          shape=("B", spec.d_model))
     if spec.decoder is not None:
         b = LayerBuilder(graph, spec, "decoder", "T", memory=memory)
-        tie = embedding if spec.tie_embeddings == "all" else None
+        tie = embedding if spec.tie_embeddings in ("all", "inputs") else None
         x, embedding = _embed(b, spec.vocab.tgt_size, tie=tie)
         out, out_seq = _stack(b, spec.decoder, x), "T"
     if spec.head is not None:  # a task head instead of the masked-LM projection (tfspec.spec.heads)
@@ -164,8 +172,9 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
         x = b.op("head.dense", "dense", [x], attrs={"activation": s.activation}, component="head",
                  params={"weight": ((s.d_model, s.d_model), "xavier_uniform"), "bias": ((s.d_model,), "zeros")})
         x = b.norm("head.norm", x)
-    params = {"weight": embedding if s.tie_embeddings != "none" else ((vocab, s.d_model), "xavier_uniform")}
+    params = {"weight": embedding if s.ties_output else ((vocab, s.d_model), "xavier_uniform")}
     if s.output_bias:
         params["bias"] = ((vocab,), "zeros")
-    b.graph.ports["logits"] = b.op("output", "projection", [x], attrs={"vocab": vocab}, params=params,
+    attrs = {"vocab": vocab, "scale": s.output_scale}
+    b.graph.ports["logits"] = b.op("output", "projection", [x], attrs=attrs, params=params,
                                    component="projection", shape=("B", b.seq, vocab))

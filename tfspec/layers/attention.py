@@ -17,11 +17,15 @@ attention cheaper when n < d.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field, model_validator
 
 from tfspec.layers.base import Sublayer, linear, register
+from tfspec.layers.relative_bias import table_param
+from tfspec.spec.base import field_error
 
-POSITIONS_IN_ATTENTION = ("rotary", "relative")
+POSITIONS_IN_ATTENTION = ("rotary", "relative", "relative_bias")
 
 
 class Attention(Sublayer):
@@ -31,9 +35,25 @@ class Attention(Sublayer):
     score: Literal["dot", "additive"] = "dot"
     """dot: q·k / sqrt(d_k) (§3.2.1); additive: w·tanh(q + k) per head, the additive
     attention (Bahdanau et al. 2015) §3.2.1 compares it with."""
+    scale: Annotated[float, Field(gt=0, le=1e3)] | None = None
+    """Factor of the dot-product scores; None: 1 / sqrt(d_k) (§3.2.1). T5 uses 1: its
+    initialisation folds the 1 / sqrt(d_k) into W^Q."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
+
+    @model_validator(mode="after")
+    def _scale_needs_dot(self):
+        if self.scale is not None and self.score != "dot":
+            raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
+                              f"{self.score}: remove scale or use score: dot")
+        return self
+
+    def score_scale(self, d_k: int) -> float | None:
+        """The factor of q·k: ``scale``, else 1 / sqrt(d_k); None for additive scores."""
+        if self.score != "dot":
+            return None
+        return self.scale if self.scale is not None else d_k ** -0.5
 
     def visible(self, q, k):
         """Boolean (Lq, Lk) mask from query positions ``q`` (Lq, 1) and key positions ``k``
@@ -116,8 +136,11 @@ class Attention(Sublayer):
             # One table of clipped distances for keys and one for values, shared by the heads.
             rows = 2 * positions.max_distance + 1
             params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
+        if positions is not None and positions.kind == "relative_bias":  # T5: one table per stack
+            params |= table_param(b, name, positions, h)
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
+                 "scale": self.score_scale(d_k),
                  "positions": None if positions is None else positions.model_dump()}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=self)
 

@@ -9,6 +9,9 @@ from pydantic import Field, model_validator
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import MAX_POSITIONS, Fraction, Positions, RopeFactor, RotaryBase
 
+MAX_BUCKETS = 2**16
+"""Distance buckets of a relative attention bias: T5 uses 32."""
+
 
 class RotaryScaling(SpecModel):
     """Llama 3's rotary frequency scaling (transformers' rope type ``llama3``): wavelengths
@@ -40,11 +43,14 @@ class RotaryScaling(SpecModel):
 class Positional(SpecModel):
     """How positions enter the model (§3.5)."""
 
-    kind: Literal["sinusoidal", "learned", "rotary", "relative", "none"] = "sinusoidal"
+    kind: Literal["sinusoidal", "learned", "rotary", "relative", "relative_bias", "none"] = "sinusoidal"
     """sinusoidal: fixed sines/cosines added to the embeddings; learned: a trained table (Table 3
     row E); rotary: queries and keys of self-attention rotated by position (Su et al. 2021);
     relative: learned embeddings of the clipped distance j - i added to keys and values inside
-    self-attention (Shaw et al. 2018); none: for models whose layers see order themselves."""
+    self-attention (Shaw et al. 2018); relative_bias: a learned scalar per head and bucket of
+    the distance j - i added to self-attention's logits, one table per stack (T5, Raffel et al.
+    2020, §2.1; ``tfspec.layers.relative_bias``); none: for models whose layers see order
+    themselves."""
     max_len: Positions = 1024
     """Longest sequence the model accepts; rows of the learned table."""
     layout: Literal["interleaved", "halves"] = "interleaved"
@@ -55,7 +61,11 @@ class Positional(SpecModel):
     """learned: rows of the table before the first position's; position p reads row p + offset
     (BART's table starts with 2 unused rows, a leftover of fairseq's padding positions)."""
     max_distance: Positions = 16
-    """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k)."""
+    """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k);
+    relative_bias: distances from max_distance on share the last bucket (T5: 128)."""
+    buckets: Annotated[int, Field(ge=4, le=MAX_BUCKETS)] = 32
+    """relative_bias: buckets of distances (T5's relative_attention_num_buckets): half exact
+    distances, half log-spaced up to max_distance; bidirectional attention gives each sign half."""
     base: RotaryBase = 10000.0
     """rotary: the wavelength base of the rotation frequencies (transformers' rope_theta)."""
     fraction: Fraction = 1.0
@@ -68,7 +78,7 @@ class Positional(SpecModel):
     @property
     def in_attention(self) -> bool:
         """Positions enter through self-attention rather than the embeddings."""
-        return self.kind in ("rotary", "relative")
+        return self.kind in ("rotary", "relative", "relative_bias")
 
     @model_validator(mode="before")
     @classmethod
@@ -78,10 +88,15 @@ class Positional(SpecModel):
     @model_validator(mode="after")
     def _kind_only(self) -> Positional:
         for field, unset, kind in (("fraction", 1.0, "rotary"), ("scaling", None, "rotary"),
-                                   ("layout", "interleaved", "sinusoidal"), ("offset", 0, "learned")):
+                                   ("layout", "interleaved", "sinusoidal"), ("offset", 0, "learned"),
+                                   ("buckets", 32, "relative_bias")):
             if self.kind != kind and getattr(self, field) != unset:
                 raise field_error(field, f"{field} shapes {kind} positions, but kind is {self.kind}: remove "
                                   f"{field} or set kind: {kind}")
+        if self.kind == "relative_bias" and self.max_distance <= self.buckets // 2:
+            raise field_error("max_distance", f"max_distance ({self.max_distance}) must exceed buckets // 2 "
+                              f"({self.buckets // 2}), the exact distances: the other buckets are log-spaced "
+                              "between the two; raise max_distance or lower buckets")
         return self
 
     @property

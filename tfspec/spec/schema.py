@@ -259,9 +259,10 @@ class Spec(SpecModel):
     norm_eps: Epsilon = 1e-5
     final_norm: bool | None = None
     """LayerNorm after each stack's last layer; defaults to true for pre-norm, false for post."""
-    tie_embeddings: Literal["none", "output", "all"] = "output"
+    tie_embeddings: Literal["none", "output", "all", "inputs"] = "output"
     """output: target embedding and pre-softmax projection share a matrix; all: the source
-    embedding too, as in the paper (§3.4; needs a shared vocabulary)."""
+    embedding too, as in the paper (§3.4; needs a shared vocabulary); inputs: the source and
+    target embeddings share one, the projection has its own (T5 v1.1)."""
     embed_scale: bool = True
     """Multiply embeddings by sqrt(d_model) (§3.4)."""
     embed_norm: bool = False
@@ -280,6 +281,9 @@ class Spec(SpecModel):
     """Per-projection overrides of ``bias`` (q, k, v, o, ffn)."""
     output_bias: bool = False
     """Bias on the pre-softmax projection."""
+    output_scale: float = Field(1.0, gt=0, le=1e3)
+    """Factor on the last hidden states before the pre-softmax projection (T5 with tied
+    embeddings: d_model^-0.5, as its embeddings are not scaled up by sqrt(d_model))."""
     image: Image | None = None
     """An image input: intensity tokens in raster order with row, column and channel
     embeddings in place of ``positional`` (which must then be kind none)."""
@@ -312,9 +316,9 @@ class Spec(SpecModel):
             raise field_error("heads", f"d_model ({self.d_model}) is not divisible by heads ({self.heads}): "
                               f"set {missing} explicitly or pick heads dividing d_model")
         self._check_family()
-        if self.tie_embeddings == "all" and (self.family != "encoder-decoder" or not self.vocab.shared):
-            raise field_error("tie_embeddings", "tie_embeddings 'all' ties the source embedding too: it needs "
-                              "family encoder-decoder and vocab.shared true; use 'output' instead")
+        if self.tie_embeddings in ("all", "inputs") and (self.family != "encoder-decoder" or not self.vocab.shared):
+            raise field_error("tie_embeddings", f"tie_embeddings '{self.tie_embeddings}' ties the source embedding: "
+                              "it needs family encoder-decoder and vocab.shared true; use 'output' or 'none' instead")
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise field_error("kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
@@ -410,6 +414,11 @@ class Spec(SpecModel):
         """Whether ``projection`` (q, k, v, o or ffn) has a bias: its ``biases`` entry, else ``bias``."""
         chosen = getattr(self.biases, projection) if self.biases is not None else None
         return self.bias if chosen is None else chosen
+
+    @property
+    def ties_output(self) -> bool:
+        """The pre-softmax projection is the target embedding matrix (§3.4)."""
+        return self.tie_embeddings in ("output", "all")
 
     @property
     def uses_final_norm(self) -> bool:
