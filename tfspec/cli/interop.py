@@ -91,6 +91,7 @@ def register(command) -> None:
 
 
 def add_export_options(c) -> None:
-    c.add_argument("--format", choices=["onnx", "hf"], default="onnx",
+    c.add_argument("--format", choices=["onnx", "hf", "genai"], default="onnx",
                    help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
-                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, Mistral or Qwen2)")
+                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, Mistral or Qwen2); "
+                        "genai: model.onnx + genai_config.json for onnxruntime-genai (decoder-only specs)")
