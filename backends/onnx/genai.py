@@ -70,7 +70,7 @@ def refusal(graph: Graph) -> str | None:
             return (f"{spec.name}: {node.name} uses relative positions, which the graph would read from cache "
                     "indices; genai pads prompts inside the cache; use --format onnx")
         shapes.add((a["heads"], a["kv_heads"], a["d_k"], a["d_v"]))
-    if len(shapes) != 1 or len({d for *_, d_k, d_v in shapes for d in (d_k, d_v)}) != 1:
+    if len(shapes) != 1 or any(d_k != d_v for *_, d_k, d_v in shapes):
         return (f"{spec.name}: --format genai needs every layer's heads, key/value heads and d_k = d_v alike "
                 f"(genai_config.json has one head_size); found (heads, kv_heads, d_k, d_v) {sorted(shapes)}")
     return None
@@ -144,9 +144,9 @@ def genai_config(graph: Graph, inputs: list[str]) -> dict:
     names = {"input_ids": "input_ids", "attention_mask": "attention_mask"}
     if "position_ids" in inputs:
         names["position_ids"] = "position_ids"
+    names |= {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"}
     decoder = {"session_options": {"log_id": "onnxruntime-genai", "provider_options": []}, "filename": GRAPH,
-               "head_size": attention[0]["d_k"], "hidden_size": spec.d_model,
-               "inputs": names | {"past_key_names": "past_key_values.%d.key", "past_value_names": "past_key_values.%d.value"},
+               "head_size": attention[0]["d_k"], "hidden_size": spec.d_model, "inputs": names,
                "outputs": {"logits": "logits", "present_key_names": "present.%d.key",
                            "present_value_names": "present.%d.value"},
                "num_attention_heads": attention[0]["heads"], "num_hidden_layers": len(attention),
