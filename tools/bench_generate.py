@@ -12,7 +12,7 @@ tokens after BOS, exactly 64 new tokens (greedy; end of sentence forbidden befor
 8, float32, the same threads for all. Before timing, every engine's tokens are compared with
 transformers'. Ratios > 1: tfspec is faster.
 
-    python tools/bench_generate.py                      # ~3 minutes on 2 quiet cores
+    python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
 """
 
