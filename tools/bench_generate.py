@@ -4,19 +4,22 @@ transformers writes a Llama-shaped model with random weights (default ~110M para
 d_model 768, 12 layers, 12 heads sharing 4 key/value heads, SwiGLU 2048, 32000 tokens) and a
 word-level tokenizer for it; then every engine starts from that directory, as a user would:
 tfspec imports it (`tfspec import`), exports its ONNX graphs and generates with its KV-cached
-search on onnxruntime; CTranslate2 converts it (`TransformersConverter`) and runs
-`Generator.generate_batch`; transformers runs `generate` (KV cache, SDPA). Prompts of 32 random
+search on onnxruntime; onnxruntime-genai runs the same weights exported by tfspec in its format
+(`export --format genai`: its own decoding loop, the same onnxruntime); CTranslate2 converts it
+(`TransformersConverter`) and runs `Generator.generate_batch`; transformers runs `generate`
+(KV cache, SDPA). Prompts of 32 random
 tokens after BOS, exactly 64 new tokens (greedy; end of sentence forbidden before), batch 1 and
 8, float32, the same threads for all. Before timing, every engine's tokens are compared with
 transformers'. Ratios > 1: tfspec is faster.
 
-    python tools/bench_generate.py                      # ~3 minutes on 2 quiet cores
+    python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import statistics
 import subprocess
@@ -61,7 +64,10 @@ def write_llama(args, directory: Path):
 def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
     """Name -> generate(prompts (B, L) with BOS first, n) -> exactly n new token ids per row."""
     import ctranslate2
+    import onnxruntime_genai as og
     from ctranslate2.converters import TransformersConverter
+
+    from tfspec.backends.onnx.genai import export_genai
 
     tfspec = Path(sys.executable).with_name("tfspec")
     subprocess.run([str(tfspec), "import", str(hf_dir), "-o", str(work / "imported"), "--quiet"], check=True)
@@ -70,6 +76,11 @@ def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
     load_weights(model, work / "imported" / "model.safetensors")
     export(model, work / "onnx", parity=False)
     dec = OnnxModel(work / "onnx", device="cpu", threads=args.threads).decoder()
+    export_genai(model, work / "genai", parity=False)
+    config = og.Config(str(work / "genai"))  # the threads and spinning tfspec's sessions get (runtime.session_options)
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+        "intra_op_num_threads": args.threads, "session.intra_op.allow_spinning": "0"}}}}))
+    genai_model = og.Model(config)
     options = lambda n: SearchOptions(beam=1, min_length=n, max_length=n, max_extra=n)
     TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
     gen = ctranslate2.Generator(str(work / "ct2"), device="cpu", intra_threads=args.threads, inter_threads=1)
@@ -80,14 +91,24 @@ def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
                                  sampling_topk=1, include_prompt_in_result=False)
         return [[index[t] for t in r.sequences[0]] for r in res]
 
+    def genai(prompts, n):
+        params = og.GeneratorParams(genai_model)
+        params.set_search_options(batch_size=len(prompts), min_length=prompts.shape[1] + n,
+                                  max_length=prompts.shape[1] + n)
+        generator = og.Generator(genai_model, params)
+        generator.append_tokens(prompts.astype(np.int32))
+        while not generator.is_done():
+            generator.generate_next_token()
+        return [generator.get_sequence(i)[prompts.shape[1]:].tolist() for i in range(len(prompts))]
+
     def hf(prompts, n):
         with torch.inference_mode():
             out = hf_model.generate(torch.from_numpy(prompts), max_new_tokens=n, min_new_tokens=n, do_sample=False,
                                     pad_token_id=0)
         return out[:, prompts.shape[1]:].tolist()
 
-    return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts), "transformers": hf,
-            "CTranslate2": ct2}
+    return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts), "ORT GenAI": genai,
+            "transformers": hf, "CTranslate2": ct2}
 
 
 def main() -> None:
@@ -124,12 +145,14 @@ def main() -> None:
           f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
           f"{platform.processor() or platform.machine()}")
     names = list(runs)
-    print("| batch | " + " | ".join(f"{n} (tok/s)" for n in names) + " | tfspec / transformers | tfspec / CTranslate2 |")
-    print("|---|" + "---|" * (len(names) + 2))
+    others = [n for n in names if n != "tfspec ORT"]
+    print("| batch | " + " | ".join(f"{n} (tok/s)" for n in names) + " | " +
+          " | ".join(f"tfspec / {n}" for n in others) + " |")
+    print("|---|" + "---|" * (2 * len(names) - 1))
     for batch in SETTINGS:
         speed = {n: batch * args.new / statistics.median(times[batch, n]) for n in names}
-        print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) + f" | "
-              f"{speed['tfspec ORT'] / speed['transformers']:.2f} | {speed['tfspec ORT'] / speed['CTranslate2']:.2f} |")
+        print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) + " | " +
+              " | ".join(f"{speed['tfspec ORT'] / speed[n]:.2f}" for n in others) + " |")
 
 
 if __name__ == "__main__":

@@ -229,11 +229,12 @@ def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
 def _rotation(e, seq: str, x: str, frequencies: np.ndarray) -> tuple[str, str]:
     """cos and sin (L, 1, r/2) of the positions of ``x``'s L vectors at ``frequencies``
     (``rotary_frequencies``), as ``rotation`` of the PyTorch backend (angles in fp32 even in
-    fp16 graphs)."""
+    fp16 graphs); (B, L, 1, r/2) where the graph is fed positions per row (genai's
+    ``position_ids``)."""
     b = e.b
     positions = b.op("Cast", e.positions(seq, x), to=TensorProto.FLOAT)
-    angles = b.op("Mul", b.op("Unsqueeze", positions, b.ints(1)), b.const(frequencies.reshape(1, -1), np.float32))
-    angles = b.op("Unsqueeze", angles, b.ints(1))
+    angles = b.op("Mul", b.op("Unsqueeze", positions, b.ints(-1)), b.const(frequencies.reshape(1, -1), np.float32))
+    angles = b.op("Unsqueeze", angles, b.ints(-2))
     return tuple(b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))
 
 

@@ -79,15 +79,11 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                         "tfspec.vocab": json.dumps(manifest["vocab"])}
             proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata)
             path = staging / f"{kind}.onnx"
-            _save(proto, path)
+            save_graph(proto, path)
             onnx.checker.check_model(str(path), full_check=True)
             manifest["graphs"][kind] = path.name
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        if (directory / MANIFEST).exists():
-            (directory / MANIFEST).unlink()  # a half-replaced directory must not look complete
-        for path in sorted(staging.iterdir(), key=lambda p: p.name == MANIFEST):
-            os.replace(path, directory / path.name)
-            result.files[path.name] = (directory / path.name).stat().st_size
+        result.files = publish(staging, directory, MANIFEST)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if parity:
@@ -150,6 +146,19 @@ def agreement(reference: OnnxModel, quantised: OnnxModel, seed: int = 0) -> dict
             "sentences_equal": sum(x == y for x, y in zip(ours, theirs)), "sentences": len(theirs)}
 
 
+def publish(staging: Path, directory: Path, last: str) -> dict[str, int]:
+    """Move the files written in ``staging`` into ``directory``, ``last`` (the file readers
+    look for first) removed before and moved in after the others, so a half-replaced
+    directory never looks complete. Returns file name -> bytes."""
+    if (directory / last).exists():
+        (directory / last).unlink()
+    files = {}
+    for path in sorted(staging.iterdir(), key=lambda p: p.name == last):
+        os.replace(path, directory / path.name)
+        files[path.name] = (directory / path.name).stat().st_size
+    return files
+
+
 def write_manifest(directory: Path, manifest: dict) -> None:
     """Replace the directory's manifest atomically (a reader sees the old one or the new one)."""
     tmp = directory / f".{MANIFEST}.tmp"
@@ -157,7 +166,7 @@ def write_manifest(directory: Path, manifest: dict) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
-def _save(proto: onnx.ModelProto, path: Path) -> None:
+def save_graph(proto: onnx.ModelProto, path: Path) -> None:
     weights = sum(len(t.raw_data) for t in proto.graph.initializer)
     if weights > EXTERNAL_DATA_BYTES:
         onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,

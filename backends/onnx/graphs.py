@@ -151,9 +151,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
             env[node.name] = None
             e.bias["S"] = b.input("memory_bias", ["batch", 1, 1, "src_len"])
         else:
-            env[node.name] = LOWERINGS[node.op](e, node, *_layout(e, node, [env[i] for i in node.inputs]))
-            if node.op in ROWWISE and len(node.shape) == 3:
-                b.flat.add(env[node.name])
+            env[node.name] = lower(e, node, env)
     b.scope = "outputs"
     if kind == "encoder":
         d = graph.spec.d_model
@@ -188,6 +186,14 @@ ROWWISE = {"add", "dropout", "dense", "ffn", "layer_norm", "rms_norm", "attentio
 """IR ops that treat every position alike (attention reads the sequence through its own
 reshapes): they take and give the residual stream's flat (B * L, d) view. Every other op gets
 (B, L, d) sequences, so a lowering that knows nothing of flat views never meets one."""
+
+
+def lower(e: Emit, node, env: dict[str, str | None]) -> str:
+    """Emit ``node`` from its inputs' values in ``env``, each in the layout its lowering takes."""
+    value = LOWERINGS[node.op](e, node, *_layout(e, node, [env[i] for i in node.inputs]))
+    if node.op in ROWWISE and len(node.shape) == 3:
+        e.b.flat.add(value)
+    return value
 
 
 def _layout(e: Emit, node, values: list[str | None]) -> list[str | None]:

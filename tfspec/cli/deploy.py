@@ -11,6 +11,7 @@ from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
 from tfspec.data.codecs import open_codec
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
+from tfspec.ir import build_graph
 from tfspec.search import SearchOptions
 from tfspec.spec import load_spec
 
@@ -24,21 +25,35 @@ def cmd_export(args) -> int:
             raise TfspecError(f"{'--opset' if args.opset is not None else '--int8'} applies to --format onnx; a "
                               "Hugging Face checkpoint keeps float weights and has no opset")
         return interop.export_hf(args)
+    if args.format == "genai" and args.int8:
+        raise TfspecError("--int8 applies to --format onnx; --format genai writes float weights")
     args.opset = args.opset or DEFAULT_OPSET
-    from tfspec.backends.onnx import export
+    from tfspec.backends.onnx import export, genai
 
     spec = load_spec(args.spec)
+    if args.format == "genai" and (reason := genai.refusal(build_graph(spec))):
+        raise TfspecError(reason)  # before building (and loading) the model
     model = model_to_export(spec, args)
     started = time.perf_counter()
-    result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check, int8=args.int8)
+    if args.format == "genai":
+        result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
+    else:
+        result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
+                        int8=args.int8)
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
-    if copied := interop.copy_tokenizer(args.spec, result.directory):
+    copied = interop.copy_tokenizer(args.spec, result.directory)
+    if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
+    elif args.format == "genai":
+        print(f"tokenizer: {', '.join(copied)} (onnxruntime_genai.Tokenizer reads tokenizer.json and "
+              "tokenizer_config.json)" if copied else "note: no tokenizer files beside the spec: "
+              "onnxruntime_genai loads the model; feed token ids with Generator.append_tokens")
     if args.no_check:
         return 0
-    print("parity with the PyTorch backend (onnxruntime CPU):")
+    print("parity with the PyTorch backend (onnxruntime CPU" + (", fed as onnxruntime-genai feeds it):"
+                                                               if args.format == "genai" else "):"))
     for check in result.checks:
         print(f"  {check}")
     print("parity: ok" if result.ok else "parity: FAILED (the graphs were written; do not deploy them)")
@@ -155,7 +170,9 @@ def register(command) -> None:
                 "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails. "
                 "--format hf writes config.json + model.safetensors for transformers' from_pretrained instead "
                 "(GPT-2, BERT, Llama, Mistral or Qwen2), for specs that are exactly one of those, and "
-                "checks them the same way when transformers is installed.")
+                "checks them the same way when transformers is installed. --format genai writes model.onnx + "
+                "genai_config.json (and the tokenizer files beside the spec) that onnxruntime-genai loads "
+                "unchanged, for decoder-only specs with causal self-attention.")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: random init)")

@@ -91,7 +91,8 @@ def register(command) -> None:
 
 
 def add_export_options(c) -> None:
-    c.add_argument("--format", choices=["onnx", "hf"], default="onnx",
+    c.add_argument("--format", choices=["onnx", "hf", "genai"], default="onnx",
                    help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
                         "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
-                        "Mistral, Qwen2 or T5)")
+                        "Mistral, Qwen2, Marian, BART or T5); genai: model.onnx + genai_config.json for "
+                        "onnxruntime-genai (decoder-only specs)")
