@@ -26,6 +26,7 @@ from tfspec.ir import Graph
 from . import attention  # noqa: F401  (registers the attention lowering)
 from .attention import project_kv
 from .builder import Builder, Index
+from .frames import frames_input
 from .lowerings import LOWERINGS
 
 KINDS = ("model", "encoder", "decoder")
@@ -132,9 +133,9 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     elif kind == "decoder":
         fed, targets = {ports["tgt"]} | ({ports["memory"]} if "memory" in ports else set()), [ports["logits"]]
     else:
-        fed, targets = {ports[p] for p in ("src", "tgt", "segments") if p in ports}, [ports["logits"]]
+        fed, targets = {ports[p] for p in ("src", "tgt", "segments", "frames") if p in ports}, [ports["logits"]]
     if kind != "decoder":
-        targets += pooled
+        targets += pooled + ([ports["log_probs"]] if "log_probs" in ports else [])
     needed = graph.needed(fed, targets)
     env: dict[str, str | None] = {}
     for node in graph.nodes():
@@ -169,13 +170,17 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     else:
         seq = "tgt_len" if "tgt" in ports else "src_len"
         b.output("logits", env[ports["logits"]], ["batch", seq, vocab])
+        if "log_probs" in ports:  # a CTC head's frame log-probabilities
+            b.output("log_probs", env[ports["log_probs"]], ["batch", seq, vocab])
     if pooled and kind != "decoder":
         b.output("pooled", env[ports["pooled"]], ["batch", graph.spec.d_model])
     return b.model(metadata or {})
 
 
 def _tokens(e: Emit, node) -> str:
-    """Declare a token input and, outside step graphs, its padding mask."""
+    """Declare a token (or frame) input and, outside step graphs, its padding mask."""
+    if node.attrs["dtype"] == "float32":
+        return frames_input(e, node)
     b, seq = e.b, node.shape[1]
     length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)

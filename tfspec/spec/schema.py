@@ -15,6 +15,8 @@ from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Channels, Epsilon, Heads, Layers, Positions, Segments,
                                 Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.frames import Frames
+from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -282,6 +284,10 @@ class Spec(SpecModel):
     image: Image | None = None
     """An image input: intensity tokens in raster order with row, column and channel
     embeddings in place of ``positional`` (which must then be kind none)."""
+    frames: Frames | None = None
+    """Feature vectors per frame as the encoder's input instead of token ids (needs a ``head``)."""
+    head: Head | None = None
+    """An output head in place of the pre-softmax token projection, e.g. ``{kind: ctc, ...}``."""
     encoder: Stack | None = None
     decoder: Stack | None = None
     reference: Reference | None = None
@@ -316,6 +322,9 @@ class Spec(SpecModel):
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
         self._check_rotary()
         self._check_image()
+        for part in (self.frames, self.head):
+            if part is not None and (problem := part.check(self)):
+                raise field_error(*problem)
         for field in ("segments", "pooler"):
             if getattr(self, field) and self.encoder is None:
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
