@@ -114,3 +114,10 @@ def test_transcribe_refuses_a_model_that_is_not_ctc(tmp_path, capsys):
 def test_train_refuses_a_token_spec_on_digit_lines(trained, tmp_path, capsys):
     assert main(["train", "tiny", "--data", str(trained / "data"), "--out", str(tmp_path / "r")]) == 2
     assert "spec with frames and a ctc head" in capsys.readouterr().err
+
+
+def test_compile_and_report_take_the_shipped_example(cli):
+    code, out, _ = cli("compile", "examples/ctc-digits.yaml", "--length", "9")
+    assert code == 0 and "logits (2, 9, 11)" in out
+    code, out, _ = cli("report", "examples/ctc-digits.yaml")
+    assert code == 0 and "frame_projection" in out

@@ -163,7 +163,13 @@ def cmd_compile(args) -> int:
     tokens = [torch.randint(4, vocab.size if port == "src" else vocab.tgt_size, (args.batch, args.length),
                             generator=gen).to(args.device) for port in ("src", "tgt") if port in graph.ports]
     started = time.perf_counter()
-    logits = model(*tokens)
+    if "frames" in graph.ports:  # feature vectors in: random frames, random labels to score
+        frames = torch.randn(args.batch, args.length, spec.frames.features, generator=gen).to(args.device)
+        lengths = torch.full((args.batch,), args.length, device=args.device)
+        logits = model.run({"frames": frames, "lengths": lengths})["logits"]
+        tokens = [torch.randint(0, logits.shape[-1], logits.shape[:2], generator=gen).to(args.device)]
+    else:
+        logits = model(*tokens)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[-1].flatten())
     loss.backward()
     print(f"forward + backward on a random batch {args.batch} x {args.length}: logits {tuple(logits.shape)}, "
