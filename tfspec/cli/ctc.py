@@ -127,8 +127,11 @@ def read_frames(path: Path, features: int, max_len: int | None) -> np.ndarray:
 
 
 def _image_columns(path: Path, features: int, max_len: int | None) -> np.ndarray:
-    from PIL import Image, UnidentifiedImageError
-
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise TfspecError(f"{path}: reading images needs pillow: pip install 'tfspec[images]' (or pass a .npy "
+                          "array)") from None
     try:
         with Image.open(path) as image:
             width, height = image.size

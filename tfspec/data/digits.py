@@ -72,8 +72,12 @@ def write_digit_lines(directory: str | Path, train: int = 4000, test: int = 500,
                       samples: int = 5) -> dict:
     """Compose ``train`` and ``test`` lines from the two blocks of load_digits into
     ``directory``; return the manifest written."""
-    from sklearn.datasets import load_digits
-
+    try:
+        from sklearn.datasets import load_digits
+        import PIL  # noqa: F401  (the sample PNGs)
+    except ImportError as e:
+        raise TfspecError(f"digit lines need scikit-learn and pillow ({e.name} is missing): pip install "
+                          "'tfspec[images]'") from None
     data = load_digits()
     cut = int(len(data.images) * TRAIN_SHARE)
     blocks = {"train": (slice(0, cut), train), "test": (slice(cut, None), test)}
