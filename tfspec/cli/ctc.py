@@ -170,7 +170,7 @@ def register_data(action) -> None:
                "DIR/{train,test}.npz and .txt, and a few test lines as PNGs in DIR/samples. `tfspec train SPEC "
                "--data DIR` then trains a CTC model (examples/ctc-digits.yaml) and a framewise baseline.")
     a.add_argument("dir", metavar="DIR", help="directory to write (created if needed)")
-    a.add_argument("--train", type=integer(1, 10**6), default=4000, help="training lines (default 4000)")
+    a.add_argument("--train", type=integer(1, 10**6), default=12000, help="training lines (default 12000)")
     a.add_argument("--test", type=integer(1, 10**6), default=500, help="held-out test lines (default 500)")
     a.add_argument("--seed", type=SEED, default=0)
 

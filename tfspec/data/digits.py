@@ -68,7 +68,7 @@ def compose(images: np.ndarray, digits: np.ndarray, rng: np.random.Generator) ->
     return Line(frames, text, np.concatenate(labels).astype(np.int8))
 
 
-def write_digit_lines(directory: str | Path, train: int = 4000, test: int = 500, seed: int = 0,
+def write_digit_lines(directory: str | Path, train: int = 12000, test: int = 500, seed: int = 0,
                       samples: int = 5) -> dict:
     """Compose ``train`` and ``test`` lines from the two blocks of load_digits into
     ``directory``; return the manifest written."""
