@@ -85,3 +85,21 @@ def test_llama_family_round_trip_gives_the_original_logits(cli, tmp_path, case):
     tokens = torch.randint(6, 120, (2, 24))
     got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(tokens).logits
     assert torch.allclose(got, original(tokens).logits, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["marian", "bart", "bart-scaled-relu"])
+@torch.no_grad()
+def test_seq2seq_round_trip_gives_the_original_logits(cli, tmp_path, case):
+    """Marian and BART: import -> export -> from_pretrained computes what the original did."""
+    from test_import_seq2seq import CASES, batch, save
+
+    original = save(case, tmp_path / "original")
+    imported, exported = tmp_path / "imported", tmp_path / "exported"
+    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
+    code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                            "-o", exported)
+    assert code == 0, stdout + err
+    reloaded = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()
+    src, tgt = batch(case)
+    inputs = dict(input_ids=src, attention_mask=(src != CASES[case][2]["pad_token_id"]).long(), decoder_input_ids=tgt)
+    assert torch.allclose(reloaded(**inputs).logits, original(**inputs).logits, atol=1e-4)

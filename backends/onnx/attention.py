@@ -53,16 +53,15 @@ def blocked(node: Node) -> bool:
 
 
 def split_heads(b, x: str, heads: int, size: int) -> str:
-    """(B, L, h*size) -> (B, h, L, size)."""
-    return b.op("Transpose", b.op("Reshape", x, b.ints(0, 0, heads, size)), perm=[0, 2, 1, 3])
+    """(B, L, h*size), or its flat (B * L, h*size) view -> (B, h, L, size)."""
+    return b.op("Transpose", b.op("Reshape", x, b.batched(-1, heads, size)), perm=[0, 2, 1, 3])
 
 
 def project_kv(b, node: Node, memory: str) -> tuple[str, str]:
     """Cross-attention keys and values of the encoder output: (B, g, S, d_k), (B, g, S, d_v)."""
     a, p = node.attrs, node.params
     g, d_k, d_v = a["kv_heads"], a["d_k"], a["d_v"]
-    k, v = b.op("Split", b.linear(memory, p["w_kv"], _bias(b, node, "kv")), b.ints(g * d_k, g * d_v), axis=-1,
-                outputs=2)
+    k, v = b.split(b.linear(memory, p["w_kv"], _bias(b, node, "kv")), g * d_k, g * d_v)
     return split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
 
 
@@ -80,18 +79,17 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         else:
             k, v = project_kv(b, node, memory)
     else:
-        q, k, v = b.op("Split", b.linear(x, p["w_qkv"], _bias(b, node, "qkv")), b.ints(h * d_k, g * d_k, g * d_v),
-                       axis=-1, outputs=3)
+        q, k, v = b.split(b.linear(x, p["w_qkv"], _bias(b, node, "qkv")), h * d_k, g * d_k, g * d_v)
         positions = a["positions"] or {}
         if positions.get("kind") == "rotary":
             frequencies = rotary_frequencies(d_k, positions)
             cos, sin = e.cached(("rotary", node.shape[1], frequencies.tobytes()),
                                 lambda: _rotation(e, node.shape[1], q, frequencies))
             q, k = (_rotate(b, t, cos, sin, heads, d_k, 2 * len(frequencies)) for t, heads in ((q, h), (k, g)))
-        if node.layer.kind in TILED and e.kind != "step" and _plain(node):
-            return b.linear(TILED[node.layer.kind](e, node, q, k, v), p["w_o"], p.get("b_o"))
-        if blocked(node) and e.kind != "step" and _plain(node):
-            return b.linear(_banded(e, node, q, k, v), p["w_o"], p.get("b_o"))
+        whole = TILED.get(node.layer.kind) or (_banded if blocked(node) else None)
+        if whole is not None and e.kind != "step" and _plain(node):  # over (B, L, h*d) sequences
+            q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))
+            return _out(b, node, x, b.rows(whole(e, node, q, k, v), h * d_v))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
         if e.carries(node):  # keys and values of earlier positions, then these
             k = b.op("Concat", e.state(node, "key", ["batch", g, "past_len", d_k]), k, axis=2)
@@ -112,8 +110,15 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     else:
         k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, d_v)
         y = _explicit(b, node, q, k, v, mask)
-    y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(0, 0, h * d_v))
-    return b.linear(y, p["w_o"], p.get("b_o"))
+    y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
+    b.flat.add(y)
+    return _out(b, node, x, y)
+
+
+def _out(b, node: Node, x: str, y: str) -> str:
+    """The output projection of the heads' flat (B * L, h*d_v) outputs ``y``, in ``x``'s layout."""
+    out = b.linear(y, node.params["w_o"], node.params.get("b_o"))
+    return out if x in b.flat else b.sequence(out, node.shape[-1])
 
 
 def _dropped(b, layer, total: str) -> str:
@@ -225,11 +230,11 @@ def _rotation(e, seq: str, x: str, frequencies: np.ndarray) -> tuple[str, str]:
 
 
 def _rotate(b, x: str, cos: str, sin: str, heads: int, d: int, rotated: int) -> str:
-    """(B, L, heads*d) queries or keys with each pair (x_i, x_{i+r/2}) of the first r =
-    ``rotated`` features of every head rotated; the rest pass unchanged."""
+    """(B, L, heads*d) queries or keys (or their flat view) with each pair (x_i, x_{i+r/2}) of
+    the first r = ``rotated`` features of every head rotated; the rest pass unchanged."""
     half = rotated // 2
     sizes = [half, half] + ([d - rotated] if d > rotated else [])
-    x1, x2, *rest = b.op("Split", b.op("Reshape", x, b.ints(0, 0, heads, d)), b.ints(*sizes), axis=-1,
+    x1, x2, *rest = b.op("Split", b.op("Reshape", x, b.batched(-1, heads, d)), b.ints(*sizes), axis=-1,
                          outputs=len(sizes))
     rotated = b.op("Concat", b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin)),
                    b.op("Add", b.op("Mul", x1, sin), b.op("Mul", x2, cos)), *rest, axis=-1)

@@ -23,7 +23,8 @@ def frames_input(e, node: Node) -> str:
     b = e.b
     frames = b.input(node.name, ["batch", "src_len", node.attrs["features"]])
     lengths = b.op("Unsqueeze", b.input("lengths", ["batch"], TensorProto.INT64), b.ints(1))  # (B, 1)
-    index = b.op("Range", b.const(np.int64(0)), b.shape_of(frames, 1), b.const(np.int64(1)))
+    e.lengths["S"] = b.shape_of(frames, 1)
+    index = b.op("Range", b.const(np.int64(0)), e.lengths["S"], b.const(np.int64(1)))
     e.pads["S"] = b.op("GreaterOrEqual", b.op("Unsqueeze", index, b.ints(0)), lengths)  # (B, L)
     return frames
 

@@ -42,6 +42,9 @@ class Emit:
         self.bias: dict[str, str] = {}
         self._cache: dict = {}
         self._offset: str | None = None
+        self.lengths: dict[str, str] = {}
+        """Sequence symbol -> int64 scalar length, read from its token input (a flat view of a
+        sequence no longer shows it)."""
 
     def padding(self, seq: str) -> str | None:
         return self.pads.get(seq)
@@ -72,7 +75,8 @@ class Emit:
     def positions(self, seq: str, x: str) -> str:
         """int64 (L,) positions of the L vectors of ``x``: they follow the past in step graphs."""
         start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
-        return self.b.op("Range", start, self.b.op("Add", start, self.b.shape_of(x, 1)), self.b.const(np.int64(1)))
+        length = self.lengths.get(seq) or self.b.shape_of(x, 1)
+        return self.b.op("Range", start, self.b.op("Add", start, length), self.b.const(np.int64(1)))
 
     def offset(self) -> str:
         """Target positions already decoded: the past length of the first self-attention that
@@ -148,11 +152,15 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
             env[node.name] = None
             e.bias["S"] = b.input("memory_bias", ["batch", 1, 1, "src_len"])
         else:
-            env[node.name] = LOWERINGS[node.op](e, node, *[env[i] for i in node.inputs])
+            env[node.name] = LOWERINGS[node.op](e, node, *_layout(e, node, [env[i] for i in node.inputs]))
+            if node.op in ROWWISE and len(node.shape) == 3:
+                b.flat.add(env[node.name])
     b.scope = "outputs"
     vocab = graph.node(ports["logits"]).attrs["vocab"]
     if kind == "encoder":
-        memory = b.output("memory", env[ports["memory"]], ["batch", "src_len", graph.spec.d_model])
+        d = graph.spec.d_model
+        memory = env[ports["memory"]]
+        b.output("memory", b.sequence(memory, d), ["batch", "src_len", d])
         b.output("memory_bias", e.key_bias("S"), ["batch", 1, 1, "src_len"])
         for node in graph.nodes():
             if node.op == "attention" and node.layer.needs_memory:
@@ -161,20 +169,35 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                                              (node.attrs["d_k"], node.attrs["d_v"])):
                     b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["kv_heads"], "src_len", size])
     elif kind == "decoder":
+        logits = env[ports["logits"]]  # (B, vocab) when flat: the step's one position per row
         # Squeezed before LogSoftmax: a Squeeze writing the graph output would copy (B, vocab).
-        log_probs = b.op("LogSoftmax", b.op("Squeeze", env[ports["logits"]], b.ints(1)), axis=-1)
+        log_probs = b.op("LogSoftmax", logits if logits in b.flat else b.op("Squeeze", logits, b.ints(1)), axis=-1)
         log_probs = b.output("log_probs", log_probs, ["batch", vocab])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)
     else:
         seq = "tgt_len" if "tgt" in ports else "src_len"
-        b.output("logits", env[ports["logits"]], ["batch", seq, vocab])
+        b.output("logits", b.sequence(env[ports["logits"]], vocab), ["batch", seq, vocab])
         if "log_probs" in ports:  # a CTC head's frame log-probabilities
-            b.output("log_probs", env[ports["log_probs"]], ["batch", seq, vocab])
+            b.output("log_probs", b.sequence(env[ports["log_probs"]], vocab), ["batch", seq, vocab])
     if pooled and kind != "decoder":
         b.output("pooled", env[ports["pooled"]], ["batch", graph.spec.d_model])
     return b.model(metadata or {})
+
+
+ROWWISE = {"add", "dropout", "dense", "ffn", "layer_norm", "rms_norm", "attention", "act", "act_state", "projection"}
+"""IR ops that treat every position alike (attention reads the sequence through its own
+reshapes): they take and give the residual stream's flat (B * L, d) view. Every other op gets
+(B, L, d) sequences, so a lowering that knows nothing of flat views never meets one."""
+
+
+def _layout(e: Emit, node, values: list[str | None]) -> list[str | None]:
+    """``node``'s inputs in the layout its lowering takes (``ROWWISE``)."""
+    view = e.b.rows if node.op in ROWWISE else e.b.sequence
+    shapes = [e.graph.node(i).shape for i in node.inputs]
+    return [v if v is None or not isinstance(s[-1], int) or len(s) != 3 else view(v, s[-1])
+            for v, s in zip(values, shapes)]
 
 
 def _tokens(e: Emit, node) -> str:
@@ -184,6 +207,7 @@ def _tokens(e: Emit, node) -> str:
     b, seq = e.b, node.shape[1]
     length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)
+    e.lengths.setdefault(seq, b.shape_of(tokens, 1))
     if e.kind != "step" and not node.attrs.get("optional"):
         vocab = e.graph.spec.vocab
         pads = b.op("Equal", tokens, b.const(np.int64(vocab.pad_id)))

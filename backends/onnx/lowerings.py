@@ -123,7 +123,7 @@ def act(e, node: Node, s: str, y: str, packed: str | None = None) -> str:
 
 @lowering("act_state")
 def act_state(e, node: Node, packed: str) -> str:
-    return e.b.op("Slice", packed, e.b.ints(0), e.b.ints(node.shape[-1]), e.b.ints(2))
+    return e.b.op("Slice", packed, e.b.ints(0), e.b.ints(node.shape[-1]), e.b.ints(-1))
 
 
 @lowering("dense")
@@ -191,9 +191,15 @@ def ffn(e, node: Node, x: str) -> str:
 
 @lowering("projection")
 def projection(e, node: Node, x: str) -> str:
-    if e.kind == "step":  # only the next token's distribution is wanted
-        x = e.b.op("Slice", x, e.b.ints(-1), e.b.ints(np.iinfo(np.int64).max), e.b.ints(1))
-    return e.b.linear(x, node.params["weight"], node.params.get("bias"))
+    """Logits in ``x``'s layout; in step graphs of the last position only (flat: (B, vocab))."""
+    b, (vocab, d) = e.b, e.b.weights[node.params["weight"]].shape
+    flat = x in b.flat
+    if e.kind == "step":  # only the next token's distribution is wanted: (B, d) rows
+        last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
+        x = b.op("Reshape", last, b.ints(-1, d))
+        b.flat.add(x)
+    logits = b.linear(x, node.params["weight"], node.params.get("bias"))
+    return logits if flat else b.sequence(logits, vocab)
 
 
 @lowering("conv")

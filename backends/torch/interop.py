@@ -1,8 +1,9 @@
 """Checking an exported Hugging Face checkpoint against the PyTorch backend.
 
 ``tfspec export --format hf`` loads what it wrote with transformers (when installed) and runs
-both models on the same random, right-padded batch: the outputs the family names (logits, or
-BERT's hidden states and pooled output) must agree at every non-padded position.
+both models on the same random, right-padded batch (an encoder-decoder's targets unpadded):
+the outputs the family names (logits, or BERT's hidden states and pooled output) must agree
+at every non-padded position.
 """
 
 from __future__ import annotations
@@ -32,9 +33,15 @@ def check_hf(model: TorchModel, directory: str | Path, architecture: str, output
     tokens[tokens == vocab.pad_id] = (vocab.pad_id + 1) % vocab.size
     tokens[1, length // 2:] = vocab.pad_id  # a padded row
     keep = tokens != vocab.pad_id
-    port = "src" if "src" in model.graph.ports else "tgt"
-    ours = model.eval().run({port: tokens}, tuple(outputs))
-    expected = theirs(input_ids=tokens, attention_mask=keep.long())
+    feeds, theirs_feeds = {"src" if "src" in model.graph.ports else "tgt": tokens}, {}
+    if "src" in model.graph.ports and "tgt" in model.graph.ports:  # unpadded targets from the start token
+        target = torch.randint(0, vocab.tgt_size, (3, length), generator=gen)
+        target[target == vocab.pad_id] = (vocab.pad_id + 1) % vocab.tgt_size
+        target[:, 0] = vocab.bos_id
+        feeds["tgt"] = theirs_feeds["decoder_input_ids"] = target
+        keep = torch.ones_like(target, dtype=torch.bool)
+    ours = model.eval().run(feeds, tuple(outputs))
+    expected = theirs(input_ids=tokens, attention_mask=(tokens != vocab.pad_id).long(), **theirs_feeds)
     checks = []
     for name, attr in outputs.items():
         a, b = ours[name].float(), getattr(expected, attr).float()

@@ -26,6 +26,7 @@ class Bart(Marian):
     export_architecture = "BartForConditionalGeneration"
     defaults = {"vocab_size": 50265, "pad_token_id": 1, "decoder_start_token_id": 2, "eos_token_id": 2}
     embed_norm = True
+    exported = {}
     ignored = Marian.ignored | dict.fromkeys(LEFTOVERS, "fairseq's options; transformers' BART reads none of them "
                                                         "(it is always post-norm with learned positions and "
                                                         "layernorm_embedding, no final norm)")

@@ -14,7 +14,8 @@ matrices in the checkpoint, stacked into ``w_qkv`` (cross-attention: key and val
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import Family, Rule, Source, _show, activation, norm_rules, number, register
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, norm_rules, number,
+                                     register)
 
 LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
              "static_position_embeddings", "_num_labels", "classif_dropout", "extra_pos_embeddings")
@@ -129,7 +130,27 @@ class Marian(Family):
                 "decoder.embed_positions.weight": "the position table, computed from the config"}
 
     def structure(self, spec) -> str | None:
-        return f"exporting to {self.title} is not written yet (tfspec imports it)"
+        if spec.family != "encoder-decoder":
+            return f"{self.title} is an encoder-decoder; this spec is {spec.family}"
+        return None
+
+    def config(self, spec) -> dict:
+        """The configuration ``spec_data`` reads back as ``spec`` (``misfit`` checks that it does)."""
+        ffn = [layer for _, layer in spec.decoder.entries() if layer.kind == "ffn"]
+        decoder_ffn = (ffn[0].d_ff if ffn else None) or spec.d_ff
+        v = spec.vocab
+        return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
+                "d_model": spec.d_model, "encoder_layers": spec.encoder.num_layers,
+                "decoder_layers": spec.decoder.num_layers, "encoder_attention_heads": spec.heads,
+                "decoder_attention_heads": spec.heads, "encoder_ffn_dim": spec.d_ff, "decoder_ffn_dim": decoder_ffn,
+                "activation_function": ACTIVATION_NAMES[spec.activation], "dropout": spec.dropout,
+                "attention_dropout": spec.attention_dropout, "activation_dropout": spec.activation_dropout,
+                "max_position_embeddings": spec.positional.max_len, "scale_embedding": spec.embed_scale,
+                "pad_token_id": v.pad_id, "eos_token_id": v.eos_id, "decoder_start_token_id": v.bos_id,
+                "is_encoder_decoder": True, "tie_word_embeddings": True, **self.exported}
+
+    exported = {"share_encoder_decoder_embeddings": True}
+    """Fields only this family's configuration class has."""
 
 
 def layer_rules(spec) -> list[Rule]:
