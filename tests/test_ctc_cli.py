@@ -19,7 +19,8 @@ PIL = pytest.importorskip("PIL.Image")
 
 SPEC = {"name": "ctc-test", "family": "encoder-only", "frames": {"features": 8}, "vocab": 11,
         "head": {"kind": "ctc", "alphabet": "0123456789"}, "d_model": 16, "heads": 2, "d_ff": 32, "norm": "pre",
-        "positional": {"kind": "sinusoidal", "max_len": 200}, "encoder": {"layers": 1, "block": ["self_attention", "ffn"]}}
+        "positional": {"kind": "sinusoidal", "max_len": 200},
+        "encoder": {"layers": 1, "block": ["self_attention", "ffn"]}}
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,8 @@ def test_data_holds_out_a_block_and_reads_back(trained):
     manifest = json.loads((trained / "data" / "manifest.json").read_text())
     assert manifest["splits"]["test"]["lines"] == 6 and manifest["held_out"].startswith("samples [0, 1437)")
     for line in read_digit_lines(trained / "data", "train"):
-        drawn = [p for i, p in enumerate(line.frame_positions) if p >= 0 and (i == 0 or p != line.frame_positions[i - 1])]
+        positions = line.frame_positions
+        drawn = [p for i, p in enumerate(positions) if p >= 0 and (i == 0 or p != positions[i - 1])]
         assert drawn == list(range(len(line.text))) and line.frames.shape[1] == 8
 
 

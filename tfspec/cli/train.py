@@ -219,10 +219,11 @@ def register(command) -> None:
                 "Encoder-decoder specs learn to translate SRC to TGT, decoder-only specs to continue TGT text, "
                 "encoder-only specs (BERT) to predict masked SRC tokens (15%%: 80%% [MASK], 10%% random, 10%% "
                 "kept). A shared sentencepiece model of the spec's vocabulary size is trained on the corpus first. "
-                "On a `tfspec data digit-lines` directory, a spec with frames and a ctc head (examples/ctc-digits.yaml) "
-                "is trained with CTC and, beside it, the same spec on per-frame labels (the baseline), each for "
-                "--steps (default 4000) steps of 32 lines within half of --max-minutes; both are scored by character "
-                "error rate on the held-out lines and the CTC model is exported to RUN/onnx. "
+                "On a `tfspec data digit-lines` directory, a spec with frames and a ctc head "
+                "(examples/ctc-digits.yaml) is trained with CTC and, beside it, the same spec on per-frame labels "
+                "(the baseline), each for --steps (default 4000) steps of 16 lines within half of --max-minutes; "
+                "both are scored by character error rate on the held-out lines and the CTC model is exported to "
+                "RUN/onnx. "
                 "Checkpoints go to RUN/checkpoints (Ctrl-C saves one); --resume continues exactly. Under torchrun "
                 "(`torchrun --nproc_per_node=K -m tfspec train ...`) each process takes its share of every step.")
     c.add_argument("spec", metavar="SPEC")
