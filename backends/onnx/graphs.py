@@ -26,6 +26,7 @@ from tfspec.ir import Graph
 from . import attention  # noqa: F401  (registers the attention lowering)
 from .attention import project_kv
 from .builder import Builder, Index
+from .frames import frames_input
 from .lowerings import LOWERINGS
 
 KINDS = ("model", "encoder", "decoder")
@@ -136,9 +137,9 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     elif kind == "decoder":
         fed, targets = {ports["tgt"]} | ({ports["memory"]} if "memory" in ports else set()), [ports["logits"]]
     else:
-        fed, targets = {ports[p] for p in ("src", "tgt", "segments") if p in ports}, [ports["logits"]]
+        fed, targets = {ports[p] for p in ("src", "tgt", "segments", "frames") if p in ports}, [ports["logits"]]
     if kind != "decoder":
-        targets += pooled
+        targets += pooled + ([ports["log_probs"]] if "log_probs" in ports else [])
     needed = graph.needed(fed, targets)
     env: dict[str, str | None] = {}
     for node in graph.nodes():
@@ -174,9 +175,11 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)
     else:  # (batch, len, vocab), or a task head's (batch, classes) or (batch, src_len, classes)
         names = {"B": "batch", "S": "src_len", "T": "tgt_len"}
-        shape = graph.node(ports["logits"]).shape
-        logits = b.sequence(env[ports["logits"]], shape[-1]) if len(shape) == 3 else env[ports["logits"]]
-        b.output("logits", logits, [names.get(d, d) for d in shape])
+        for port in ("logits", "log_probs"):  # log_probs: a CTC head's frame log-probabilities
+            if port in ports:
+                shape = graph.node(ports[port]).shape
+                value = b.sequence(env[ports[port]], shape[-1]) if len(shape) == 3 else env[ports[port]]
+                b.output(port, value, [names.get(d, d) for d in shape])
     if pooled and kind != "decoder":
         b.output("pooled", env[ports["pooled"]], ["batch", graph.spec.d_model])
     return b.model(metadata or {})
@@ -205,7 +208,9 @@ def _layout(e: Emit, node, values: list[str | None]) -> list[str | None]:
 
 
 def _tokens(e: Emit, node) -> str:
-    """Declare a token input and, outside step graphs, its padding mask."""
+    """Declare a token (or frame) input and, outside step graphs, its padding mask."""
+    if node.attrs["dtype"] == "float32":
+        return frames_input(e, node)
     b, seq = e.b, node.shape[1]
     length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)

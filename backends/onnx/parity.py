@@ -18,6 +18,7 @@ from tfspec.checks import Check
 from tfspec.search import SearchOptions, search
 
 from .attention import blocked
+from .frames import check_frame_parity
 from .runtime import OnnxModel
 
 CHUNKS = [(0, 1), (1, 3), (3, 6), (6, 9)]  # step inputs: pasts of 0, 1, 3 and 6 tokens
@@ -25,6 +26,8 @@ CHUNKS = [(0, 1), (1, 3), (3, 6), (6, 9)]  # step inputs: pasts of 0, 1, 3 and 6
 
 def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-4, seed: int = 0) -> list[Check]:
     spec, ports = model.graph.spec, model.graph.ports
+    if "frames" in ports:
+        return check_frame_parity(ort_model, model, tolerance, seed)
     rng = np.random.default_rng(seed)
     pad = spec.vocab.pad_id
     src = _tokens(rng, spec.vocab.size, 3, 11, pad, pad_from=(1, 6)) if "src" in ports else None

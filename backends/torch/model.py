@@ -19,7 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.ir import Graph, build_graph
 from tfspec.spec import Spec
 
-from . import attention, layers  # noqa: F401  (register lowerings)
+from . import attention, frames, layers  # noqa: F401  (register lowerings)
 from .registry import LOWERINGS
 
 
@@ -171,9 +171,13 @@ class TorchModel(nn.Module):
         With a ``state``, ``tgt`` holds only new tokens: they follow the ``state.offset``
         positions whose keys, values and hidden states the state caches, and the state is
         updated in place. Decoding feeds no target padding (finished rows keep emitting).
+        ``frames`` come with ``lengths`` (B,) int64: how many of each row's frames are real.
         """
         ports = self.graph.ports
         padding = {}
+        if "frames" in feeds:
+            padding["S"] = frames.frame_padding(feeds["lengths"], feeds["frames"].shape[1])
+            feeds = {k: v for k, v in feeds.items() if k != "lengths"}
         for port, seq in (("src", "S"), ("tgt", "T")):
             if port in feeds and not (state is not None and port == "tgt"):
                 pad = feeds[port] == self.pad_id

@@ -77,6 +77,8 @@ def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
         return {"pooler": 2 * SYMBOLS.d * SYMBOLS.d}
     if node.op == "act":  # the halting unit, one output per position
         return {"halting": 2 * SYMBOLS.n * SYMBOLS.d}
+    if node.op == "frame_projection":  # each frame's features to d_model
+        return {"frames": 2 * SYMBOLS.n * SYMBOLS.d * node.attrs["features"]}
     if node.op == "dense":
         return {"dense": 2 * SYMBOLS.n * SYMBOLS.d * SYMBOLS.d}
     if node.op == "classifier":  # a task head: one vector per sequence (B, classes), or each position's
@@ -154,7 +156,8 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
         raise TfspecError(f"sequence length n must be at least 1 (got {n})")
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes():
-        if node.layer is not None or node.op in ("projection", "pooler", "act", "dense", "classifier"):
+        if node.layer is not None or node.op in ("projection", "pooler", "act", "dense", "classifier",
+                                                 "frame_projection"):
             groups.setdefault((node.stack, node.layer if node.layer is not None else node.op), []).append(node)
     rows, total = [], sympy.Integer(0)
     for (stack, key), nodes in groups.items():

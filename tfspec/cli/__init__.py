@@ -13,7 +13,7 @@ import traceback
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
-from tfspec.cli import analysis, data, deploy, finetune, generate, interop, train
+from tfspec.cli import analysis, ctc, data, deploy, finetune, generate, interop, train
 from tfspec.cli.tables import millions, render
 from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
@@ -165,7 +165,13 @@ def cmd_compile(args) -> int:
     tokens = [torch.randint(4, vocab.size if port == "src" else vocab.tgt_size, (args.batch, args.length),
                             generator=gen).to(args.device) for port in ("src", "tgt") if port in graph.ports]
     started = time.perf_counter()
-    logits = model(*tokens)
+    if "frames" in graph.ports:  # feature vectors in: random frames, random labels to score
+        frames = torch.randn(args.batch, args.length, spec.frames.features, generator=gen).to(args.device)
+        lengths = torch.full((args.batch,), args.length, device=args.device)
+        logits = model.run({"frames": frames, "lengths": lengths})["logits"]
+        tokens = [torch.randint(0, logits.shape[-1], logits.shape[:2], generator=gen).to(args.device)]
+    else:
+        logits = model(*tokens)
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[-1].flatten())
     loss.backward()
     print(f"forward + backward on a random batch {args.batch} x {args.length}: logits {tuple(logits.shape)}, "
@@ -228,6 +234,7 @@ def parser() -> argparse.ArgumentParser:
     data.register(command)
     train.register(command)
     finetune.register(command)
+    ctc.register(command)
     return p
 
 

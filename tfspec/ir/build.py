@@ -84,23 +84,28 @@ def build_graph(spec: Spec) -> Graph:
         tie = embedding if spec.tie_embeddings in ("all", "inputs") else None
         x, embedding = _embed(b, spec.vocab.tgt_size, tie=tie)
         out, out_seq = _stack(b, spec.decoder, x), "T"
-    if spec.head is not None:  # a task head instead of the masked-LM projection (tfspec.spec.heads)
-        graph.ports["logits"] = spec.head.lower(LayerBuilder(graph, spec, "", "S"), memory, graph.ports.get("pooled"))
+    if spec.head is not None:  # in place of the token projection (tfspec.spec.heads)
+        graph.ports["logits"] = spec.head.lower(LayerBuilder(graph, spec, "", out_seq), out, graph.ports.get("pooled"))
         return graph
     vocab = spec.vocab.tgt_size if spec.decoder is not None else spec.vocab.size
     _project(LayerBuilder(graph, spec, "", out_seq), out, vocab, embedding)
     return graph
 
 
-def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
-    """Token ids -> embeddings (x sqrt(d_model)) + positions -> dropout (§3.4, §3.5, §5.4)."""
+def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | None]:
+    """Token ids -> embeddings (x sqrt(d_model)) + positions -> dropout (§3.4, §3.5, §5.4);
+    an encoder reading frames projects them instead (no embedding matrix: None)."""
     s, stack = b.spec, b.stack
-    tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
-    b.graph.ports[INPUT[stack]] = tokens
-    weight = tie or ((vocab, s.d_model), f"normal:{s.d_model ** -0.5}")
-    scale = math.sqrt(s.d_model) if s.embed_scale else 1.0
-    x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
-             params={"weight": weight}, component="embedding")
+    if s.frames is not None and stack == "encoder":
+        x, embedding = s.frames.lower(b), None
+    else:
+        tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
+        b.graph.ports[INPUT[stack]] = tokens
+        weight = tie or ((vocab, s.d_model), f"normal:{s.d_model ** -0.5}")
+        scale = math.sqrt(s.d_model) if s.embed_scale else 1.0
+        x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
+                 params={"weight": weight}, component="embedding")
+        embedding = b.graph.node(x).params["weight"]
     if s.positional.kind in ("sinusoidal", "learned"):
         params = {}
         if s.positional.kind == "learned":
@@ -122,7 +127,7 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str]:
     if s.embed_norm:
         x = b.norm(f"{stack}.embed_norm", x)
     x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout})
-    return x, b.graph.node(f"{stack}.embed").params["weight"]
+    return x, embedding
 
 
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:

@@ -1,14 +1,13 @@
-"""Task heads: what an encoder-only model outputs instead of the masked-LM projection.
+"""Output heads in place of the pre-softmax token projection: the ``head`` field of a spec.
 
 ``head: {kind: sequence_classification, classes: 3}`` gives one distribution over classes per
 input (BERT's ``BertForSequenceClassification``: sentence labels, language identification);
 ``head: {kind: token_classification, classes: 9}`` one per position
-(``BertForTokenClassification``: tagging). Either replaces the pre-softmax projection: the
-``logits`` port is then (B, classes) or (B, S, classes). Each head lowers itself into the IR
-(``lower``), so its parameters and FLOPs reach ``tfspec report`` and both backends; the
-dense layer is named ``classifier`` as in transformers.
-
-Other heads join the ``Head`` union with their own ``kind``.
+(``BertForTokenClassification``: tagging); ``head: {kind: ctc, alphabet: ...}`` per-frame
+log-probabilities of labels and a blank (CTC). The ``logits`` port is then (B, classes) or
+(B, S, classes). Each kind is one model with ``kind`` as its tag, ``check(spec)`` for
+cross-field rules and ``lower`` for its IR, so its parameters and FLOPs reach ``tfspec report``
+and both backends; ``Head`` is the discriminated union of the kinds.
 """
 
 from __future__ import annotations
@@ -18,10 +17,11 @@ from typing import TYPE_CHECKING, Annotated, Literal, Union
 from pydantic import Field
 
 from tfspec.spec.base import SpecModel
-from tfspec.spec.bounds import MAX_VOCAB
+from tfspec.spec.bounds import MAX_VOCAB, TokenId
 
 if TYPE_CHECKING:
     from tfspec.ir.build import LayerBuilder
+    from tfspec.spec.schema import Spec
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 Classes = Annotated[int, Field(ge=2, le=MAX_VOCAB)]
@@ -45,8 +45,8 @@ class _Classifier(SpecModel):
     def p(self, spec) -> float:
         return spec.dropout if self.dropout is None else self.dropout
 
-    def check(self, spec) -> str | None:
-        """A message if this head cannot work with ``spec``."""
+    def check(self, spec: Spec) -> tuple[str, str] | None:
+        """(field, message) when ``spec`` cannot carry this head."""
         return None
 
 
@@ -63,10 +63,10 @@ class SequenceClassificationHead(_Classifier):
     def resolved_pooling(self, spec) -> str:
         return self.pooling or ("first" if spec.pooler else "mean")
 
-    def check(self, spec) -> str | None:
+    def check(self, spec: Spec) -> tuple[str, str] | None:
         if self.resolved_pooling(spec) == "first" and not spec.pooler:
-            return ("pooling 'first' reads BERT's pooler, which this spec lacks: set pooler: true, or pooling: "
-                    "mean")
+            return "head", ("pooling 'first' reads BERT's pooler, which this spec lacks: set pooler: true, or "
+                            "pooling: mean")
         return None
 
     def lower(self, b: LayerBuilder, memory: str, pooled: str | None) -> str:
@@ -84,4 +84,48 @@ class TokenClassificationHead(_Classifier):
         return self._classify(b, memory, ("B", "S", self.classes))
 
 
-Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead], Field(discriminator="kind")]
+class CtcHead(SpecModel):
+    """Connectionist temporal classification (Graves et al. 2006): per frame, log-probabilities
+    of every label and of a blank (eq. 1); a labelling's probability sums over all frame paths
+    that collapse to it (repeats merged, blanks dropped; eq. 2-3). ``vocab.size`` counts the
+    labels plus the blank."""
+
+    kind: Literal["ctc"] = "ctc"
+    alphabet: str = Field(min_length=1, max_length=4096)
+    """The labels, one character each, in id order with the blank's id skipped (``'0123456789'``
+    with blank 0: id 1 is '0', id 10 is '9'); decoders print these characters."""
+    blank: TokenId = 0
+    """The blank's id (0, as torch.nn.functional.ctc_loss assumes by default)."""
+
+    def check(self, spec: Spec) -> tuple[str, str] | None:
+        """(field, message) when ``spec`` cannot carry this head."""
+        if spec.family != "encoder-only":
+            return "family", f"a ctc head labels encoder frames: set family encoder-only (got {spec.family})"
+        if len(set(self.alphabet)) != len(self.alphabet):
+            return "head.alphabet", f"alphabet {self.alphabet[:60]!r} repeats a character: each label needs its own"
+        if spec.vocab.size != len(self.alphabet) + 1:
+            return "vocab.size", (f"vocab.size ({spec.vocab.size}) must be the labels plus the blank: "
+                                  f"{len(self.alphabet)} + 1 = {len(self.alphabet) + 1}")
+        if self.blank >= spec.vocab.size:
+            return "head.blank", f"head.blank ({self.blank}) must be below vocab.size ({spec.vocab.size})"
+        return None
+
+    @property
+    def symbols(self) -> list[str]:
+        """The character of every output id ('' at the blank)."""
+        chars = list(self.alphabet)
+        return chars[:self.blank] + [""] + chars[self.blank:]
+
+    def lower(self, b: LayerBuilder, x: str, pooled: str | None) -> str:
+        """The projection to labels + blank (the ``logits``, returned) and its log-softmax over
+        them (port ``log_probs``, the y_k^t of eq. 1 in log space)."""
+        classes, d = b.spec.vocab.size, b.spec.d_model
+        logits = b.op("output", "projection", [x], attrs={"vocab": classes, "scale": 1.0}, component="projection",
+                      params={"weight": ((classes, d), "xavier_uniform"), "bias": ((classes,), "zeros")},
+                      shape=("B", b.seq, classes))
+        b.graph.ports["log_probs"] = b.op("output.log_softmax", "log_softmax", [logits], shape=("B", b.seq, classes))
+        return logits
+
+
+Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead, CtcHead], Field(discriminator="kind")]
+"""Every head kind, told apart by ``kind``."""

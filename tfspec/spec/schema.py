@@ -15,6 +15,7 @@ from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Channels, Epsilon, Heads, Layers, Positions, Segments,
                                 Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.frames import Frames
 from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
 
@@ -287,11 +288,14 @@ class Spec(SpecModel):
     image: Image | None = None
     """An image input: intensity tokens in raster order with row, column and channel
     embeddings in place of ``positional`` (which must then be kind none)."""
+    frames: Frames | None = None
+    """Feature vectors per frame as the encoder's input instead of token ids (needs a ``head``)."""
+    head: Head | None = None
+    """An output head in place of the pre-softmax token projection (encoder-only specs):
+    sequence_classification (logits (B, classes)), token_classification (B, S, classes) or ctc
+    (per-frame log-probabilities of labels and a blank)."""
     encoder: Stack | None = None
     decoder: Stack | None = None
-    head: Head | None = None
-    """A task head in place of the masked-LM projection (encoder-only specs):
-    sequence_classification (logits (B, classes)) or token_classification (B, S, classes)."""
     reference: Reference | None = None
     """Published figures for this model (not inherited through extends)."""
 
@@ -324,6 +328,9 @@ class Spec(SpecModel):
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
         self._check_rotary()
         self._check_image()
+        for part in (self.frames, self.head):
+            if part is not None and (problem := part.check(self)):
+                raise field_error(*problem)
         for field in ("segments", "pooler"):
             if getattr(self, field) and self.encoder is None:
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
@@ -342,8 +349,6 @@ class Spec(SpecModel):
             if getattr(self, field):
                 raise field_error(field, f"{field} belongs to the masked-LM projection, which head "
                                   f"{self.head.kind} replaces: set {field}: false")
-        if problem := self.head.check(self):
-            raise field_error("head", problem)
 
     def _check_rotary(self) -> None:
         positional = self.positional

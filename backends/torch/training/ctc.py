@@ -1,0 +1,143 @@
+"""Training on lines of frames: CTC (Graves et al. 2006, §4) and the framewise baseline.
+
+Both objectives train the same spec on the same lines and steps. CTC needs only each line's
+labelling: ``torch.nn.functional.ctc_loss`` sums over every alignment (the forward-backward
+recursion of §4.1). The baseline needs the label of every frame, known here because the
+lines were composed from known positions, and learns them by cross-entropy; it is decoded by
+collapsing the most probable frame labels, as a CTC output is. The schedule (eq. 3 with
+Adam), the NaN guard and the checkpoints are the token trainer's.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from tfspec.ctc import greedy, prefix_beam_search
+from tfspec.errors import TfspecError
+
+from .. import build_module
+from . import checkpoint
+from .schedule import adam, rate
+from .trainer import _diverged, _progress
+
+IGNORE = -100
+"""Frame target of padding (cross-entropy's ignore_index)."""
+
+
+@dataclass(frozen=True)
+class LinesConfig:
+    steps: int = 4000
+    """Optimizer steps (--max-minutes may end the run sooner)."""
+    batch: int = 16
+    """Lines per step."""
+    warmup: int = 400
+    lr_scale: float = 1.0
+    seed: int = 0
+    max_minutes: float = 0.0
+    """Wall-time limit of this objective's training; 0: none."""
+    save_every: int = 1000
+    keep: int = 2
+
+
+def make_batch(lines, symbols: list[str]) -> dict[str, torch.Tensor]:
+    """Frames (B, n, features) zero-padded, ``lengths``, the labellings concatenated
+    (``targets``, ``target_lengths``) and per-frame labels (``frame_targets``, blank in gaps)."""
+    ids = {c: i for i, c in enumerate(symbols)}
+    n = max(len(line.frames) for line in lines)
+    frames = np.zeros((len(lines), n, lines[0].frames.shape[1]), dtype=np.float32)
+    frame_targets = np.full((len(lines), n), IGNORE, dtype=np.int64)
+    for row, line in enumerate(lines):
+        frames[row, :len(line.frames)] = line.frames
+        labels = np.array([ids[""]] + [ids[c] for c in line.text])  # position + 1; -1 (a gap) -> blank
+        frame_targets[row, :len(line.frames)] = labels[line.frame_positions.astype(np.int64) + 1]
+    return {"frames": torch.from_numpy(frames), "lengths": torch.tensor([len(x.frames) for x in lines]),
+            "targets": torch.tensor([ids[c] for line in lines for c in line.text], dtype=torch.long),
+            "target_lengths": torch.tensor([len(x.text) for x in lines]),
+            "frame_targets": torch.from_numpy(frame_targets)}
+
+
+def log_probs_of(model, batch) -> torch.Tensor:
+    """(B, n, classes) frame log-probabilities of the model's CTC head."""
+    return model.run({"frames": batch["frames"], "lengths": batch["lengths"]}, ("log_probs",))["log_probs"]
+
+
+def ctc_loss(model, batch, blank: int) -> torch.Tensor:
+    """-ln p(labelling | frames) summed over the batch (eq. 12-13)."""
+    log_probs = log_probs_of(model, batch).transpose(0, 1)  # (n, B, classes), as ctc_loss wants
+    return F.ctc_loss(log_probs, batch["targets"], batch["lengths"], batch["target_lengths"], blank=blank,
+                      reduction="sum")
+
+
+def framewise_loss(model, batch, blank: int) -> torch.Tensor:
+    """Cross-entropy of every real frame's label, summed (the baseline's objective)."""
+    return F.nll_loss(log_probs_of(model, batch).flatten(0, 1), batch["frame_targets"].flatten(),
+                      ignore_index=IGNORE, reduction="sum")
+
+
+OBJECTIVES = {"ctc": ctc_loss, "framewise": framewise_loss}
+
+
+def train_lines(spec, lines, run: Path, config: LinesConfig, objective: str, progress: bool = True,
+                log=print) -> tuple[torch.nn.Module, dict]:
+    """Train ``spec`` on ``lines`` with ``objective`` (ctc or framewise) into ``run``; return the
+    model and the last step's metrics. Loss per line is averaged over the step's lines."""
+    if checkpoint.checkpoints(run):
+        raise TfspecError(f"{run}: already holds checkpoints; choose another --out")
+    torch.manual_seed(config.seed)
+    model = build_module(spec)
+    optimizer = adam(list(model.parameters()))
+    head, loss_of = spec.head, OBJECTIVES[objective]
+    rng = np.random.default_rng(config.seed)
+    state = {"step": 0, "seconds": 0.0}
+    deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
+    bar, last = _progress(config.steps, 0, progress), {}
+    try:
+        while state["step"] < config.steps:
+            started = time.perf_counter()
+            model.train()
+            batch = make_batch([lines[i] for i in rng.integers(0, len(lines), config.batch)], head.symbols)
+            loss = loss_of(model, batch, head.blank)
+            if not math.isfinite(loss.item()):
+                raise TfspecError(_diverged(run, f"the {objective} loss is {loss.item()}", "nothing of this step "
+                                            "was applied"))
+            (loss / config.batch).backward()
+            lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            state["step"] += 1
+            state["seconds"] += time.perf_counter() - started
+            last = {"step": state["step"], "loss_per_line": loss.item() / config.batch, "lr": lr}
+            bar.set_postfix(loss=f"{last['loss_per_line']:.3f}", lr=f"{lr:.1e}")
+            bar.update(1)
+            out_of_time = time.perf_counter() > deadline
+            if state["step"] % config.save_every == 0 or state["step"] == config.steps or out_of_time:
+                checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
+            if out_of_time:
+                log(f"{objective}: --max-minutes reached at step {state['step']}; checkpoint saved")
+                break
+    finally:
+        bar.close()
+    return model.eval(), last
+
+
+@torch.no_grad()
+def transcribe_lines(model, lines, head, beam: int = 1, batch: int = 64) -> list[str]:
+    """Decode each line's frames: best path (``beam`` 1) or prefix beam search."""
+    texts = []
+    for start in range(0, len(lines), batch):
+        chunk = lines[start:start + batch]
+        log_probs = log_probs_of(model.eval(), make_batch(chunk, head.symbols)).numpy()
+        for row, line in zip(log_probs, chunk):
+            frames = row[:len(line.frames)]
+            ids = greedy(frames, head.blank) if beam == 1 else prefix_beam_search(frames, beam, head.blank)
+            texts.append("".join(head.symbols[i] for i in ids))
+    return texts

@@ -1,0 +1,125 @@
+"""``tfspec data digit-lines``, ``tfspec train`` on them and ``tfspec transcribe``, end to end on
+a tiny model, and the files transcribe must refuse in one line."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import yaml
+
+from tfspec.cli import main
+from tfspec.data.digits import read_digit_lines
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("sklearn")
+PIL = pytest.importorskip("PIL.Image")
+
+SPEC = {"name": "ctc-test", "family": "encoder-only", "frames": {"features": 8}, "vocab": 11,
+        "head": {"kind": "ctc", "alphabet": "0123456789"}, "d_model": 16, "heads": 2, "d_ff": 32, "norm": "pre",
+        "positional": {"kind": "sinusoidal", "max_len": 200},
+        "encoder": {"layers": 1, "block": ["self_attention", "ffn"]}}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny digit-lines set, a model trained on it for a few steps, its export and sample PNGs."""
+    root = tmp_path_factory.mktemp("ctc")
+    assert main(["data", "digit-lines", str(root / "data"), "--train", "24", "--test", "6"]) == 0
+    (root / "spec.yaml").write_text(yaml.safe_dump(SPEC))
+    assert main(["train", str(root / "spec.yaml"), "--data", str(root / "data"), "--out", str(root / "run"),
+                 "--steps", "3", "--quiet", "--threads", "1"]) == 0
+    return root
+
+
+def test_data_holds_out_a_block_and_reads_back(trained):
+    manifest = json.loads((trained / "data" / "manifest.json").read_text())
+    assert manifest["splits"]["test"]["lines"] == 6 and manifest["held_out"].startswith("samples [0, 1437)")
+    for line in read_digit_lines(trained / "data", "train"):
+        positions = line.frame_positions
+        drawn = [p for i, p in enumerate(positions) if p >= 0 and (i == 0 or p != positions[i - 1])]
+        assert drawn == list(range(len(line.text))) and line.frames.shape[1] == 8
+
+
+def test_train_scores_both_objectives_and_exports(trained):
+    results = json.loads((trained / "run" / "results.json").read_text())
+    assert set(results["cer"]) == {"CTC, best path", "CTC, prefix beam 8", "framewise baseline, collapsed",
+                                   "CTC, ONNX Runtime best path"}
+    assert results["cer"]["CTC, best path"] == results["cer"]["CTC, ONNX Runtime best path"]
+    assert (trained / "run" / "onnx" / "tfspec.json").is_file()
+    assert results["training"]["ctc"]["steps"] == results["training"]["framewise"]["steps"] == 3
+
+
+def test_transcribe_reads_png_and_npy_alike(trained, capsys, tmp_path):
+    png = sorted((trained / "data" / "samples").glob("*.png"))[0]
+    model = str(trained / "run" / "onnx")
+    assert main(["transcribe", model, str(png)]) == 0
+    from_png = capsys.readouterr().out.strip()
+    frames = np.asarray(PIL.open(png), dtype=np.float32).T / 255
+    np.save(tmp_path / "line.npy", frames)
+    assert main(["transcribe", model, str(tmp_path / "line.npy"), "--beam", "4"]) == 0
+    from_npy = capsys.readouterr().out.strip()
+    assert set(from_png + from_npy) <= set("0123456789")
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.cli.ctc import decode
+    from tfspec.ctc import greedy
+
+    ort_model = OnnxModel(model, device="cpu")
+    log_probs = ort_model.run("model", ["log_probs"], {"frames": frames[None], "lengths": np.array([len(frames)])})[0]
+    assert from_png == "".join(ort_model.spec.head.symbols[i] for i in greedy(log_probs[0]))
+    assert from_npy == decode(ort_model, frames, 4)
+
+
+def hostile(tmp_path, name):
+    path = tmp_path / name
+    if name == "truncated.npy":
+        np.save(path, np.zeros((5, 8), dtype=np.float32))
+        path.write_bytes(path.read_bytes()[:-17])
+    elif name == "pickled.npy":
+        np.save(path, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    elif name == "wide.npy":
+        np.save(path, np.zeros((5, 9), dtype=np.float32))
+    elif name == "nan.npy":
+        np.save(path, np.full((5, 8), np.nan, dtype=np.float32))
+    elif name == "text.npy":
+        path.write_text("not an array")
+    elif name == "not-an-image.png":
+        path.write_bytes(pickle.dumps([1, 2, 3]))
+    elif name == "tall.png":
+        PIL.fromarray(np.zeros((9, 20), dtype=np.uint8)).save(path)
+    elif name == "long.png":
+        PIL.fromarray(np.zeros((8, 201), dtype=np.uint8)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("truncated.npy", "not a readable .npy array"), ("pickled.npy", "not a readable .npy array"),
+    ("wide.npy", "expected a numeric (frames, 8) array"), ("nan.npy", "NaN"), ("text.npy", "not a readable .npy"),
+    ("not-an-image.png", "not a readable image"), ("tall.png", "8 pixels high"), ("long.png", "at most 200 wide"),
+    ("missing.png", "No such file"),
+])
+def test_transcribe_refuses_bad_files_in_one_line(trained, tmp_path, capsys, name, needle):
+    assert main(["transcribe", str(trained / "run" / "onnx"), str(hostile(tmp_path, name))]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0], err
+
+
+def test_transcribe_refuses_a_model_that_is_not_ctc(tmp_path, capsys):
+    assert main(["export", "tiny", "-o", str(tmp_path / "tiny"), "--no-check"]) == 0
+    capsys.readouterr()
+    assert main(["transcribe", str(tmp_path / "tiny"), str(tmp_path / "x.npy")]) == 2
+    assert "not a CTC model reading frames" in capsys.readouterr().err
+
+
+def test_train_refuses_a_token_spec_on_digit_lines(trained, tmp_path, capsys):
+    assert main(["train", "tiny", "--data", str(trained / "data"), "--out", str(tmp_path / "r")]) == 2
+    assert "spec with frames and a ctc head" in capsys.readouterr().err
+
+
+def test_compile_and_report_take_the_shipped_example(cli):
+    code, out, _ = cli("compile", "examples/ctc-digits.yaml", "--length", "9")
+    assert code == 0 and "logits (2, 9, 11)" in out
+    code, out, _ = cli("report", "examples/ctc-digits.yaml")
+    assert code == 0 and "frame_projection" in out

@@ -1,0 +1,188 @@
+"""CTC on lines of frames: ``tfspec data digit-lines``, ``tfspec train`` on such data (CTC and
+the framewise baseline, scored by character error rate) and ``tfspec transcribe``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from tfspec.cli.tables import render
+from tfspec.cli.types import BEAM, POSITIVE, SEED, integer
+from tfspec.errors import TfspecError
+
+BEAM_WIDTH = 8
+"""Prefix beam search's width in the training run's scores."""
+
+
+def cmd_digit_lines(args) -> int:
+    from tfspec.data.digits import write_digit_lines
+
+    started = time.perf_counter()
+    manifest = write_digit_lines(args.dir, args.train, args.test, args.seed)
+    for split, counts in manifest["splits"].items():
+        print(f"{split}: {counts['lines']:,} lines, {counts['digits']:,} digits, {counts['frames']:,} frames")
+    print(f"{manifest['held_out']}; wrote {args.dir} in {time.perf_counter() - started:.1f}s "
+          f"(sample PNGs in {Path(args.dir) / 'samples'})")
+    return 0
+
+
+def train_on_lines(spec, args, data: Path) -> int:
+    """``tfspec train`` on a digit-lines directory: CTC, then the framewise baseline, each with
+    half of --max-minutes; both scored on the held-out lines; the CTC model exported to RUN/onnx."""
+    import torch
+
+    from tfspec.backends.onnx import OnnxModel, export
+    from tfspec.backends.torch.training.ctc import LinesConfig, train_lines, transcribe_lines
+    from tfspec.backends.torch.training.trainer import write_config
+    from tfspec.data.digits import read_digit_lines
+
+    if spec.frames is None or getattr(spec.head, "kind", None) != "ctc":
+        raise TfspecError(f"{data} holds lines of frames: train a spec with frames and a ctc head "
+                          "(examples/ctc-digits.yaml)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run = Path(args.out)
+    config = LinesConfig(steps=args.steps or LinesConfig.steps, warmup=args.warmup or LinesConfig.warmup,
+                         lr_scale=args.lr_scale, seed=args.seed, max_minutes=args.max_minutes / 2,
+                         save_every=args.save_every, keep=args.keep)
+    train, test = read_digit_lines(data, "train"), read_digit_lines(data, "test")
+    write_config(run, spec, config, {"data": str(data.resolve()), "objectives": ["ctc", "framewise"]})
+    results, models, started = {}, {}, time.perf_counter()
+    for objective in ("ctc", "framewise"):
+        print(f"{spec.name}: {objective} on {len(train):,} lines ({config.steps:,} steps of {config.batch} lines"
+              f"{f', at most {config.max_minutes:g} min' if config.max_minutes else ''})", file=sys.stderr)
+        began = time.perf_counter()
+        models[objective], last = train_lines(spec, train, run / objective, config, objective,
+                                              progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
+        results[objective] = {"steps": last["step"], "minutes": round((time.perf_counter() - began) / 60, 2)}
+    references = [line.text for line in test]
+    rows = [("CTC, best path", "ctc", 1), (f"CTC, prefix beam {BEAM_WIDTH}", "ctc", BEAM_WIDTH),
+            ("framewise baseline, collapsed", "framewise", 1)]
+    scores = {label: _cer(transcribe_lines(models[objective], test, spec.head, beam), references)
+              for label, objective, beam in rows}
+    exported = export(models["ctc"], run / "onnx")
+    if not exported.ok:
+        raise TfspecError(f"{run / 'onnx'}: ONNX parity check failed: {[str(c) for c in exported.checks if not c.ok]}")
+    scores["CTC, ONNX Runtime best path"] = _cer(_onnx_texts(OnnxModel(run / "onnx", device="cpu"), test), references)
+    _report(run, spec, results, scores, len(test), time.perf_counter() - started)
+    return 0
+
+
+def _cer(hypotheses: list[str], references: list[str]) -> float:
+    from tfspec.ctc import character_error_rate
+
+    return character_error_rate(hypotheses, references)
+
+
+def _onnx_texts(model, lines) -> list[str]:
+    return [decode(model, line.frames, 1) for line in lines]
+
+
+def _report(run: Path, spec, results: dict, scores: dict, lines: int, seconds: float) -> None:
+    """Print the CER table and keep it, with steps and times, in RUN/results.json."""
+    rows = [[label, f"{100 * cer:.2f}%"] for label, cer in scores.items()]
+    print(f"{spec.name} on {lines} held-out lines (character error rate = edits / reference digits):")
+    print(render(["model", "CER"], rows), end="")
+    print(f"steps: ctc {results['ctc']['steps']:,} ({results['ctc']['minutes']} min), framewise "
+          f"{results['framewise']['steps']:,} ({results['framewise']['minutes']} min); whole run "
+          f"{seconds / 60:.1f} min; ONNX export in {run / 'onnx'}")
+    record = {"test_lines": lines, "cer": scores, "training": results, "minutes": round(seconds / 60, 2)}
+    (run / "results.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
+def decode(model, frames: np.ndarray, beam: int) -> str:
+    """The text an exported CTC model reads in (n, features) frames."""
+    from tfspec.ctc import greedy, prefix_beam_search
+
+    head = model.spec.head
+    log_probs = model.run("model", ["log_probs"], {"frames": frames[None].astype(model.dtype),
+                                                   "lengths": np.array([len(frames)], dtype=np.int64)})[0][0]
+    ids = greedy(log_probs, head.blank) if beam == 1 else prefix_beam_search(log_probs, beam, head.blank)
+    return "".join(head.symbols[i] for i in ids)
+
+
+def read_frames(path: Path, features: int, max_len: int | None) -> np.ndarray:
+    """(n, features) float32 frames from a .npy array (as stored, never unpickled) or an image
+    (greyscale, ``features`` pixels high, columns as frames, intensities / 255)."""
+    if path.suffix.lower() == ".npy":
+        try:
+            frames = np.load(path, allow_pickle=False)
+        except (ValueError, EOFError) as e:  # truncated, pickled or not an array file
+            raise TfspecError(f"{path}: not a readable .npy array ({str(e).splitlines()[0][:200]})") from None
+        if frames.ndim != 2 or frames.shape[1] != features or frames.dtype.kind not in "fiu":
+            raise TfspecError(f"{path}: expected a numeric (frames, {features}) array, got {frames.dtype} "
+                              f"{frames.shape}")
+    else:
+        frames = _image_columns(path, features, max_len)
+    if not 1 <= len(frames) <= (max_len or len(frames)):
+        raise TfspecError(f"{path}: {len(frames)} frames; this model reads 1 to {max_len}")
+    frames = frames.astype(np.float32)
+    if not np.isfinite(frames).all():
+        raise TfspecError(f"{path}: holds NaN or infinite values")
+    return frames
+
+
+def _image_columns(path: Path, features: int, max_len: int | None) -> np.ndarray:
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise TfspecError(f"{path}: reading images needs pillow: pip install 'tfspec[images]' (or pass a .npy "
+                          "array)") from None
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+            if height != features or (max_len and width > max_len):
+                raise TfspecError(f"{path}: a {width} x {height} image; this model reads images {features} pixels "
+                                  f"high{f' and at most {max_len} wide' if max_len else ''}")
+            pixels = np.asarray(image.convert("L"), dtype=np.float32)
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise TfspecError(f"{path}: not a readable image ({str(e).splitlines()[0][:200]})") from None
+    return pixels.T / 255.0
+
+
+def cmd_transcribe(args) -> int:
+    from tfspec.backends.onnx import OnnxModel
+
+    model = OnnxModel(args.model, device="cpu", threads=args.threads)
+    spec = model.spec
+    if spec.frames is None or getattr(spec.head, "kind", None) != "ctc" or "log_probs" not in {
+            o.name for o in model.sessions["model"].get_outputs()}:
+        raise TfspecError(f"{args.model}: {spec.name} is not a CTC model reading frames; transcribe takes the "
+                          "export of a spec with frames and a ctc head")
+    max_len = spec.positional.max_len if spec.positional.kind in ("sinusoidal", "learned") else None
+    print(decode(model, read_frames(Path(args.input), spec.frames.features, max_len), args.beam))
+    return 0
+
+
+def register_data(action) -> None:
+    """``tfspec data digit-lines``, as an action of ``tfspec data``."""
+    a = action("digit-lines", cmd_digit_lines, "compose lines of handwritten digits for CTC (scikit-learn's digits)",
+               "Compose lines of 3-8 of scikit-learn's 8x8 handwritten digits (load_digits), each stretched to "
+               "0.7-1.6x its width, with random gaps; the columns are the frames (8 features each) and the "
+               "digit string the labelling. Training lines draw on the first 80%% of the samples, test lines on "
+               "the last 20%% (a contiguous block, so no test image is seen in training). Writes DIR/manifest.json, "
+               "DIR/{train,test}.npz and .txt, and a few test lines as PNGs in DIR/samples. `tfspec train SPEC "
+               "--data DIR` then trains a CTC model (examples/ctc-digits.yaml) and a framewise baseline.")
+    a.add_argument("dir", metavar="DIR", help="directory to write (created if needed)")
+    a.add_argument("--train", type=integer(1, 10**6), default=12000, help="training lines (default 12000)")
+    a.add_argument("--test", type=integer(1, 10**6), default=500, help="held-out test lines (default 500)")
+    a.add_argument("--seed", type=SEED, default=0)
+
+
+def register(command) -> None:
+    c = command("transcribe", cmd_transcribe, "read the labels in an image or frame array with an exported CTC model",
+                "Run an exported CTC model (`tfspec export` of a spec with frames and a ctc head, or RUN/onnx of "
+                "`tfspec train` on digit lines) on INPUT and print the decoded text: a .npy array of (frames, "
+                "features) numbers (loaded without pickle), or a greyscale image as high as the model's features, "
+                "read column by column with intensities / 255 (ink bright, as the training lines). Best path "
+                "decoding, or prefix beam search with --beam N > 1.")
+    c.add_argument("model", metavar="EXPORT_DIR")
+    c.add_argument("input", metavar="INPUT", help="a .npy array or an image file (PNG)")
+    c.add_argument("--beam", type=BEAM, default=1, help="prefix beam width (default 1: best path)")
+    c.add_argument("--threads", type=POSITIVE, help="onnxruntime threads")
