@@ -13,7 +13,7 @@ import traceback
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
-from tfspec.cli import analysis, data, deploy, generate, interop, train
+from tfspec.cli import analysis, data, deploy, generate, images, interop, train
 from tfspec.cli.tables import millions, render
 from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
@@ -225,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
     interop.register(command)
     data.register(command)
     train.register(command)
+    images.register(command)
     return p
 
 
