@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from tfspec.cli.tables import render
-from tfspec.cli.types import POSITIVE, SEED, THREADS, integer, number, out_file
+from tfspec.cli.types import SEED, THREADS, integer, number, out_file
 from tfspec.data.images import DATASETS, image_manifest, load_split, prepare_images
 from tfspec.errors import TfspecError
 
@@ -169,7 +169,7 @@ def cmd_sample(args) -> int:
     import numpy as np
     from tqdm import tqdm
 
-    from tfspec.backends.torch.images import prefix_ids, sample_images
+    from tfspec.backends.torch.images import sample_images
     from tfspec.data.grid import save_grid
 
     spec, model = _load_model(Path(args.run), args)
