@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tfspec.cli.tables import render
 from tfspec.cli.types import SEED, THREADS, integer, number, out_file
-from tfspec.data.images import DATASETS, image_manifest, load_split, prepare_images
+from tfspec.data.images import DATASETS, load_split, prepare_images
 from tfspec.errors import TfspecError
 
 EXAMPLES = """\
@@ -62,7 +62,8 @@ def cmd_train(args, manifest: dict) -> int:
                          accum=args.accum, warmup=args.warmup, lr_scale=args.lr_scale, seed=args.seed,
                          save_every=args.save_every, keep=args.keep, log_every=args.log_every,
                          max_minutes=args.max_minutes)
-    write_config(run, spec, config, {"data": str(data.resolve()), "images": manifest["name"]})
+    write_config(run, spec, config, {"data": str(data.resolve()), "images": manifest["name"],
+                                     "classes": manifest["classes"]})
     per_batch = args.batch_tokens // (spec.image.positions + 1)
     if per_batch < 1:
         raise TfspecError(f"--batch-tokens {args.batch_tokens} holds no image of {spec.image.positions + 1} tokens; "
@@ -132,7 +133,7 @@ def _model_bits(run: Path, args, manifest, pixels, labels) -> tuple[str, int, li
 
     from tfspec.backends.torch.images import bits_per_dim, check_image, prefix_ids
 
-    spec, model = _load_model(run, args)
+    spec, _, model = _load_model(run, args)
     check_image(spec, manifest)
     classes = len(manifest["classes"] or [])
     prefixes = [prefix_ids(spec, None, classes, len(pixels))] + ([prefix_ids(spec, labels, classes)] if classes else [])
@@ -145,7 +146,7 @@ def _model_bits(run: Path, args, manifest, pixels, labels) -> tuple[str, int, li
 
 
 def _load_model(run: Path, args):
-    """(spec, model with the run's chosen weights on --device) of an image run."""
+    """(spec, run.json, model with the run's chosen weights on --device) of an image run."""
     import torch
 
     from tfspec.backends.torch import build_module
@@ -161,7 +162,7 @@ def _load_model(run: Path, args):
         torch.set_num_threads(args.threads)
     model = build_module(spec)
     load_weights(model, _weights(run, args.checkpoint if run == Path(args.run) else None, checkpoint))
-    return spec, model.to(_device(args.device)).eval()
+    return spec, meta, model.to(_device(args.device)).eval()
 
 
 def cmd_sample(args) -> int:
@@ -172,9 +173,8 @@ def cmd_sample(args) -> int:
     from tfspec.backends.torch.images import sample_images
     from tfspec.data.grid import save_grid
 
-    spec, model = _load_model(Path(args.run), args)
-    manifest = image_manifest(json.loads((Path(args.run) / "run.json").read_text(encoding="utf-8"))["data"]) or {}
-    classes = manifest.get("classes") or []
+    spec, meta, model = _load_model(Path(args.run), args)
+    classes = meta.get("classes") or []
     prefix, columns = _prefixes(spec, classes, args.class_, args.count)
     started = time.perf_counter()
     with tqdm(total=spec.image.positions, unit="intensity", file=sys.stderr,
@@ -192,9 +192,9 @@ def cmd_sample(args) -> int:
 def _prefixes(spec, classes: list[str], chosen: str | None, count: int):
     """(prefix token per image, grid columns): one row per class and one unconditional row
     (``all``, the default for labelled runs), one class, or unconditional (``none``)."""
-    from tfspec.backends.torch.images import prefix_ids
-
     import numpy as np
+
+    from tfspec.backends.torch.images import prefix_ids
 
     chosen = chosen or ("all" if classes else "none")
     if chosen == "none":
