@@ -191,7 +191,7 @@ def test_bad_image_input_is_one_error_line(digits, tmp_path, capsys, monkeypatch
     (broken / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(TfspecError, match="not a readable .npy"):
         load_split(broken, "test")
-    code, _, err = run(capsys, "train", "specs/images/photos.yaml", "--data", digits, "--out", tmp_path / "r",
+    code, _, err = run(capsys, "train", "specs/zoo/image-photos.yaml", "--data", digits, "--out", tmp_path / "r",
                        "--quiet")
     assert code == 2 and err.count("error:") == 1 and "does not match the data's" in err
     code, _, err = run(capsys, "sample", tmp_path, "-o", tmp_path / "g.png")

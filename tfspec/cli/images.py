@@ -24,7 +24,7 @@ EXAMPLES = """\
 examples:
   tfspec data images digits data/digits      # sklearn's 8x8 digits, 17 levels, labels 0..9
   tfspec data images photos data/photos      # skimage's colour photographs as 32x32 RGB patches
-  tfspec train specs/images/digits.yaml --data data/digits --out runs/digits --max-minutes 8
+  tfspec train specs/zoo/image-digits.yaml --data data/digits --out runs/digits --max-minutes 8
 """
 
 
