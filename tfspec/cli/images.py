@@ -41,8 +41,8 @@ def cmd_data_images(args) -> int:
 
 
 def cmd_train(args, manifest: dict) -> int:
-    """``tfspec train`` on an image directory: the shared trainer on image sequences, then
-    bits/dim on the valid split."""
+    """``tfspec train`` on an image directory: the shared trainer on image sequences. It ends
+    with the last training bits/dim; ``tfspec evaluate`` scores held-out splits."""
     import torch
 
     from tfspec.backends.torch.images import check_image, image_pairs
@@ -62,12 +62,12 @@ def cmd_train(args, manifest: dict) -> int:
                          accum=args.accum, warmup=args.warmup, lr_scale=args.lr_scale, seed=args.seed,
                          save_every=args.save_every, keep=args.keep, log_every=args.log_every,
                          max_minutes=args.max_minutes)
-    write_config(run, spec, config, {"data": str(data.resolve()), "images": manifest["name"],
-                                     "classes": manifest["classes"]})
     per_batch = args.batch_tokens // (spec.image.positions + 1)
     if per_batch < 1:
         raise TfspecError(f"--batch-tokens {args.batch_tokens} holds no image of {spec.image.positions + 1} tokens; "
                           f"use at least {spec.image.positions + 1}")
+    write_config(run, spec, config, {"data": str(data.resolve()), "images": manifest["name"],
+                                     "classes": manifest["classes"]})
     print(f"{spec.name}: training on {len(pairs):,} sequences ({len(pixels):,} {manifest['name']} images"
           f"{', each after its class token and after bos' if classes else ''}) on {device}, {per_batch} images "
           f"per batch", file=sys.stderr)
