@@ -13,7 +13,7 @@ import traceback
 
 from tfspec import __version__
 from tfspec.analysis import analyze_params
-from tfspec.cli import analysis, ctc, data, deploy, finetune, generate, interop, train
+from tfspec.cli import analysis, ctc, data, deploy, finetune, generate, images, interop, train
 from tfspec.cli.tables import millions, render
 from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
@@ -235,6 +235,7 @@ def parser() -> argparse.ArgumentParser:
     train.register(command)
     finetune.register(command)
     ctc.register(command)
+    images.register(command)
     return p
 
 

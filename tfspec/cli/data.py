@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tfspec.cli import ctc
+from tfspec.cli import ctc, images
 from tfspec.cli.tables import render
 from tfspec.cli.types import POSITIVE, integer
 from tfspec.data import (SOURCES, SPLITS, fetch_corpus, load_manifest, make_sample, prepare_corpus, read_split,
@@ -198,6 +198,7 @@ def register(command) -> None:
     a.add_argument("--sizes", default="2000,200,200", help="pairs in train,dev,test (default 2000,200,200)")
     a.add_argument("--max-words", type=POSITIVE, default=30, help="longest side in words (default 30)")
     ctc.register_data(action)
+    images.register_data(action)
 
 
 def _common(a) -> None:

@@ -13,10 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from tfspec.cli import ctc
+from tfspec.cli import ctc, images
 from tfspec.cli.types import ALPHA, BEAM, POSITIVE, SEED, THREADS, integer, number, out_dir
 from tfspec.data import digits
 from tfspec.data.codecs import TOKENIZER
+from tfspec.data.images import image_manifest
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
 from tfspec.spec.bounds import MAX_STEPS
@@ -40,6 +41,8 @@ def cmd_train(args) -> int:
     from tfspec.backends.torch.training.trainer import TrainConfig, train, write_config
     from tfspec.data import load_tokenizer, read_split, sample_dir, train_tokenizer
 
+    if args.data and (manifest := image_manifest(args.data)):
+        return images.cmd_train(args, manifest)
     spec = load_spec(args.spec)
     run, data = Path(args.out), Path(args.data) if args.data else sample_dir()
     if digits.read_manifest(data) is not None:  # lines of frames, not text: CTC and its baseline
@@ -107,6 +110,8 @@ def cmd_evaluate(args) -> int:
 
     run = Path(args.run)
     spec, meta = _run_spec(run)
+    if "images" in meta:
+        return images.cmd_evaluate(args, spec, meta)
     if spec.family == "encoder-only":
         raise TfspecError(f"{spec.name} is encoder-only: it has no decoder to translate with, so there is nothing "
                           "for BLEU to score (its masked-LM loss is in the run's metrics.jsonl)")
@@ -271,3 +276,4 @@ def register(command) -> None:
                    help="where to decode (auto: CUDA when torch, or with --backend onnx onnxruntime, has it)")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    images.add_evaluate_options(c)
