@@ -69,6 +69,17 @@ def test_opset_is_an_onnx_option(cli, tmp_path):
     assert code == 2 and "--opset applies to --format onnx" in err
 
 
+def _import_and_export(cli, tmp_path):
+    """``tmp_path/original`` imported, then exported with --format hf (parity checked): its directory."""
+    imported, exported = tmp_path / "imported", tmp_path / "exported"
+    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
+    code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                            "-o", exported)
+    assert code == 0, stdout + err
+    assert "parity: ok" in stdout
+    return exported
+
+
 @pytest.mark.parametrize("case", ["llama", "llama-llama3-rope", "mistral-window", "qwen2-tied"])
 @torch.no_grad()
 def test_llama_family_round_trip_gives_the_original_logits(cli, tmp_path, case):
@@ -77,12 +88,7 @@ def test_llama_family_round_trip_gives_the_original_logits(cli, tmp_path, case):
     from test_import_llama import CASES, save
 
     original = save(case, tmp_path / "original")
-    imported, exported = tmp_path / "imported", tmp_path / "exported"
-    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
-    code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
-                            "-o", exported)
-    assert code == 0, stdout + err
-    assert "parity: ok" in stdout
+    exported = _import_and_export(cli, tmp_path)
     config = json.loads((exported / "config.json").read_text())
     assert config["architectures"] == [CASES[case][1]]
     tokens = torch.randint(6, 120, (2, 24))
@@ -106,12 +112,7 @@ def test_seq2seq_round_trip_gives_the_original_logits(cli, tmp_path, case):
     -> export -> from_pretrained computes what the original checkpoint did."""
     save, architecture, (src, tgt), pad = _seq2seq(case)
     original = save(case, tmp_path / "original")
-    imported, exported = tmp_path / "imported", tmp_path / "exported"
-    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
-    code, stdout, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
-                            "-o", exported)
-    assert code == 0, stdout + err
-    assert "parity: ok" in stdout
+    exported = _import_and_export(cli, tmp_path)
     inputs = dict(input_ids=src, attention_mask=(src != pad).long(), decoder_input_ids=tgt)
     got = getattr(transformers, architecture).from_pretrained(exported).eval()(**inputs).logits
     assert torch.allclose(got, original(**inputs).logits, atol=1e-4)
