@@ -86,8 +86,8 @@ def register_data(action) -> None:
     a = action("images", cmd_data_images, "write real images (digits or photo patches) for the Image Transformer",
                textwrap.fill("Write an image directory for `tfspec train`: manifest.json and, per split (train, valid, test), "
                "SPLIT.npy (N, H, W, C) uint8 and SPLIT-labels.npy. digits: scikit-learn's 1,797 handwritten 8x8 "
-               "digits (17 levels, labels 0..9), split into contiguous 80/10/10% blocks of the file (it runs "
-               "writer by writer). photos: scikit-image's colour photographs cut into 32x32 RGB patches "
+               "digits (17 levels, labels 0..9), split into contiguous 80/10/10% blocks of the file (written "
+               "writer by writer; it has no writer ids). photos: scikit-image's colour photographs cut into 32x32 RGB patches "
                "(256 levels), whole photographs held out (valid: rocket; test: chelsea, coffee). Needs the "
                "images extra: pip install 'tfspec[images]'.", 100) + "\n\n" + EXAMPLES)
     a.formatter_class = argparse.RawDescriptionHelpFormatter

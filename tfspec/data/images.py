@@ -8,8 +8,9 @@ a truncated, corrupt or foreign file is refused with its name instead of trainin
 Two sets, each held out so that test measures generalisation, not memory:
 
 - ``digits``: scikit-learn's handwritten digits (UCI optdigits test set: 8x8, intensities
-  0..16, labels 0..9). The file runs writer by writer, so train/valid/test are contiguous
-  blocks (80/10/10%) rather than shuffled rows, which would put every writer in every split.
+  0..16, labels 0..9). The file carries no writer ids but was written writer by writer, so
+  train/valid/test are contiguous blocks (80/10/10%): shuffled rows would put every writer's
+  hand in every split.
 - ``photos``: scikit-image's bundled colour photographs cut into non-overlapping 32x32 RGB
   patches (256 levels). Whole photographs are held out: ``rocket`` is valid, ``chelsea`` and
   ``coffee`` are test; flat patches (std below 2 levels: black borders) are dropped.
