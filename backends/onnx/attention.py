@@ -18,6 +18,7 @@ from onnx import TensorProto
 from tfspec.ir import Node
 from tfspec.ir.positions import rotary_frequencies
 from tfspec.layers.attention import block_plan, fused_bias
+from tfspec.registry import registrar
 
 from .builder import Index
 from .lowerings import lowering
@@ -36,14 +37,8 @@ TILED: dict[str, Callable] = {}
 gathers memory blocks); step graphs use the kind's mask."""
 
 
-def tiled(kind: str):
-    """Decorator registering the ONNX attention of ``kind`` over whole sequences."""
-    def register(fn):
-        if kind in TILED:
-            raise ValueError(f"two ONNX attentions for kind {kind!r}")
-        TILED[kind] = fn
-        return fn
-    return register
+tiled = registrar(TILED, "ONNX attentions for kind")
+"""Decorator registering the ONNX attention of ``kind`` over whole sequences."""
 
 
 def blocked(node: Node) -> bool:
@@ -89,7 +84,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         whole = TILED.get(node.layer.kind) or (_banded if blocked(node) else None)
         if whole is not None and e.kind != "step" and _plain(node):  # over (B, L, h*d) sequences
             q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))
-            return _out(b, node, x, b.rows(whole(e, node, q, k, v), h * d_v))
+            return b.linear(b.rows(whole(e, node, q, k, v), h * d_v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
         if e.carries(node):  # keys and values of earlier positions, then these
             k = b.op("Concat", e.state(node, "key", ["batch", g, "past_len", d_k]), k, axis=2)
@@ -112,13 +107,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         y = _explicit(e, node, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
     b.flat.add(y)
-    return _out(b, node, x, y)
-
-
-def _out(b, node: Node, x: str, y: str) -> str:
-    """The output projection of the heads' flat (B * L, h*d_v) outputs ``y``, in ``x``'s layout."""
-    out = b.linear(y, node.params["w_o"], node.params.get("b_o"))
-    return out if x in b.flat else b.sequence(out, node.shape[-1])
+    return b.linear(y, p["w_o"], p.get("b_o"))
 
 
 def _dropped(b, layer, total: str) -> str:

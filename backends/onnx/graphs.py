@@ -166,9 +166,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                                              (node.attrs["d_k"], node.attrs["d_v"])):
                     b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["kv_heads"], "src_len", size])
     elif kind == "decoder":
-        logits = env[ports["logits"]]  # (B, vocab) when flat: the step's one position per row
-        # Squeezed before LogSoftmax: a Squeeze writing the graph output would copy (B, vocab).
-        log_probs = b.op("LogSoftmax", logits if logits in b.flat else b.op("Squeeze", logits, b.ints(1)), axis=-1)
+        log_probs = b.op("LogSoftmax", env[ports["logits"]], axis=-1)  # (B, vocab): the projection's last rows
         log_probs = b.output("log_probs", log_probs, ["batch", graph.node(ports["logits"]).attrs["vocab"]])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])
@@ -214,12 +212,13 @@ def _tokens(e: Emit, node) -> str:
     b, seq = e.b, node.shape[1]
     length = "new_len" if e.kind == "step" else {"S": "src_len", "T": "tgt_len"}[seq]
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)
-    e.lengths.setdefault(seq, b.shape_of(tokens, 1))
+    if seq not in e.lengths:
+        e.lengths[seq] = b.shape_of(tokens, 1)
     if e.kind != "step" and not node.attrs.get("optional"):
         vocab = e.graph.spec.vocab
         pads = b.op("Equal", tokens, b.const(np.int64(vocab.pad_id)))
         if seq == "T" and vocab.starts_with_pad:  # the first target token is the start token
-            later = b.op("Range", b.const(np.int64(0)), b.shape_of(tokens, 1), b.const(np.int64(1)))
+            later = b.op("Range", b.const(np.int64(0)), e.lengths[seq], b.const(np.int64(1)))
             pads = b.op("And", pads, b.op("Greater", later, b.const(np.int64(0))))
         e.pads[seq] = pads
     return tokens

@@ -15,18 +15,13 @@ from onnx import TensorProto
 
 from tfspec.ir import Node
 from tfspec.ir.positions import sinusoids
+from tfspec.registry import registrar
 
 LOWERINGS: dict[str, Callable] = {}
 
 
-def lowering(op: str):
-    """Decorator registering the ONNX lowering of IR op ``op``."""
-    def register(fn):
-        if op in LOWERINGS:
-            raise ValueError(f"two ONNX lowerings for IR op {op!r}")
-        LOWERINGS[op] = fn
-        return fn
-    return register
+lowering = registrar(LOWERINGS, "ONNX lowerings for IR op")
+"""Decorator registering the ONNX lowering of IR op ``op``."""
 
 
 @lowering("embedding")
@@ -191,18 +186,16 @@ def ffn(e, node: Node, x: str) -> str:
 
 @lowering("projection")
 def projection(e, node: Node, x: str) -> str:
-    """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5);
-    logits in ``x``'s layout, in step graphs of the last position only (flat: (B, vocab))."""
-    b, (vocab, d) = e.b, e.b.weights[node.params["weight"]].shape
-    flat = x in b.flat
+    """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5):
+    flat (B * L, vocab) logits; in step graphs (B, vocab), the last position's only."""
+    b, d = e.b, e.b.weights[node.params["weight"]].shape[1]
     if e.kind == "step":  # only the next token's distribution is wanted: (B, d) rows
         last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
         x = b.op("Reshape", last, b.ints(-1, d))
         b.flat.add(x)
     if node.attrs["scale"] != 1.0:
         x = b.op("Mul", x, b.const(node.attrs["scale"]))
-    logits = b.linear(x, node.params["weight"], node.params.get("bias"))
-    return logits if flat else b.sequence(logits, vocab)
+    return b.linear(x, node.params["weight"], node.params.get("bias"))
 
 
 @lowering("conv")

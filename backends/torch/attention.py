@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from tfspec.ir.positions import rotary_frequencies
 from tfspec.layers.attention import block_plan, fused_bias, use_blocks
+from tfspec.registry import registrar
 
 from .registry import OpModule, lowering
 from .relative_bias import RelativeBias
@@ -160,14 +161,8 @@ TILED: dict[str, Callable] = {}
 blocks); the kind's other paths (decoding steps) use its mask."""
 
 
-def tiled(kind: str):
-    """Decorator registering ``fn(ctx, layer, seq, q, k, v, dropout)`` as ``kind``'s attention."""
-    def register(fn):
-        if kind in TILED:
-            raise ValueError(f"two PyTorch attentions for kind {kind!r}")
-        TILED[kind] = fn
-        return fn
-    return register
+tiled = registrar(TILED, "PyTorch attentions for kind")
+"""Decorator registering ``fn(ctx, layer, seq, q, k, v, dropout)`` as ``kind``'s attention."""
 
 
 def self_attention(ctx, layer, seq: str, q, k, v, dropout: float) -> torch.Tensor:

@@ -13,18 +13,13 @@ import torch
 from torch import nn
 
 from tfspec.ir import Graph, Node
+from tfspec.registry import registrar
 
 LOWERINGS: dict[str, Callable[[Node, Graph], Callable]] = {}
 
 
-def lowering(op: str):
-    """Decorator registering the PyTorch lowering of IR op ``op``."""
-    def register(fn):
-        if op in LOWERINGS:
-            raise ValueError(f"two PyTorch lowerings for IR op {op!r}")
-        LOWERINGS[op] = fn
-        return fn
-    return register
+lowering = registrar(LOWERINGS, "PyTorch lowerings for IR op")
+"""Decorator registering the PyTorch lowering of IR op ``op``."""
 
 
 class OpModule(nn.Module):
