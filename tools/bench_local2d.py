@@ -22,10 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
-import sys
 
-from bench_restricted import exponent, measured
+from bench_restricted import fit, in_subprocess, measured
 
 HEADS, D_HEAD = 8, 64
 LAYER = {"block": (8, 16), "memory": (8, 16), "causal": True}
@@ -57,16 +55,6 @@ def attention_point(method: str, side: int, threads: int) -> dict:
     return measured(call, repeats=3)
 
 
-def in_subprocess(*args) -> dict | None:
-    """Run a point in a fresh interpreter; None when it fails (out of memory, killed)."""
-    done = subprocess.run([sys.executable, __file__, "--point", json.dumps(args)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        print(f"    {args[:2]}: failed ({done.stderr.strip().splitlines()[-1:] or done.returncode})")
-        return None
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="sides <= 64 only")
@@ -83,15 +71,13 @@ def main() -> None:
     print("| attention | image | pixels | time (s) | peak memory (MB) |\n|---|---|---:|---:|---:|")
     fits = {}
     for method, ss in sides.items():
-        points = [(s, in_subprocess(method, s, args.threads)) for s in ss]
+        points = [(s, in_subprocess(method, s, args.threads, script=__file__)) for s in ss]
         points = [(s * s, r) for s, r in points if r is not None]
         for n, r in points:
             side = int(n ** 0.5)
             print(f"| {METHODS[method]} | {side}x{side} | {n:,} | {r['seconds']:.4f} | {r['peak_mb']:.0f} |", flush=True)
-        if len(points) >= 3:
-            ns = [n for n, _ in points]
-            fits[method] = (exponent(ns, [r["seconds"] for _, r in points]),
-                            exponent(ns, [max(r["peak_mb"], 1.0) for _, r in points]), ns)
+        if measured_fit := fit(points):
+            fits[method] = measured_fit
     print("\n| attention | pixels | time exponent | memory exponent |\n|---|---|---:|---:|")
     for method, (t, m, ns) in fits.items():
         print(f"| {METHODS[method]} | {ns[0]:,}-{ns[-1]:,} | {t:.2f} | {m:.2f} |")

@@ -97,18 +97,28 @@ def measured(call, repeats: int) -> dict:
     return {"seconds": float(np.median(times)), "peak_mb": peak_mb() - base}
 
 
-def in_subprocess(kind: str, *args) -> dict | None:
-    """Run a point in a fresh interpreter; None when it fails (out of memory, killed)."""
-    done = subprocess.run([sys.executable, __file__, "--point", json.dumps([kind, *args])],
-                          capture_output=True, text=True)
+def in_subprocess(*args, script: str = __file__) -> dict | None:
+    """Run ``script --point args`` (one point) in a fresh interpreter; None when it fails (out
+    of memory, killed). The last argument is the thread count, left out of the message."""
+    done = subprocess.run([sys.executable, script, "--point", json.dumps(args)], capture_output=True, text=True)
     if done.returncode != 0:
-        print(f"    {kind} {args[:2]}: failed ({done.stderr.strip().splitlines()[-1:] or done.returncode})")
+        print(f"    {list(args[:-1])}: failed ({done.stderr.strip().splitlines()[-1:] or done.returncode})")
         return None
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def exponent(ns, ys) -> float:
     return float(np.polyfit(np.log(ns), np.log(ys), 1)[0])
+
+
+def fit(points: list[tuple[int, dict]]) -> tuple[float, float, list[int]] | None:
+    """Time and peak-memory exponents of measured (size, result) points and their sizes; None
+    with fewer than three points."""
+    if len(points) < 3:
+        return None
+    ns = [n for n, _ in points]
+    return (exponent(ns, [r["seconds"] for _, r in points]),
+            exponent(ns, [max(r["peak_mb"], 1.0) for _, r in points]), ns)
 
 
 def export_encoder(kind: str, directory: Path, max_len: int) -> None:
@@ -151,10 +161,8 @@ def main() -> None:
         points = [(n, r) for n, r in points if r is not None]
         for n, r in points:
             print(f"| {METHODS[method]} | {n:,} | {r['seconds']:.3f} | {r['peak_mb']:.0f} |", flush=True)
-        if len(points) >= 3:
-            ns_ok = [n for n, _ in points]
-            fits[method] = (exponent(ns_ok, [r["seconds"] for _, r in points]),
-                            exponent(ns_ok, [max(r["peak_mb"], 1.0) for _, r in points]), ns_ok)
+        if measured_fit := fit(points):
+            fits[method] = measured_fit
     print("\n| attention | n range | time exponent | memory exponent |\n|---|---|---:|---:|")
     for method, (t, m, ns) in fits.items():
         print(f"| {METHODS[method]} | {ns[0]:,}-{ns[-1]:,} | {t:.2f} | {m:.2f} |")
