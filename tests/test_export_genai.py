@@ -28,14 +28,11 @@ PROMPTS = ([1, 17, 42, 9, 88, 23, 61], [1, 54, 7])
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
 def exported(request, tmp_path_factory):
     """(kind, import directory, tfspec's ONNX export of it, transformers model, its tokenizer, weights file)."""
-    from tests.test_generate_cli import bpe, model_of, transformers  # skips without transformers
+    from tests.test_generate_cli import saved_model, transformers  # skips without transformers
     from tfspec.cli import main
 
     kind, tmp = request.param, tmp_path_factory.mktemp(request.param)
-    tok = bpe(kind)
-    model = model_of(kind, tok.get_vocab_size())
-    transformers.utils.logging.disable_progress_bar()
-    model.save_pretrained(tmp / "hf")
+    model, tok = saved_model(kind, tmp / "hf")
     special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"} if kind == "llama" else \
         {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, **special)

@@ -59,14 +59,20 @@ def model_of(kind: str, vocab: int):
     return model.eval()
 
 
+def saved_model(kind: str, path):
+    """A random ``kind`` model (written to ``path`` by ``save_pretrained``) and its BPE tokenizer."""
+    tok = bpe(kind)
+    model = model_of(kind, tok.get_vocab_size())
+    transformers.utils.logging.disable_progress_bar()
+    model.save_pretrained(path)
+    return model, tok
+
+
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
 def imported(request, tmp_path_factory):
     """(kind, import directory, transformers model, transformers tokenizer)."""
     kind, tmp = request.param, tmp_path_factory.mktemp(request.param)
-    tok = bpe(kind)
-    model = model_of(kind, tok.get_vocab_size())
-    transformers.utils.logging.disable_progress_bar()
-    model.save_pretrained(tmp / "hf")
+    model, tok = saved_model(kind, tmp / "hf")
     tok.save(str(tmp / "hf" / "tokenizer.json"))
     from tfspec.cli import main
 
