@@ -27,7 +27,7 @@ SPEC = {"name": "ctc-test", "family": "encoder-only", "frames": {"features": 8},
 def trained(tmp_path_factory):
     """A tiny digit-lines set, a model trained on it for a few steps, its export and sample PNGs."""
     root = tmp_path_factory.mktemp("ctc")
-    assert main(["data", "digit-lines", str(root / "data"), "--train", "24", "--test", "6"]) == 0
+    assert main(["data", "digit-lines", str(root / "data"), "--train", "24", "--dev", "5", "--test", "6"]) == 0
     (root / "spec.yaml").write_text(yaml.safe_dump(SPEC))
     assert main(["train", str(root / "spec.yaml"), "--data", str(root / "data"), "--out", str(root / "run"),
                  "--steps", "3", "--quiet", "--threads", "1"]) == 0
@@ -36,7 +36,9 @@ def trained(tmp_path_factory):
 
 def test_data_holds_out_a_block_and_reads_back(trained):
     manifest = json.loads((trained / "data" / "manifest.json").read_text())
-    assert manifest["splits"]["test"]["lines"] == 6 and manifest["held_out"].startswith("samples [0, 1437)")
+    assert manifest["splits"]["test"]["lines"] == 6 and manifest["splits"]["dev"]["lines"] == 5
+    assert manifest["held_out"] == ("samples [0, 1437) draw train lines, samples [1437, 1617) draw dev lines, "
+                                    "samples [1617, 1797) draw test lines")  # load_digits' 1,797 in 80/10/10 blocks
     for line in read_digit_lines(trained / "data", "train"):
         positions = line.frame_positions
         drawn = [p for i, p in enumerate(positions) if p >= 0 and (i == 0 or p != positions[i - 1])]
@@ -47,9 +49,19 @@ def test_train_scores_both_objectives_and_exports(trained):
     results = json.loads((trained / "run" / "results.json").read_text())
     assert set(results["cer"]) == {"CTC, best path", "CTC, prefix beam 8", "framewise baseline, collapsed",
                                    "CTC, ONNX Runtime best path"}
+    assert all(set(by_split) == {"dev", "test"} for by_split in results["cer"].values())
     assert results["cer"]["CTC, best path"] == results["cer"]["CTC, ONNX Runtime best path"]
     assert (trained / "run" / "onnx" / "tfspec.json").is_file()
     assert results["training"]["ctc"]["steps"] == results["training"]["framewise"]["steps"] == 3
+
+
+def test_evaluate_rescores_the_run_on_a_split(trained, capsys):
+    """``evaluate`` on a lines run gives the CER table train wrote, for the split asked."""
+    results = json.loads((trained / "run" / "results.json").read_text())
+    assert main(["evaluate", str(trained / "run"), "--split", "dev", "--threads", "1"]) == 0
+    rows = {line.rsplit(maxsplit=1)[0]: line.rsplit(maxsplit=1)[1] for line in capsys.readouterr().out.splitlines()}
+    assert {label: rows[label] for label in results["cer"]} == {
+        label: f"{100 * by_split['dev']:.2f}%" for label, by_split in results["cer"].items()}
 
 
 def test_transcribe_reads_png_and_npy_alike(trained, capsys, tmp_path):

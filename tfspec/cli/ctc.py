@@ -22,7 +22,7 @@ def cmd_digit_lines(args) -> int:
     from tfspec.data.digits import write_digit_lines
 
     started = time.perf_counter()
-    manifest = write_digit_lines(args.dir, args.train, args.test, args.seed)
+    manifest = write_digit_lines(args.dir, args.train, args.dev, args.test, args.seed)
     for split, counts in manifest["splits"].items():
         print(f"{split}: {counts['lines']:,} lines, {counts['digits']:,} digits, {counts['frames']:,} frames")
     print(f"{manifest['held_out']}; wrote {args.dir} in {time.perf_counter() - started:.1f}s "
@@ -32,11 +32,12 @@ def cmd_digit_lines(args) -> int:
 
 def train_on_lines(spec, args, data: Path) -> int:
     """``tfspec train`` on a digit-lines directory: CTC, then the framewise baseline, each with
-    half of --max-minutes; both scored on the held-out lines; the CTC model exported to RUN/onnx."""
+    half of --max-minutes; both scored on the dev and the held-out test lines; the CTC model
+    exported to RUN/onnx."""
     import torch
 
     from tfspec.backends.onnx import OnnxModel, export
-    from tfspec.backends.torch.training.ctc import LinesConfig, train_lines, transcribe_lines
+    from tfspec.backends.torch.training.ctc import LinesConfig, train_lines
     from tfspec.backends.torch.training.trainer import write_config
     from tfspec.data.digits import read_digit_lines
 
@@ -49,49 +50,89 @@ def train_on_lines(spec, args, data: Path) -> int:
     config = LinesConfig(steps=args.steps or LinesConfig.steps, warmup=args.warmup or LinesConfig.warmup,
                          lr_scale=args.lr_scale, seed=args.seed, max_minutes=args.max_minutes / 2,
                          save_every=args.save_every, keep=args.keep)
-    train, test = read_digit_lines(data, "train"), read_digit_lines(data, "test")
-    write_config(run, spec, config, {"data": str(data.resolve()), "objectives": ["ctc", "framewise"]})
+    splits = {split: read_digit_lines(data, split) for split in ("train", "dev", "test")}
+    train = splits.pop("train")
+    write_config(run, spec, config, {"data": str(data.resolve()), "objectives": list(OBJECTIVES)})
     results, models, started = {}, {}, time.perf_counter()
-    for objective in ("ctc", "framewise"):
+    for objective in OBJECTIVES:
         print(f"{spec.name}: {objective} on {len(train):,} lines ({config.steps:,} steps of {config.batch} lines"
               f"{f', at most {config.max_minutes:g} min' if config.max_minutes else ''})", file=sys.stderr)
         began = time.perf_counter()
         models[objective], last = train_lines(spec, train, run / objective, config, objective,
                                               progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
         results[objective] = {"steps": last["step"], "minutes": round((time.perf_counter() - began) / 60, 2)}
-    references = [line.text for line in test]
-    rows = [("CTC, best path", "ctc", 1), (f"CTC, prefix beam {BEAM_WIDTH}", "ctc", BEAM_WIDTH),
-            ("framewise baseline, collapsed", "framewise", 1)]
-    scores = {label: _cer(transcribe_lines(models[objective], test, spec.head, beam), references)
-              for label, objective, beam in rows}
     exported = export(models["ctc"], run / "onnx")
     if not exported.ok:
         raise TfspecError(f"{run / 'onnx'}: ONNX parity check failed: {[str(c) for c in exported.checks if not c.ok]}")
-    scores["CTC, ONNX Runtime best path"] = _cer(_onnx_texts(OnnxModel(run / "onnx", device="cpu"), test), references)
-    _report(run, spec, results, scores, len(test), time.perf_counter() - started)
+    scores = score(spec.head, models, OnnxModel(run / "onnx", device="cpu"), splits)
+    _report(run, spec, scores, splits, f"steps: ctc {results['ctc']['steps']:,} ({results['ctc']['minutes']} min), "
+            f"framewise {results['framewise']['steps']:,} ({results['framewise']['minutes']} min); whole run "
+            f"{(time.perf_counter() - started) / 60:.1f} min; ONNX export in {run / 'onnx'}")
+    record = {"lines": {s: len(lines) for s, lines in splits.items()}, "cer": scores, "training": results,
+              "minutes": round((time.perf_counter() - started) / 60, 2)}
+    (run / "results.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return 0
 
 
-def _cer(hypotheses: list[str], references: list[str]) -> float:
+OBJECTIVES = ("ctc", "framewise")
+"""What ``train`` trains on lines, each into RUN/OBJECTIVE: CTC, then the framewise baseline."""
+
+
+def score(head, models: dict, exported, splits: dict[str, list]) -> dict[str, dict[str, float]]:
+    """{model: {split: character error rate}} of the CTC model (best path, prefix beam, and its
+    ONNX export when given) and the framewise baseline, on every split's lines."""
+    from tfspec.backends.torch.training.ctc import transcribe_lines
     from tfspec.ctc import character_error_rate
 
-    return character_error_rate(hypotheses, references)
+    rows = [("CTC, best path", "ctc", 1), (f"CTC, prefix beam {BEAM_WIDTH}", "ctc", BEAM_WIDTH),
+            ("framewise baseline, collapsed", "framewise", 1)]
+    scores = {}
+    for split, lines in splits.items():
+        references = [line.text for line in lines]
+        for label, objective, beam in rows:
+            hypotheses = transcribe_lines(models[objective], lines, head, beam)
+            scores.setdefault(label, {})[split] = character_error_rate(hypotheses, references)
+        if exported is not None:
+            hypotheses = [decode(exported, line.frames, 1) for line in lines]
+            scores.setdefault("CTC, ONNX Runtime best path", {})[split] = character_error_rate(hypotheses, references)
+    return scores
 
 
-def _onnx_texts(model, lines) -> list[str]:
-    return [decode(model, line.frames, 1) for line in lines]
+def _report(run: Path, spec, scores: dict, splits: dict, footer: str) -> None:
+    """Print the CER table: a row per model, a column per split."""
+    sizes = ", ".join(f"{len(lines)} {split} lines" for split, lines in splits.items())
+    print(f"{spec.name}: character error rate (edits / reference digits) on {sizes}:")
+    rows = [[label, *(f"{100 * by_split[s]:.2f}%" for s in splits)] for label, by_split in scores.items()]
+    print(render(["model", *(f"{s} CER" for s in splits)], rows), end="")
+    print(footer)
 
 
-def _report(run: Path, spec, results: dict, scores: dict, lines: int, seconds: float) -> None:
-    """Print the CER table and keep it, with steps and times, in RUN/results.json."""
-    rows = [[label, f"{100 * cer:.2f}%"] for label, cer in scores.items()]
-    print(f"{spec.name} on {lines} held-out lines (character error rate = edits / reference digits):")
-    print(render(["model", "CER"], rows), end="")
-    print(f"steps: ctc {results['ctc']['steps']:,} ({results['ctc']['minutes']} min), framewise "
-          f"{results['framewise']['steps']:,} ({results['framewise']['minutes']} min); whole run "
-          f"{seconds / 60:.1f} min; ONNX export in {run / 'onnx'}")
-    record = {"test_lines": lines, "cer": scores, "training": results, "minutes": round(seconds / 60, 2)}
-    (run / "results.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+def evaluate_run(args, spec, meta: dict) -> int:
+    """``tfspec evaluate RUN`` on a run trained on lines: the CER table of its newest checkpoints
+    (CTC and framewise, and RUN/onnx when present) on --split."""
+    import torch
+
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training import checkpoint
+    from tfspec.data.digits import read_digit_lines
+
+    run, data = Path(args.run), Path(args.data or meta["data"])
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    models = {}
+    for objective in OBJECTIVES:
+        found = checkpoint.checkpoints(run / objective)
+        if not found:
+            raise TfspecError(f"{run / objective}: no checkpoints; train the run with `tfspec train`")
+        load_weights(model := build_module(spec), found[-1] / "model.safetensors")
+        models[objective] = model.eval()
+    lines = read_digit_lines(data, args.split)[:args.limit]
+    exported = OnnxModel(run / "onnx", device="cpu") if (run / "onnx" / "tfspec.json").is_file() else None
+    splits = {args.split: lines}
+    _report(run, spec, score(spec.head, models, exported, splits), splits, f"checkpoints: the newest in {run}/{{ctc,framewise}}")
+    return 0
 
 
 def decode(model, frames: np.ndarray, beam: int) -> str:
@@ -165,12 +206,14 @@ def register_data(action) -> None:
     a = action("digit-lines", cmd_digit_lines, "compose lines of handwritten digits for CTC (scikit-learn's digits)",
                "Compose lines of 3-8 of scikit-learn's 8x8 handwritten digits (load_digits), each stretched to "
                "0.7-1.6x its width, with random gaps; the columns are the frames (8 features each) and the "
-               "digit string the labelling. Training lines draw on the first 80%% of the samples, test lines on "
-               "the last 20%% (a contiguous block, so no test image is seen in training). Writes DIR/manifest.json, "
-               "DIR/{train,test}.npz and .txt, and a few test lines as PNGs in DIR/samples. `tfspec train SPEC "
+               "digit string the labelling. Training lines draw on the first 80%% of the samples, dev lines on the "
+               "next 10%% and test lines on the last 10%% (contiguous blocks, so no dev or test image is seen in "
+               "training: choose specs and budgets on dev, report test). Writes DIR/manifest.json, "
+               "DIR/{train,dev,test}.npz and .txt, and a few test lines as PNGs in DIR/samples. `tfspec train SPEC "
                "--data DIR` then trains a CTC model (examples/ctc-digits.yaml) and a framewise baseline.")
     a.add_argument("dir", metavar="DIR", help="directory to write (created if needed)")
     a.add_argument("--train", type=integer(1, 10**6), default=12000, help="training lines (default 12000)")
+    a.add_argument("--dev", type=integer(1, 10**6), default=500, help="dev lines, for choices (default 500)")
     a.add_argument("--test", type=integer(1, 10**6), default=500, help="held-out test lines (default 500)")
     a.add_argument("--seed", type=SEED, default=0)
 

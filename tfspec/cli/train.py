@@ -112,6 +112,8 @@ def cmd_evaluate(args) -> int:
     spec, meta = _run_spec(run)
     if "images" in meta:
         return images.cmd_evaluate(args, spec, meta)
+    if "objectives" in meta:  # trained on lines of frames
+        return ctc.evaluate_run(args, spec, meta)
     if spec.family == "encoder-only":
         raise TfspecError(f"{spec.name} is encoder-only: it has no decoder to translate with, so there is nothing "
                           "for BLEU to score (its masked-LM loss is in the run's metrics.jsonl)")
@@ -258,7 +260,9 @@ def register(command) -> None:
     c = command("evaluate", cmd_evaluate, "translate a split with beam search and score it with sacrebleu",
                 "Beam search (beam 4, alpha 0.6, max length source + 50, §6.1) with the run's averaged weights "
                 "(else its newest checkpoint), detokenised, scored with sacrebleu BLEU and chrF. --backend onnx "
-                "exports the weights and decodes with onnxruntime: the same search, the same tokens.")
+                "exports the weights and decodes with onnxruntime: the same search, the same tokens. On an image run "
+                "it prints bits/dim beside baselines; on a run trained on digit lines, the character error rate of "
+                "its CTC model and framewise baseline.")
     c.add_argument("run", metavar="RUN")
     c.add_argument("--split", default="test", choices=["dev", "test", "train"])
     c.add_argument("--data", metavar="DIR", help="corpus directory (default: the one the run trained on)")

@@ -5,10 +5,11 @@ Each line holds 3-8 digits, each stretched or squeezed horizontally (0.7-1.6x it
 with 0-3 empty columns between digits and 0-4 at either end. The line's columns are its
 frames: 8 intensities each, scaled to [0, 1], top row first.
 
-Held-out writers: load_digits carries no writer ids. The samples are split in one contiguous
-block, the first 80% for training lines and the last 20% for test lines, never a shuffled
-split: the UCI file stores forms one after another, so a block keeps most writers' digits on
-one side, and no test digit image ever occurs in a training line.
+Held-out writers: load_digits carries no writer ids. The samples are split in contiguous
+blocks, the first 80% for training lines, the next 10% for dev lines (choosing a spec or a
+budget) and the last 10% for test lines, never a shuffled split: the UCI file stores forms one
+after another, so a block keeps most writers' digits on one side, and no dev or test digit
+image ever occurs in a training line.
 
 A directory holds ``manifest.json`` (kind ``digit-lines``), per split ``SPLIT.npz`` (frames
 (total, 8) float32, lengths (lines,), frame_positions (total,): which digit of its line each
@@ -29,8 +30,8 @@ from tfspec.errors import TfspecError
 KIND = "digit-lines"
 ALPHABET = "0123456789"
 FEATURES = 8
-TRAIN_SHARE = 0.8
-"""The first 80% of load_digits' samples draw the training lines, the rest the test lines."""
+SPLITS = {"train": (0.0, 0.8), "dev": (0.8, 0.9), "test": (0.9, 1.0)}
+"""Which block of load_digits' samples, as fractions, each split's lines draw on."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,9 @@ def compose(images: np.ndarray, digits: np.ndarray, rng: np.random.Generator) ->
     return Line(frames, text, np.concatenate(labels).astype(np.int8))
 
 
-def write_digit_lines(directory: str | Path, train: int = 12000, test: int = 500, seed: int = 0,
+def write_digit_lines(directory: str | Path, train: int = 12000, dev: int = 500, test: int = 500, seed: int = 0,
                       samples: int = 5) -> dict:
-    """Compose ``train`` and ``test`` lines from the two blocks of load_digits into
+    """Compose ``train``, ``dev`` and ``test`` lines from the three blocks of load_digits into
     ``directory``; return the manifest written."""
     try:
         from sklearn.datasets import load_digits
@@ -79,13 +80,15 @@ def write_digit_lines(directory: str | Path, train: int = 12000, test: int = 500
         raise TfspecError(f"digit lines need scikit-learn and pillow ({e.name} is missing): pip install "
                           "'tfspec[images]'") from None
     data = load_digits()
-    cut = int(len(data.images) * TRAIN_SHARE)
-    blocks = {"train": (slice(0, cut), train), "test": (slice(cut, None), test)}
+    total = len(data.images)
+    blocks = {split: (slice(int(total * a), int(total * b)), count)
+              for (split, (a, b)), count in zip(SPLITS.items(), (train, dev, test))}
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     manifest = {"kind": KIND, "features": FEATURES, "alphabet": ALPHABET, "seed": seed,
                 "source": "sklearn.datasets.load_digits (UCI optdigits test part, 1,797 images)",
-                "held_out": f"samples [0, {cut}) draw training lines, [{cut}, {len(data.images)}) test lines",
+                "held_out": ", ".join(f"samples [{b.start}, {b.stop}) draw {split} lines"
+                                      for split, (b, _) in blocks.items()),
                 "splits": {}}
     for split, (block, count) in blocks.items():
         rng = np.random.default_rng([seed, len(manifest["splits"])])
