@@ -96,25 +96,34 @@ def test_logits_match_transformers(case, options, cli, tmp_path):
 
 @pytest.mark.parametrize("case", ["marian", "bart"])
 def test_onnx_export_and_greedy_decoding_match_transformers(case, cli, tmp_path):
+    ref, _ = imported(case, tmp_path, cli)
+    assert_onnx_and_greedy_match(ref, *batch(case), ids(case), cli, tmp_path)
+
+
+def assert_onnx_and_greedy_match(ref, src, tgt, special: tuple[int, int, int], cli, tmp_path: Path) -> None:
+    """Export the import in ``tmp_path / "ours"``: its ONNX logits equal ``ref``'s, and greedy
+    decoding (PyTorch, and onnxruntime's KV-cached step graph) equals ``ref.generate``.
+    ``special``: (pad, eos, decoder start)."""
     from tfspec.backends.onnx import OnnxModel
 
-    ref, model = imported(case, tmp_path, cli)
-    (pad, eos, start), src, tgt = ids(case), *batch(case)
-    code, out, err = cli("export", tmp_path / "ours", "--weights", tmp_path / "ours" / "model.safetensors",
-                         "-o", tmp_path / "onnx")
+    (pad, eos, start), ours = special, tmp_path / "ours"
+    code, out, err = cli("export", ours, "--weights", ours / "model.safetensors", "-o", tmp_path / "onnx")
     assert code == 0, out + err
     onnx = OnnxModel(tmp_path / "onnx", device="cpu")
     with torch.no_grad():
         want = ref(input_ids=src, attention_mask=(src != pad).long(), decoder_input_ids=tgt).logits
     np.testing.assert_allclose(onnx.logits(src=src.numpy(), tgt=tgt.numpy()), want.numpy(), atol=1e-4, rtol=0)
-    # Marian's published configurations forbid the pad token it starts from (bad_words_ids), as tfspec's search does
+    # tfspec's search never emits a pad token decoding starts from (Marian's published configurations forbid
+    # it too, with bad_words_ids): forbid it to transformers
     banned = {"bad_words_ids": [[pad]]} if pad == start else {}
     generated = ref.generate(src, attention_mask=(src != pad).long(), num_beams=1, do_sample=False, max_new_tokens=20,
                              forced_eos_token_id=None, **banned)[:, 1:].tolist()
     expected = [row[:row.index(eos)] if eos in row else row for row in generated]
     options = SearchOptions(beam=1, max_extra=20, max_length=20)
+    model = build_module(load_spec(ours)).eval()
+    load_weights(model, ours / "model.safetensors")
     assert search(TorchDecoder(model), src.numpy(), options) == expected
-    assert search(onnx.decoder(), src.numpy(), options) == expected
+    assert search(onnx.decoder(), src.numpy(), options) == expected  # the step graph with its KV cache
     assert sum(map(len, expected)) > 20  # real generation was compared, not an immediate stop
 
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.layers.relative_bias import bucket_table
-from tfspec.search import SearchOptions, search
 from tfspec.spec import load_spec
+from test_import_seq2seq import assert_onnx_and_greedy_match
 
 transformers = pytest.importorskip("transformers")
 
@@ -93,25 +93,8 @@ def test_logits_match_transformers(case, cli, tmp_path):
 
 @pytest.mark.parametrize("case", ["t5", "t5-v1_1"])
 def test_onnx_export_and_greedy_decoding_match_transformers(case, cli, tmp_path):
-    from tfspec.backends.onnx import OnnxModel
-
-    ref, model = imported(case, tmp_path, cli)
-    src, tgt = batch()
-    code, out, err = cli("export", tmp_path / "ours", "--weights", tmp_path / "ours" / "model.safetensors",
-                         "-o", tmp_path / "onnx")
-    assert code == 0, out + err
-    onnx = OnnxModel(tmp_path / "onnx", device="cpu")
-    with torch.no_grad():
-        want = ref(input_ids=src, attention_mask=(src != PAD).long(), decoder_input_ids=tgt).logits
-    np.testing.assert_allclose(onnx.logits(src=src.numpy(), tgt=tgt.numpy()), want.numpy(), atol=1e-4, rtol=0)
-    # tfspec's search never emits the pad token decoding starts from: forbid it to transformers too
-    generated = ref.generate(src, attention_mask=(src != PAD).long(), num_beams=1, do_sample=False,
-                             max_new_tokens=20, bad_words_ids=[[PAD]])[:, 1:].tolist()
-    expected = [row[:row.index(EOS)] if EOS in row else row for row in generated]
-    options = SearchOptions(beam=1, max_extra=20, max_length=20)
-    assert search(TorchDecoder(model), src.numpy(), options) == expected
-    assert search(onnx.decoder(), src.numpy(), options) == expected  # the step graph with its KV cache
-    assert sum(map(len, expected)) > 20  # real generation was compared, not an immediate stop
+    ref, _ = imported(case, tmp_path, cli)
+    assert_onnx_and_greedy_match(ref, *batch(), (PAD, EOS, PAD), cli, tmp_path)
 
 
 def test_published_t5_small_count_equals_transformers(cli, tmp_path):
