@@ -95,7 +95,7 @@ def test_onnx_export_equals_pytorch(head, tmp_path):
     assert np.abs(ours - ref)[keep].max() < 1e-4
 
 
-@pytest.mark.parametrize("task", ["sequence", "token"])
+@pytest.mark.parametrize("task", ["sequence", "tokens"])
 def test_imported_bert_head_equals_transformers(task, tmp_path, cli):
     transformers = pytest.importorskip("transformers")
     from hf_checkpoints import make_config, padded_batch
@@ -111,12 +111,7 @@ def test_imported_bert_head_equals_transformers(task, tmp_path, cli):
     body.load_state_dict(hf.bert.state_dict(), strict=False)
     body.save_pretrained(tmp_path / "hf")
     assert cli("import", tmp_path / "hf", "-o", tmp_path / "bert")[0] == 0
-    spec = load_spec(tmp_path / "bert")
-    if task == "sequence":
-        spec = with_head(spec, 4, "first", None)
-    else:
-        spec = spec_from_data(spec.model_dump(mode="json") | {"head": {"kind": "token_classification", "classes": 4}},
-                              "test")
+    spec = with_head(load_spec(tmp_path / "bert"), task, 4, "first" if task == "sequence" else None, None)
     model = build_module(spec).eval()
     assert load_body(model, read_weights(tmp_path / "bert" / "model.safetensors"), "bert") == []
     assert head_parameters(model) == {"classifier.weight", "classifier.bias"}

@@ -6,6 +6,10 @@ norms), the rate rising linearly over the first ``warmup`` share of the steps an
 linearly to 0 at the last, batches of a few dozen sentences, a few epochs, gradient norms
 clipped at 1. Checkpoints are the trainer's (``training.checkpoint``); a non-finite loss stops
 the run before the update, as the trainer's guard does.
+
+One loop serves both classification heads: the loss is the cross-entropy over the labelled
+positions, one per text for a sequence head, one per word (its first subword; the others,
+special tokens and padding ignored, as in transformers' token classification) for a token head.
 """
 
 from __future__ import annotations
@@ -72,27 +76,57 @@ def load_body(model: TorchModel, tensors: dict[str, torch.Tensor], source: str) 
     return sorted(n for n in tensors if n not in body and n not in aliases)
 
 
+IGNORE = -100
+"""The target of a position no label is read at (a word's later subwords, special tokens,
+padding): ``cross_entropy``'s default ``ignore_index``, as transformers' token classifiers use."""
+
+
+def padded(rows: list, pad: int) -> torch.Tensor:
+    """(B, L) int64 of ``rows`` padded with ``pad`` to the longest; rows of one number: (B,)."""
+    if np.ndim(rows[0]) == 0:
+        return torch.tensor(np.array(rows, dtype=np.int64))
+    out = np.full((len(rows), max(len(row) for row in rows)), pad, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = row
+    return torch.from_numpy(out)
+
+
 def batches(ids: list[list[int]], size: int, pad: int, order=None):
     """(index, tokens (B, L) padded with ``pad``) in ``order`` (default: as given)."""
     order = np.arange(len(ids)) if order is None else order
     for start in range(0, len(order), size):
         index = order[start:start + size]
-        tokens = np.full((len(index), max(len(ids[i]) for i in index)), pad, dtype=np.int64)
-        for row, i in enumerate(index):
-            tokens[row, :len(ids[i])] = ids[i]
-        yield index, torch.from_numpy(tokens)
+        yield index, padded([ids[i] for i in index], pad)
+
+
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over the labelled positions: (B, C) logits and (B,) classes for a
+    sequence head, (B, S, C) and (B, S) with ``IGNORE`` where no label is read for a token head."""
+    return F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(), ignore_index=IGNORE)
 
 
 @torch.no_grad()
-def predict(model: TorchModel, ids: list[list[int]], batch: int = 128) -> np.ndarray:
-    """The most likely class of each sequence (batches sorted by length: little padding)."""
+def predict(model: TorchModel, ids: list[list[int]], batch: int = 128) -> list[np.ndarray]:
+    """Each text's most likely class (a sequence head), or the most likely class at each of its
+    positions (a token head); batches sorted by length: little padding."""
     model.eval()
-    out = np.zeros(len(ids), dtype=np.int64)
+    out = [None] * len(ids)
     order = np.argsort([len(x) for x in ids], kind="stable")
     device = next(model.parameters()).device
     for index, tokens in batches(ids, batch, model.pad_id, order):
-        out[index] = model(tokens.to(device)).argmax(-1).cpu().numpy()
+        classes = model(tokens.to(device)).argmax(-1).cpu().numpy()
+        for row, i in enumerate(index):
+            out[i] = classes[row] if classes.ndim == 1 else classes[row, :len(ids[i])]
     return out
+
+
+def accuracy(model: TorchModel, ids: list[list[int]], targets: list) -> float:
+    """The share of labelled positions predicted right: of texts for a sequence head, of words
+    (their first subwords) for a token head."""
+    wanted = np.concatenate([np.atleast_1d(t) for t in targets])
+    got = np.concatenate([np.atleast_1d(p) for p in predict(model, ids)])
+    scored = wanted != IGNORE
+    return float((got[scored] == wanted[scored]).mean())
 
 
 def lr_at(step: int, total: int, config: FinetuneConfig) -> float:
@@ -111,10 +145,11 @@ def adamw(model: TorchModel, config: FinetuneConfig) -> torch.optim.AdamW:
                               {"params": rest, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.999), eps=1e-8)
 
 
-def finetune(model: TorchModel, train: tuple[list, np.ndarray], dev: tuple[list, np.ndarray], run: Path,
+def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list], run: Path,
              config: FinetuneConfig, progress: bool = True, log=print) -> dict:
-    """Train ``model`` (body loaded, head fresh) on ``train`` = (token ids, class ids); returns
-    the last metrics, with the dev accuracy after each epoch in ``dev_accuracy``."""
+    """Train ``model`` (body loaded, head fresh) on ``train`` = (token ids, targets: a class per
+    text, or per position with ``IGNORE`` where no label is read); returns the last metrics,
+    with the dev accuracy after each epoch in ``dev_accuracy``."""
     from tqdm import tqdm
 
     if checkpoint.checkpoints(run):
@@ -135,7 +170,7 @@ def finetune(model: TorchModel, train: tuple[list, np.ndarray], dev: tuple[list,
             model.train()
             for index, tokens in batches(ids, config.batch, model.pad_id, order):
                 started = time.perf_counter()
-                loss = F.cross_entropy(model(tokens.to(device)).float(), torch.from_numpy(labels[index]).to(device))
+                loss = loss_of(model(tokens.to(device)), padded([labels[i] for i in index], IGNORE).to(device))
                 if not math.isfinite(loss.item()):
                     raise TfspecError(_diverged(run, loss.item()))
                 loss.backward()
@@ -160,10 +195,10 @@ def finetune(model: TorchModel, train: tuple[list, np.ndarray], dev: tuple[list,
                     log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
                     break
             state["epoch"] += 1
-            accuracy = float((predict(model, dev[0]) == dev[1]).mean())
-            history.append(accuracy)
-            _log_metrics(run, {"step": state["step"], "epoch": state["epoch"], "dev_accuracy": accuracy})
-            log(f"epoch {state['epoch']}: dev accuracy {accuracy:.4f}")
+            score = accuracy(model, *dev)
+            history.append(score)
+            _log_metrics(run, {"step": state["step"], "epoch": state["epoch"], "dev_accuracy": score})
+            log(f"epoch {state['epoch']}: dev accuracy {score:.4f}")
     finally:
         bar.close()
     checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)

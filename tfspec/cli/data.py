@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tfspec.cli import ctc, images
 from tfspec.cli.tables import render
-from tfspec.cli.types import POSITIVE, integer
+from tfspec.cli.types import POSITIVE, SEED, integer
 from tfspec.data import (SOURCES, SPLITS, fetch_corpus, load_manifest, make_sample, prepare_corpus, read_split,
                          train_tokenizer, verify)
 from tfspec.errors import TfspecError
@@ -131,6 +131,21 @@ def cmd_langid(args) -> int:
     return 0
 
 
+def cmd_code_switch(args) -> int:
+    from tfspec.data.codeswitch import build_code_switch
+
+    started = time.perf_counter()
+    manifest = build_code_switch(args.langid, args.dir, {"train": args.train, "dev": args.dev, "test": args.test},
+                                 args.seed)
+    labels = sorted({tag for counts in manifest["labels"].values() for tag in counts})
+    rows = [[s, f"{manifest['splits'][s]['pairs']:,}", *(f"{manifest['labels'][s].get(x, 0):,}" for x in labels)]
+            for s in SPLITS]
+    print(f"code-switched lines in {args.dir} ({time.perf_counter() - started:.1f}s), labelled word by word; each "
+          f"split drawn from the same split of {args.langid}")
+    print(render(["split", "lines", *(f"{x} words" for x in labels)], rows), end="")
+    return 0
+
+
 def register(command) -> None:
     c = command("data", lambda args: c.print_help() or 2, "fetch, prepare and tokenize parallel corpora",
                 "Parallel text for `tfspec train`.\n" + LAYOUT)
@@ -189,6 +204,20 @@ def register(command) -> None:
     a.add_argument("--per-language", type=integer(1, 10**7), default=4000,
                    help="train texts per language at most (dev and test: a quarter each; default 4000)")
     a.add_argument("--force", action="store_true", help="download and rebuild even if cached")
+    a = action("code-switch", cmd_code_switch, "compose mixed-language lines labelled word by word from a langid corpus",
+               "Compose code-switched lines for word-level language identification (a token task for `tfspec "
+               "finetune`): each line joins 2-3 fragments of 3-6 consecutive words cut from sentences of "
+               "different languages of LANGID_DIR (`tfspec data langid`), each word labelled with its language "
+               "(`other` for a word without a letter). Train lines draw only on LANGID_DIR's train split, dev on "
+               "dev and test on test, so its held-out pages stay held out. Deterministic given --seed. Writes "
+               "{train,dev,test}.txt (words), .labels (one label per word), .docs (the fragments' pages), "
+               "README.md and manifest.json (task: tokens).")
+    a.add_argument("langid", metavar="LANGID_DIR", help="a `tfspec data langid` directory")
+    a.add_argument("dir", metavar="OUT_DIR", help="directory to write (created if needed)")
+    a.add_argument("--train", type=integer(1, 10**7), default=16000, help="training lines (default 16000)")
+    a.add_argument("--dev", type=integer(1, 10**7), default=2000, help="dev lines (default 2000)")
+    a.add_argument("--test", type=integer(1, 10**7), default=2000, help="test lines (default 2000)")
+    a.add_argument("--seed", type=SEED, default=0)
     a = action("sample", cmd_sample, "take a small corpus out of a prepared one (how the shipped sample is made)",
                "Copy short pairs of one source, chosen by the sha256 of their text, from each split of CORPUS "
                "into the same split of DIR.")

@@ -1,5 +1,8 @@
 """``tfspec finetune PRETRAINED DATA -o RUN``: a pretrained encoder plus a new classification
-head, trained on labelled text (``tfspec.data.labelled``) and scored on its held-out test split.
+head, trained on labelled text (``tfspec.data.labelled``) and scored on its held-out test split:
+one label per text (a sequence_classification head, scored by accuracy) or one per word (a
+token task: a token_classification head reading each word's first subword, scored by word
+accuracy).
 
 PRETRAINED is a ``tfspec train`` run of an encoder-only spec (masked LM; its averaged weights,
 else its newest checkpoint, and its tokenizer), a directory made by ``tfspec import`` (an
@@ -15,13 +18,15 @@ import json
 import shutil
 import sys
 import time
+from itertools import chain
 from pathlib import Path
 
 import yaml
 
 from tfspec.cli.types import SEED, THREADS, integer, number, out_dir
-from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER, open_codec
-from tfspec.data.labelled import label_ids, read_labelled
+from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER, encode_words, open_codec
+from tfspec.data.corpus import SPLITS
+from tfspec.data.labelled import TASKS, label_ids, read_labelled, read_tagged, task_of
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
 
@@ -56,62 +61,97 @@ def pretrained(path: str, data: Path, run: Path) -> tuple[Spec, Path | None, Pat
     return spec, weights, source
 
 
-def with_head(spec: Spec, classes: int, pooling: str | None, dropout: float | None) -> Spec:
-    """``spec`` with a sequence classification head in place of its masked-LM projection."""
-    head = {"kind": "sequence_classification", "classes": classes, "pooling": pooling, "dropout": dropout}
-    data = spec.model_dump(mode="json") | {"name": f"{spec.name}-classifier", "head_transform": False,
+def with_head(spec: Spec, task: str, classes: int, pooling: str | None, dropout: float | None) -> Spec:
+    """``spec`` with a classification head in place of its masked-LM projection: one label per
+    text (``sequence``) or per position (``tokens``)."""
+    if task == "tokens":
+        if pooling:
+            raise TfspecError(f"--pooling {pooling}: a token task labels every word, nothing is pooled")
+        head, name = {"kind": "token_classification", "classes": classes, "dropout": dropout}, "tagger"
+    else:
+        head, name = {"kind": "sequence_classification", "classes": classes, "pooling": pooling,
+                      "dropout": dropout}, "classifier"
+    data = spec.model_dump(mode="json") | {"name": f"{spec.name}-{name}", "head_transform": False,
                                             "output_bias": False,
                                             "head": {k: v for k, v in head.items() if v is not None}}
     return spec_from_data(data, f"{spec.name} + head")
 
 
 def cmd_finetune(args) -> int:
-    import numpy as np
     import torch
 
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import read_weights, save_weights
-    from tfspec.backends.torch.finetune import FinetuneConfig, finetune, load_body, predict
+    from tfspec.backends.torch.finetune import FinetuneConfig, accuracy, finetune, load_body
 
     data, run = Path(args.data), Path(args.out)
-    splits = {s: read_labelled(data, s) for s in ("train", "dev", "test")}
-    names = sorted(set(splits["train"][1]))
+    task = args.task or task_of(data)
+    splits = {s: (read_tagged if task == "tokens" else read_labelled)(data, s) for s in SPLITS}
+    train_labels = splits["train"][1]
+    names = sorted(set(chain.from_iterable(train_labels) if task == "tokens" else train_labels))
     if len(names) < 2:
         raise TfspecError(f"{data / 'train.labels'}: one label ({names[0]}); a classifier needs at least two")
-    classes = {s: np.array(label_ids(labels, names, data / f"{s}.labels")) for s, (_, labels) in splits.items()}
+    classes = {s: label_ids(labels, names, data / f"{s}.labels") for s, (_, labels) in splits.items()}
     if args.threads:
         torch.set_num_threads(args.threads)
     run.mkdir(parents=True, exist_ok=True)
     spec, weights, tokenizer = pretrained(args.pretrained, data, run)
     codec = open_codec(tokenizer, spec.vocab)
-    spec = with_head(spec, len(names), args.pooling, args.dropout)
+    spec = with_head(spec, task, len(names), args.pooling, args.dropout)
     model = build_module(spec)
     if weights is not None:
         unused = load_body(model, read_weights(weights), str(weights))
         print(f"body loaded from {weights}; head new ({len(names)} classes)"
               + (f"; not used: {', '.join(unused)}" if unused else ""), file=sys.stderr)
     limit = spec.positional.max_len if spec.positional.kind != "none" else 10**9
-    ids = {s: [_fit(codec.encode(t), limit) for t in texts] for s, (texts, _) in splits.items()}
+    examples = {s: _examples(codec, task, splits[s][0], classes[s], limit, data / f"{s}.txt") for s in SPLITS}
     config = FinetuneConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, warmup=args.warmup, seed=args.seed,
                             max_minutes=args.max_minutes)
     _write_setup(run, spec, names, args, tokenizer)
     started = time.perf_counter()
-    state = finetune(model, (ids["train"], classes["train"]), (ids["dev"], classes["dev"]), run, config,
-                     progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
+    state = finetune(model, examples["train"], examples["dev"], run, config, progress=not args.quiet,
+                     log=lambda m: print(m, file=sys.stderr))
     save_weights(model, run / "model.safetensors")
-    results = {"pretrained": str(args.pretrained), "steps": state["step"], "epochs": state["epoch"],
+    results = {"pretrained": str(args.pretrained), "task": task, "steps": state["step"], "epochs": state["epoch"],
                "train_seconds": round(time.perf_counter() - started, 1), "dev_accuracy": state["dev_accuracy"],
-               "test_accuracy": float((predict(model, ids["test"]) == classes["test"]).mean()),
-               "test_sentences": len(ids["test"])}
+               "test_accuracy": accuracy(model, *examples["test"]), "test_sentences": len(splits["test"][0])}
+    if task == "tokens":
+        results["test_words"] = sum(map(len, splits["test"][0]))
     if args.baseline:
-        from tfspec.baseline import char_ngram_accuracy
+        from tfspec.baseline import char_ngram_accuracy, word_char_ngram_accuracy
 
         started = time.perf_counter()
-        results["baseline_test_accuracy"] = char_ngram_accuracy(splits["train"], splits["test"])
+        fit = word_char_ngram_accuracy if task == "tokens" else char_ngram_accuracy
+        results["baseline_test_accuracy"] = fit(splits["train"], splits["test"])
         results["baseline_seconds"] = round(time.perf_counter() - started, 1)
     (run / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     _print_results(results, spec, len(splits["train"][0]))
     return 0
+
+
+def _examples(codec, task: str, texts: list, classes: list, limit: int, path: Path) -> tuple[list, list]:
+    """(ids, targets) of one split, cut to the model's positions: a text's ids and its class, or
+    (tokens) a line's ids and, at each word's first subword, its class (IGNORE elsewhere)."""
+    if task == "sequence":
+        return [_fit(codec.encode(text), limit) for text in texts], classes
+    from tfspec.backends.torch.finetune import IGNORE
+
+    ids, targets, cut = [], [], 0
+    for line_number, (words, line) in enumerate(zip(texts, classes), 1):
+        try:
+            line_ids, firsts = encode_words(codec, words)
+        except TfspecError as e:
+            raise TfspecError(f"{path}:{line_number}: {e}") from None
+        target = [IGNORE] * len(line_ids)
+        for first, label in zip(firsts, line):
+            target[first] = label
+        ids.append(_fit(line_ids, limit))
+        targets.append(_fit(target, limit))
+        cut += len(firsts) - sum(t != IGNORE for t in targets[-1])
+    if cut:
+        print(f"warning: {path}: {cut:,} words lie beyond the model's {limit} positions; they are neither "
+              "trained on nor scored", file=sys.stderr)
+    return ids, targets
 
 
 def _fit(ids: list[int], limit: int) -> list[int]:
@@ -131,28 +171,37 @@ def _write_setup(run: Path, spec: Spec, names: list[str], args, tokenizer: Path)
 
 
 def _print_results(results: dict, spec: Spec, train: int) -> None:
+    words = results.get("test_words")
+    scored = f"test {'word ' if words else ''}accuracy ({words or results['test_sentences']:,} " \
+             f"{'words' if words else 'texts'})"
     print(f"{spec.name}: {results['steps']:,} steps over {train:,} training texts in {results['train_seconds']:.0f}s")
-    print(f"test accuracy ({results['test_sentences']:,} texts): {results['test_accuracy']:.4f}  fine-tuned model")
+    print(f"{scored}: {results['test_accuracy']:.4f}  fine-tuned model")
     if "baseline_test_accuracy" in results:
-        print(f"test accuracy ({results['test_sentences']:,} texts): {results['baseline_test_accuracy']:.4f}  "
-              f"character 1-3-gram TF-IDF + logistic regression ({results['baseline_seconds']:.0f}s)")
+        print(f"{scored}: {results['baseline_test_accuracy']:.4f}  character 1-3-gram TF-IDF + logistic regression"
+              f"{' on each word alone' if words else ''} ({results['baseline_seconds']:.0f}s)")
 
 
 def register(command) -> None:
     c = command("finetune", cmd_finetune, "add a classification head to a pretrained encoder and train it",
-                "Fine-tune an encoder-only model for text classification. PRETRAINED: a `tfspec train` run of an "
-                "encoder-only spec (masked LM), a `tfspec import` directory (BERT), or a spec (random weights, "
-                "tokenizer trained on DATA). DATA: {train,dev,test}.txt with aligned .labels files (`tfspec data "
-                "langid` writes them). The body's weights are loaded by name (a missing or differently shaped "
-                "one is refused), a sequence_classification head is added with fresh weights, and the model is "
-                "trained with AdamW, linear warm-up and decay (BERT's recipe); dev accuracy after each epoch, "
-                "test accuracy at the end, with --baseline a character n-gram classifier beside it.")
+                "Fine-tune an encoder-only model to label texts or their words. PRETRAINED: a `tfspec train` run "
+                "of an encoder-only spec (masked LM), a `tfspec import` directory (BERT), or a spec (random "
+                "weights, tokenizer trained on DATA). DATA: {train,dev,test}.txt with aligned .labels files: one "
+                "label per text (`tfspec data langid` writes them), or, for a token task, whitespace-separated "
+                "words and one label per word (`tfspec data code-switch`). The body's weights are loaded by name "
+                "(a missing or differently shaped one is refused), a sequence_classification or "
+                "token_classification head is added with fresh weights (a token task labels each word's first "
+                "subword), and the model is trained with AdamW, linear warm-up and decay (BERT's recipe); dev "
+                "accuracy after each epoch, test accuracy (of texts, or of words) at the end, with --baseline a "
+                "character n-gram classifier (of each word alone, for a token task) beside it.")
     c.add_argument("pretrained", metavar="PRETRAINED")
     c.add_argument("data", metavar="DATA")
     c.add_argument("-o", "--out", required=True, metavar="RUN", type=out_dir, help="run directory (new or empty)")
+    c.add_argument("--task", choices=TASKS,
+                   help="sequence: one label per text; tokens: one label per word (default: DATA/manifest.json's "
+                        "task, else sequence)")
     c.add_argument("--pooling", choices=["first", "mean"],
-                   help="first: BERT's pooler on the first position (needs pooler: true); mean: the mean of the "
-                        "outputs (default: first when the spec has a pooler, else mean)")
+                   help="sequence task: first: BERT's pooler on the first position (needs pooler: true); mean: the "
+                        "mean of the outputs (default: first when the spec has a pooler, else mean)")
     c.add_argument("--dropout", type=number(0, 0.99), help="dropout before the classifier (default: the spec's)")
     c.add_argument("--epochs", type=integer(1, 10**4), default=3, help="passes over train (default 3)")
     c.add_argument("--batch", type=integer(1, 65536), default=32, help="texts per step (default 32)")

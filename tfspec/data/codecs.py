@@ -1,5 +1,6 @@
-"""Text <-> token ids with the tokenizer a model directory holds, for ``tfspec translate`` and
-``tfspec generate``: tfspec's own sentencepiece model, or an imported checkpoint's.
+"""Text <-> token ids with the tokenizer a model directory holds, for ``tfspec translate``,
+``tfspec generate`` and ``tfspec finetune``: tfspec's own sentencepiece model, or an imported
+checkpoint's.
 
 ``open_codec(DIR, vocab)`` picks, in order: ``tokenizer.json`` (a Hugging Face fast tokenizer,
 through the ``tokenizers`` library, as transformers' ``AutoTokenizer`` loads it),
@@ -7,8 +8,9 @@ through the ``tokenizers`` library, as transformers' ``AutoTokenizer`` loads it)
 the JSON vocabulary, as transformers' ``MarianTokenizer`` does), then ``tokenizer.model``
 (tfspec's shared sentencepiece model, ``tfspec data tokenize``). A codec's ``encode`` gives a
 line's ids as the model reads them (special tokens added), ``prompt`` a decoder-only model's
-prompt, and ``decode`` the text of output ids with special tokens left out. Tokenizer files are
-data: JSON is checked, nothing executes.
+prompt, and ``decode`` the text of output ids with special tokens left out; ``encode_words``
+reads a line split into words for ``tfspec finetune``'s token task. Tokenizer files are data:
+JSON is checked, nothing executes.
 """
 
 from __future__ import annotations
@@ -33,6 +35,34 @@ def open_codec(directory: Path, vocab):
     if (directory / TOKENIZER).is_file():
         return SentencePieceCodec(directory / TOKENIZER, vocab)
     return None
+
+
+def encode_words(codec, words: list[str]) -> tuple[list[int], list[int]]:
+    """A line already split into ``words``, as the model reads it, and the position of each
+    word's first subword (where a token task reads the word's label: transformers' convention
+    for ``is_split_into_words``). Each word is encoded alone, so its pieces do not depend on
+    its neighbours; the special tokens ``encode`` adds are taken off every word and put once
+    around the line (eos after it, or [CLS] before and [SEP] after)."""
+    prefix, suffix = _frame(codec)
+    ids, firsts = list(prefix), []
+    for word in words:
+        pieces = codec.encode(word)
+        pieces = pieces[len(prefix):len(pieces) - len(suffix)]
+        if not pieces:
+            raise TfspecError(f"word {word!r} gives no tokens with this tokenizer")
+        firsts.append(len(ids))
+        ids += pieces
+    return ids + suffix, firsts
+
+
+def _frame(codec) -> tuple[list[int], list[int]]:
+    """The special tokens ``codec.encode`` puts before a text and after it: of the ids of an
+    empty text, those a one-word text also starts with, and the rest."""
+    empty, word = codec.encode(""), codec.encode("a")
+    lead = 0
+    while lead < len(empty) and empty[lead] == word[lead]:
+        lead += 1
+    return empty[:lead], empty[lead:]
 
 
 def _sentencepiece(path: Path):

@@ -1,13 +1,36 @@
 """Labelled text for fine-tuning: ``{train,dev,test}.txt`` (one text per line, UTF-8) and
-``{train,dev,test}.labels`` (its label, aligned line by line), as ``tfspec data langid``
-writes them. The label set is train's; a held-out label outside it is refused by line."""
+``{train,dev,test}.labels`` aligned with it line by line, as ``tfspec data langid`` and
+``tfspec data code-switch`` write them. Two tasks read them:
+
+* ``sequence``: a line's label is one word, the class of the whole text;
+* ``tokens``: a text is whitespace-separated words and its labels line one label per word,
+  whitespace-separated (a Hugging Face dataset's ``tokens`` and ``tags`` columns).
+
+The manifest says which (``"task": "tokens"``; none: ``sequence``). The label set is train's;
+a held-out label outside it is refused by line.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from tfspec.data import corpus
 from tfspec.data.corpus import SPLITS, read_lines
 from tfspec.errors import TfspecError
+
+TASKS = ("sequence", "tokens")
+
+
+def task_of(data_dir: str | Path) -> str:
+    """The task DATA's manifest.json names, else ``sequence`` (a directory written by hand)."""
+    path = Path(data_dir) / "manifest.json"
+    if not path.is_file():
+        return "sequence"
+    task = corpus.load_manifest(data_dir).get("task", "sequence")
+    if task not in TASKS:
+        raise TfspecError(f"{path}: task {task!r}: expected one of {', '.join(TASKS)}")
+    return task
 
 
 def read_labelled(data_dir: str | Path, split: str) -> tuple[list[str], list[str]]:
@@ -29,11 +52,44 @@ def read_labelled(data_dir: str | Path, split: str) -> tuple[list[str], list[str
     return texts, [label.strip() for label in labels]
 
 
-def label_ids(labels: list[str], names: list[str], where: Path) -> list[int]:
-    """Each label's index in ``names``; a label outside them is refused with its line."""
+def read_tagged(data_dir: str | Path, split: str) -> tuple[list[list[str]], list[list[str]]]:
+    """(words, labels) of one split of a token task: the checks of ``read_labelled``, then as
+    many labels as words on every line."""
+    texts, labels = read_labelled(data_dir, split)
+    words, tags = [text.split() for text in texts], [label.split() for label in labels]
+    for number, (line, line_tags) in enumerate(zip(words, tags), 1):
+        if len(line) != len(line_tags):
+            raise TfspecError(f"{Path(data_dir) / f'{split}.labels'}:{number}: {len(line_tags)} labels for the "
+                              f"{len(line)} words of {split}.txt:{number} (one label per word)")
+    return words, tags
+
+
+def label_ids(labels: list, names: list[str], where: Path) -> list:
+    """Each label's index in ``names`` (a line of a token task's labels: a list of indices); a
+    label outside them is refused with its line."""
     index = {name: i for i, name in enumerate(names)}
-    for number, label in enumerate(labels, 1):
-        if label not in index:
-            raise TfspecError(f"{where}:{number}: label {label!r} is not among the {len(names)} labels train "
-                              f"has ({', '.join(names[:20])}{', ...' if len(names) > 20 else ''})")
-    return [index[label] for label in labels]
+    for number, line in enumerate(labels, 1):
+        for label in [line] if isinstance(line, str) else line:
+            if label not in index:
+                raise TfspecError(f"{where}:{number}: label {label!r} is not among the {len(names)} labels train "
+                                  f"has ({', '.join(names[:20])}{', ...' if len(names) > 20 else ''})")
+    return [index[line] if isinstance(line, str) else [index[label] for label in line] for line in labels]
+
+
+def write_labelled(out: Path, splits: dict[str, list[tuple[str, str, str]]], request: dict, extra: dict,
+                   readme) -> dict:
+    """Write (text, labels, document) items as ``{split}.txt``, ``.labels`` and ``.docs``, then
+    ``readme(manifest)`` as README.md, then manifest.json (last: it marks a complete directory).
+    The manifest is a corpus's whose two sides are both ``txt``, so ``tfspec train --src txt
+    --tgt txt`` pretrains on the texts and a tokenizer trained on DATA reads them."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "manifest.json").unlink(missing_ok=True)
+    files = {}
+    for split, items in splits.items():
+        for column, suffix in enumerate(("txt", "labels", "docs")):
+            files[f"{split}.{suffix}"] = corpus.write_lines(out / f"{split}.{suffix}", [i[column] for i in items])
+    pairs = {s: [(text, text, doc) for text, _, doc in items] for s, items in splits.items()}
+    manifest = corpus.base_manifest(request, "txt", "txt", pairs, {**extra, "files": files})
+    (out / "README.md").write_text(readme(manifest), encoding="utf-8")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return manifest

@@ -16,12 +16,12 @@ code per line, which ``tfspec finetune`` reads.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import defaultdict
 from pathlib import Path
 
 from tfspec.data import corpus, debian
 from tfspec.data.clean import LETTER, normalize
+from tfspec.data.labelled import write_labelled
 from tfspec.data.markup import blocks
 from tfspec.data.sources import SOURCES
 from tfspec.errors import TfspecError
@@ -114,22 +114,12 @@ def _choose(labelled: list, per_language: int) -> dict[str, list]:
 
 
 def _write(out: Path, splits: dict[str, list], request: dict, versions: dict) -> dict:
-    """The split files, then README.md, then manifest.json (last: it marks a complete directory)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
-    files = {}
-    for split, items in splits.items():
-        for column, suffix in enumerate(("txt", "labels", "docs")):
-            files[f"{split}.{suffix}"] = corpus.write_lines(out / f"{split}.{suffix}", [i[column] for i in items])
+    """The labelled splits (``.docs``: the page), README.md and manifest.json."""
     counts = {s: {lang: sum(i[1] == lang for i in items) for lang in request["languages"]}
               for s, items in splits.items()}
-    manifest = corpus.base_manifest(request, "txt", "txt", {s: [(t, t, p) for t, _, p in splits[s]]
-                                                           for s in corpus.SPLITS}, {
-        "split": "page (sha256 of its path)", "labels": counts, "packages": versions,
-        "licence": "MPL-2.0 (LibreOffice help)", "files": files})
-    (out / "README.md").write_text(_readme(manifest), encoding="utf-8")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return manifest
+    return write_labelled(out, splits, request, {"split": "page (sha256 of its path)", "labels": counts,
+                                                 "packages": versions, "licence": "MPL-2.0 (LibreOffice help)"},
+                          _readme)
 
 
 def _readme(manifest: dict) -> str:
