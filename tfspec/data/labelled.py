@@ -59,9 +59,13 @@ def read_tagged(data_dir: str | Path, split: str) -> tuple[list[list[str]], list
     words, tags = [text.split() for text in texts], [label.split() for label in labels]
     for number, (line, line_tags) in enumerate(zip(words, tags), 1):
         if len(line) != len(line_tags):
-            raise TfspecError(f"{Path(data_dir) / f'{split}.labels'}:{number}: {len(line_tags)} labels for the "
-                              f"{len(line)} words of {split}.txt:{number} (one label per word)")
+            raise TfspecError(f"{Path(data_dir) / f'{split}.labels'}:{number}: {_count(len(line_tags), 'label')} "
+                              f"for the {_count(len(line), 'word')} of {split}.txt:{number} (one label per word)")
     return words, tags
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def label_ids(labels: list, names: list[str], where: Path) -> list:
