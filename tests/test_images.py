@@ -163,6 +163,12 @@ def test_digits_train_evaluate_sample(digits, tmp_path, capsys):
     unconditional, conditional = result["models"][str(out)]["bits_per_dim"]
     assert unconditional < math.log2(17) and conditional < math.log2(17)  # 30 steps already learn something
     assert f"{unconditional:.3f}" in text
+    code, _, err = run(capsys, "evaluate", out, "--quiet", "--threads", 1, "--limit", 3)
+    assert code == 0, err
+    limited = json.loads((out / "eval" / "test.images.json").read_text())
+    spread = test[[0, len(test) // 2, len(test) - 1]]  # --limit spreads over the split: first, middle, last
+    assert limited["images"] == 3
+    assert limited["baselines"]["per-position histogram (train)"][0] == f"{histogram_bits(train, spread, 17):.3f}"
     code, _, err = run(capsys, "sample", out, "-o", tmp_path / "grid.png", "--count", 3, "--quiet", "--threads", 1)
     assert code == 0, err
     images = np.load(tmp_path / "grid.npy", allow_pickle=False)

@@ -16,6 +16,8 @@ from tfspec.errors import TfspecError
 
 BEAM_WIDTH = 8
 """Prefix beam search's width in the training run's scores."""
+OBJECTIVES = ("ctc", "framewise")
+"""What ``train`` trains on lines, each into RUN/OBJECTIVE: CTC, then the framewise baseline."""
 
 
 def cmd_digit_lines(args) -> int:
@@ -72,10 +74,6 @@ def train_on_lines(spec, args, data: Path) -> int:
               "minutes": round((time.perf_counter() - started) / 60, 2)}
     (run / "results.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return 0
-
-
-OBJECTIVES = ("ctc", "framewise")
-"""What ``train`` trains on lines, each into RUN/OBJECTIVE: CTC, then the framewise baseline."""
 
 
 def score(head, models: dict, exported, splits: dict[str, list]) -> dict[str, dict[str, float]]:

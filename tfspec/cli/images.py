@@ -101,13 +101,16 @@ SPLIT_NAMES = {"dev": "valid"}  # `tfspec evaluate --split dev` is the image dir
 def cmd_evaluate(args, spec, meta: dict) -> int:
     """Bits/dim of the run (and of every --against run) on a split, beside the uniform and
     per-position histogram baselines fitted on train, in one table."""
+    import numpy as np
+
     from tfspec.data.image_baselines import class_histogram_bits, histogram_bits, uniform_bits
 
     data, split = Path(args.data or meta["data"]), SPLIT_NAMES.get(args.split, args.split)
     pixels, labels, manifest = load_split(data, split)
     train, train_labels, _ = load_split(data, "train")
-    if args.limit:
-        pixels, labels = pixels[:args.limit], None if labels is None else labels[:args.limit]
+    if args.limit and args.limit < len(pixels):  # spread over the split: its photographs are stored one after another
+        chosen = np.linspace(0, len(pixels) - 1, args.limit).round().astype(np.int64)
+        pixels, labels = pixels[chosen], None if labels is None else labels[chosen]
     levels, conditional = manifest["levels"], labels is not None
     header = ["model", "parameters", "bits/dim p(x)"] + (["bits/dim p(x | class)"] if conditional else [])
     rows = [["uniform", "0", f"{uniform_bits(levels):.3f}"] + ([f"{uniform_bits(levels):.3f}"] if conditional else []),

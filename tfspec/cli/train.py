@@ -275,7 +275,8 @@ def register(command) -> None:
     c.add_argument("--alpha", type=ALPHA, default=0.6)
     c.add_argument("--max-extra", type=integer(0), default=50)
     c.add_argument("--batch", type=integer(1, 65536), default=32, help="sentences per batch (default 32)")
-    c.add_argument("--limit", type=POSITIVE, help="only the first N sentences")
+    c.add_argument("--limit", type=POSITIVE, help="only the first N sentences (digit lines: the first N lines; "
+                                                  "images: N spread evenly over the split)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="where to decode (auto: CUDA when torch, or with --backend onnx onnxruntime, has it)")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
