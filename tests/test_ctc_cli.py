@@ -64,6 +64,34 @@ def test_evaluate_rescores_the_run_on_a_split(trained, capsys):
         label: f"{100 * by_split['dev']:.2f}%" for label, by_split in results["cer"].items()}
 
 
+def test_an_interrupted_run_resumes_to_the_weights_of_an_uninterrupted_one(trained, tmp_path, monkeypatch, capsys):
+    """Ctrl-C (the stop flag raised before step 1 ends) saves step 1 and exits 130; --resume then
+    trains both objectives to the same weights as a run never stopped (batches drawn per step,
+    the dropout RNG and Adam's moments restored)."""
+    from safetensors.numpy import load_file
+
+    from tfspec.backends.torch.training import checkpoint, ctc as lines_training
+
+    argv = ["train", str(trained / "spec.yaml"), "--data", str(trained / "data"), "--steps", "4", "--quiet",
+            "--threads", "1"]
+    assert main(argv + ["--out", str(tmp_path / "whole")]) == 0
+
+    class Stopped:
+        requested = True
+
+    with monkeypatch.context() as patch:
+        patch.setattr(lines_training, "stop_requests", lambda: (Stopped, lambda: None))
+        assert main(argv + ["--out", str(tmp_path / "cut")]) == 130
+    assert "ctc stopped at step 1; checkpoint saved" in capsys.readouterr().err
+    assert [p.name for p in checkpoint.checkpoints(tmp_path / "cut" / "ctc")] == ["step-0000001"]
+    assert main(argv + ["--out", str(tmp_path / "cut")]) == 2  # not without --resume
+    assert main(argv + ["--out", str(tmp_path / "cut"), "--resume"]) == 0
+    for objective in ("ctc", "framewise"):
+        whole, cut = (load_file(checkpoint.checkpoints(tmp_path / run / objective)[-1] / "model.safetensors")
+                      for run in ("whole", "cut"))
+        assert whole.keys() == cut.keys() and all(np.array_equal(whole[k], cut[k]) for k in whole), objective
+
+
 def test_transcribe_reads_png_and_npy_alike(trained, capsys, tmp_path):
     png = sorted((trained / "data" / "samples").glob("*.png"))[0]
     model = str(trained / "run" / "onnx")

@@ -34,8 +34,8 @@ def cmd_digit_lines(args) -> int:
 
 def train_on_lines(spec, args, data: Path) -> int:
     """``tfspec train`` on a digit-lines directory: CTC, then the framewise baseline, each with
-    half of --max-minutes; both scored on the dev and the held-out test lines; the CTC model
-    exported to RUN/onnx."""
+    half of --max-minutes (--resume continues both from their newest checkpoints); both scored
+    on the dev and the held-out test lines; the CTC model exported to RUN/onnx."""
     import torch
 
     from tfspec.backends.onnx import OnnxModel, export
@@ -60,8 +60,8 @@ def train_on_lines(spec, args, data: Path) -> int:
         print(f"{spec.name}: {objective} on {len(train):,} lines ({config.steps:,} steps of {config.batch} lines"
               f"{f', at most {config.max_minutes:g} min' if config.max_minutes else ''})", file=sys.stderr)
         began = time.perf_counter()
-        models[objective], last = train_lines(spec, train, run / objective, config, objective,
-                                              progress=not args.quiet, log=lambda m: print(m, file=sys.stderr))
+        models[objective], last = train_lines(spec, train, run / objective, config, objective, not args.quiet,
+                                              lambda m: print(m, file=sys.stderr), args.resume)
         results[objective] = {"steps": last["step"], "minutes": round((time.perf_counter() - began) / 60, 2)}
     exported = export(models["ctc"], run / "onnx")
     if not exported.ok:

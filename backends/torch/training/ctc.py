@@ -25,7 +25,7 @@ from tfspec.errors import TfspecError
 from .. import build_module
 from . import checkpoint
 from .schedule import adam, rate
-from .trainer import _diverged, _progress
+from .trainer import _diverged, _progress, stop_requests
 
 IGNORE = -100
 """Frame target of padding (cross-entropy's ignore_index)."""
@@ -85,23 +85,31 @@ OBJECTIVES = {"ctc": ctc_loss, "framewise": framewise_loss}
 
 
 def train_lines(spec, lines, run: Path, config: LinesConfig, objective: str, progress: bool = True,
-                log=print) -> tuple[torch.nn.Module, dict]:
+                log=print, resume: bool = False) -> tuple[torch.nn.Module, dict]:
     """Train ``spec`` on ``lines`` with ``objective`` (ctc or framewise) into ``run``; return the
-    model and the last step's metrics. Loss per line is averaged over the step's lines."""
-    if checkpoint.checkpoints(run):
-        raise TfspecError(f"{run}: already holds checkpoints; choose another --out")
+    model and the last step's metrics. Loss per line is averaged over the step's lines. Step
+    s draws its lines from ``default_rng([seed, s])``, so a resumed run sees the batches an
+    uninterrupted one would; Ctrl-C or SIGTERM finishes the step and saves first."""
     torch.manual_seed(config.seed)
     model = build_module(spec)
     optimizer = adam(list(model.parameters()))
-    head, loss_of = spec.head, OBJECTIVES[objective]
-    rng = np.random.default_rng(config.seed)
     state = {"step": 0, "seconds": 0.0}
+    checkpoint.remove_stale(run)
+    if checkpoint.checkpoints(run):
+        if not resume:
+            raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another --out")
+        path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
+        torch.set_rng_state(rngs[0])
+        log(f"{objective}: resumed from {path} (step {state['step']})")
+    head, loss_of = spec.head, OBJECTIVES[objective]
     deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
-    bar, last = _progress(config.steps, 0, progress), {}
+    bar, last = _progress(config.steps, state["step"], progress), {"step": state["step"]}
+    stop, restore = stop_requests()
     try:
         while state["step"] < config.steps:
             started = time.perf_counter()
             model.train()
+            rng = np.random.default_rng([config.seed, state["step"]])
             batch = make_batch([lines[i] for i in rng.integers(0, len(lines), config.batch)], head.symbols)
             loss = loss_of(model, batch, head.blank)
             if not math.isfinite(loss.item()):
@@ -119,13 +127,18 @@ def train_lines(spec, lines, run: Path, config: LinesConfig, objective: str, pro
             bar.set_postfix(loss=f"{last['loss_per_line']:.3f}", lr=f"{lr:.1e}")
             bar.update(1)
             out_of_time = time.perf_counter() > deadline
-            if state["step"] % config.save_every == 0 or state["step"] == config.steps or out_of_time:
+            if (state["step"] % config.save_every == 0 or state["step"] == config.steps or out_of_time
+                    or stop.requested):
                 checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
+            if stop.requested:
+                raise KeyboardInterrupt(f"{objective} stopped at step {state['step']}; checkpoint saved in {run}, "
+                                        "--resume continues")
             if out_of_time:
                 log(f"{objective}: --max-minutes reached at step {state['step']}; checkpoint saved")
                 break
     finally:
         bar.close()
+        restore()
     return model.eval(), last
 
 

@@ -112,8 +112,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     bar = _progress(config.steps, state["step"], progress and ddp.rank == 0)
     metrics_file = run / "metrics.jsonl"
     last: dict = {}
-    stop = _StopFlag()
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    stop, restore = stop_requests()
     window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
     deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else float("inf")
     try:
@@ -183,8 +182,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                 raise KeyboardInterrupt(f"stopped at step {state['step']}; checkpoint saved, --resume continues")
     finally:
         bar.close()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        restore()
     return last
 
 
@@ -262,6 +260,14 @@ class _StopFlag:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
+
+
+def stop_requests():
+    """(flag, restore): Ctrl-C and SIGTERM set ``flag.requested`` (the loop finishes its step
+    and saves) until ``restore()`` puts the previous handlers back."""
+    stop = _StopFlag()
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    return stop, lambda: [signal.signal(s, handler) for s, handler in previous.items()]
 
 
 def _progress(total: int, done: int, enabled: bool):
