@@ -58,6 +58,25 @@ def test_finetune_end_to_end(pretrained, data, tmp_path, cli):
     assert code == 0 and "classifier" in out
 
 
+def test_ctrl_c_saves_the_weights_so_far(pretrained, data, tmp_path, cli, monkeypatch):
+    """A stop request (Ctrl-C, SIGTERM) finishes the step, saves a checkpoint whose weights load
+    into the fine-tuned spec, and exits 130 saying where they are."""
+    from tfspec.backends import torch as torch_backend
+    from tfspec.backends.torch import finetune as finetuning
+    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.spec import load_spec
+
+    class Stopped:
+        requested = True
+
+    monkeypatch.setattr(finetuning, "stop_requests", lambda: (Stopped, lambda: None))
+    run = tmp_path / "run"
+    code, _, err = cli("finetune", pretrained, data, "-o", run, "--quiet")
+    weights = run / "checkpoints" / "step-0000001" / "model.safetensors"
+    assert code == 130 and f"stopped at step 1; the weights so far are in {weights}" in err
+    load_weights(torch_backend.build_module(load_spec(run / "spec.yaml")), weights)
+
+
 def one_error(cli, *args) -> str:
     code, _, err = cli("finetune", *args)
     lines = err.strip().splitlines()

@@ -29,6 +29,7 @@ from tfspec.errors import TfspecError
 
 from .model import TorchModel
 from .training import checkpoint
+from .training.trainer import stop_requests
 
 
 @dataclass(frozen=True)
@@ -164,6 +165,7 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
     deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
     history, window, out_of_time = [], [], False
     bar = tqdm(total=total, unit="step", file=sys.stderr, disable=None if progress else True, dynamic_ncols=True)
+    stop, restore = stop_requests()
     try:
         while state["epoch"] < config.epochs and not out_of_time:
             order = np.random.default_rng([config.seed, state["epoch"]]).permutation(len(ids))
@@ -189,8 +191,12 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
                     bar.set_postfix(loss=f"{sum(window) / len(window):.3f}")
                     window = []
                 out_of_time = time.perf_counter() > deadline
-                if state["step"] % config.save_every == 0 or out_of_time:
+                if state["step"] % config.save_every == 0 or out_of_time or stop.requested:
                     checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
+                if stop.requested:
+                    saved = checkpoint.checkpoints(run)[-1]
+                    raise KeyboardInterrupt(f"stopped at step {state['step']}; the weights so far are in "
+                                            f"{saved / 'model.safetensors'}")
                 if out_of_time:
                     log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
                     break
@@ -201,6 +207,7 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
             log(f"epoch {state['epoch']}: dev accuracy {score:.4f}")
     finally:
         bar.close()
+        restore()
     checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
     return {**state, "dev_accuracy": history}
 
