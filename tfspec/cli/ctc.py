@@ -67,7 +67,7 @@ def train_on_lines(spec, args, data: Path) -> int:
     if not exported.ok:
         raise TfspecError(f"{run / 'onnx'}: ONNX parity check failed: {[str(c) for c in exported.checks if not c.ok]}")
     scores = score(spec.head, models, OnnxModel(run / "onnx", device="cpu"), splits)
-    _report(run, spec, scores, splits, f"steps: ctc {results['ctc']['steps']:,} ({results['ctc']['minutes']} min), "
+    _report(spec, scores, splits, f"steps: ctc {results['ctc']['steps']:,} ({results['ctc']['minutes']} min), "
             f"framewise {results['framewise']['steps']:,} ({results['framewise']['minutes']} min); whole run "
             f"{(time.perf_counter() - started) / 60:.1f} min; ONNX export in {run / 'onnx'}")
     record = {"lines": {s: len(lines) for s, lines in splits.items()}, "cer": scores, "training": results,
@@ -96,7 +96,7 @@ def score(head, models: dict, exported, splits: dict[str, list]) -> dict[str, di
     return scores
 
 
-def _report(run: Path, spec, scores: dict, splits: dict, footer: str) -> None:
+def _report(spec, scores: dict, splits: dict, footer: str) -> None:
     """Print the CER table: a row per model, a column per split."""
     sizes = ", ".join(f"{len(lines)} {split} lines" for split, lines in splits.items())
     print(f"{spec.name}: character error rate (edits / reference digits) on {sizes}:")
@@ -129,7 +129,8 @@ def evaluate_run(args, spec, meta: dict) -> int:
     lines = read_digit_lines(data, args.split)[:args.limit]
     exported = OnnxModel(run / "onnx", device="cpu") if (run / "onnx" / "tfspec.json").is_file() else None
     splits = {args.split: lines}
-    _report(run, spec, score(spec.head, models, exported, splits), splits, f"checkpoints: the newest in {run}/{{ctc,framewise}}")
+    _report(spec, score(spec.head, models, exported, splits), splits,
+            f"checkpoints: the newest in {run}/{{ctc,framewise}}")
     return 0
 
 

@@ -168,5 +168,6 @@ def _load(root: Path, name: str, files: dict, shape: tuple, dtype) -> np.ndarray
     except (ValueError, OSError, EOFError) as e:
         raise TfspecError(f"{path}: not a readable .npy array ({str(e).splitlines()[0]})") from None
     if array.shape != shape or array.dtype != dtype:
-        raise TfspecError(f"{path}: {array.dtype}{list(array.shape)}, manifest.json says {np.dtype(dtype)}{list(shape)}")
+        raise TfspecError(f"{path}: {array.dtype}{list(array.shape)}, manifest.json says "
+                          f"{np.dtype(dtype)}{list(shape)}")
     return array
