@@ -58,23 +58,44 @@ def test_finetune_end_to_end(pretrained, data, tmp_path, cli):
     assert code == 0 and "classifier" in out
 
 
-def test_ctrl_c_saves_the_weights_so_far(pretrained, data, tmp_path, cli, monkeypatch):
-    """A stop request (Ctrl-C, SIGTERM) finishes the step, saves a checkpoint whose weights load
-    into the fine-tuned spec, and exits 130 saying where they are."""
-    from tfspec.backends import torch as torch_backend
+def test_an_interrupted_finetune_resumes_to_the_weights_of_an_uninterrupted_one(pretrained, data, tmp_path, cli,
+                                                                               monkeypatch):
+    """A stop request (Ctrl-C, SIGTERM) in epoch 1 finishes the step, saves and exits 130;
+    --resume then ends at the weights, dev accuracies and test accuracy of a run never stopped
+    (the epoch's remaining batches, AdamW's moments and the dropout RNG restored)."""
+    from safetensors.numpy import load_file
+
     from tfspec.backends.torch import finetune as finetuning
-    from tfspec.backends.torch.checkpoint import load_weights
-    from tfspec.spec import load_spec
+
+    argv = [pretrained, data, "--epochs", "2", "--lr", "1e-3", "--batch", "16", "--quiet"]
+    assert cli("finetune", *argv, "-o", tmp_path / "whole")[0] == 0
 
     class Stopped:
         requested = True
 
-    monkeypatch.setattr(finetuning, "stop_requests", lambda: (Stopped, lambda: None))
+    with monkeypatch.context() as patch:
+        patch.setattr(finetuning, "stop_requests", lambda: (Stopped, lambda: None))
+        code, _, err = cli("finetune", *argv, "-o", tmp_path / "cut")
+    weights = tmp_path / "cut" / "checkpoints" / "step-0000001" / "model.safetensors"
+    assert code == 130 and f"stopped at step 1; checkpoint saved, --resume continues (the weights so far: {weights}" in err
+    assert cli("finetune", *argv, "-o", tmp_path / "cut")[0] == 2  # not without --resume
+    code, _, err = cli("finetune", *argv, "-o", tmp_path / "cut", "--resume")
+    assert code == 0 and "resumed from" in err, err
+    whole, cut = (json.loads((tmp_path / run / "results.json").read_text()) for run in ("whole", "cut"))
+    assert {k: whole[k] for k in ("steps", "epochs", "dev_accuracy", "test_accuracy")} == {
+        k: cut[k] for k in ("steps", "epochs", "dev_accuracy", "test_accuracy")}
+    whole, cut = (load_file(tmp_path / run / "model.safetensors") for run in ("whole", "cut"))
+    assert whole.keys() == cut.keys() and all((whole[k] == cut[k]).all() for k in whole)
+
+
+def test_a_forged_checkpoint_state_is_refused_on_resume(pretrained, data, tmp_path, cli):
     run = tmp_path / "run"
-    code, _, err = cli("finetune", pretrained, data, "-o", run, "--quiet")
-    weights = run / "checkpoints" / "step-0000001" / "model.safetensors"
-    assert code == 130 and f"stopped at step 1; the weights so far are in {weights}" in err
-    load_weights(torch_backend.build_module(load_spec(run / "spec.yaml")), weights)
+    assert cli("finetune", pretrained, data, "-o", run, "--epochs", "1", "--quiet")[0] == 0
+    meta = next((run / "checkpoints").iterdir()) / "trainer.json"
+    meta.write_text(json.dumps(json.loads(meta.read_text()) | {"done": -3}))
+    code, _, err = cli("finetune", pretrained, data, "-o", run, "--resume")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "trainer.json: not a fine-tuning checkpoint" in errors[0], err
 
 
 def one_error(cli, *args) -> str:

@@ -147,30 +147,31 @@ def adamw(model: TorchModel, config: FinetuneConfig) -> torch.optim.AdamW:
 
 
 def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list], run: Path,
-             config: FinetuneConfig, progress: bool = True, log=print) -> dict:
+             config: FinetuneConfig, progress: bool = True, log=print, resume: bool = False) -> dict:
     """Train ``model`` (body loaded, head fresh) on ``train`` = (token ids, targets: a class per
     text, or per position with ``IGNORE`` where no label is read); returns the last metrics,
-    with the dev accuracy after each epoch in ``dev_accuracy``."""
+    with the dev accuracy after each epoch in ``dev_accuracy``. ``resume`` continues from the
+    newest intact checkpoint: epoch e's batch order comes from ``[seed, e]``, so the batches
+    left in its epoch are the ones an uninterrupted run would take."""
     from tqdm import tqdm
 
-    if checkpoint.checkpoints(run):
-        raise TfspecError(f"{run}: already holds checkpoints; choose another -o")
     torch.manual_seed(config.seed)
     ids, labels = train
     optimizer = adamw(model, config)
     per_epoch = math.ceil(len(ids) / config.batch)
     total = config.epochs * per_epoch
-    state = {"step": 0, "epoch": 0, "seconds": 0.0}
+    state = _resumed(run, model, optimizer, log) if resume else _fresh(run)
     device = next(model.parameters()).device
     deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
-    history, window, out_of_time = [], [], False
-    bar = tqdm(total=total, unit="step", file=sys.stderr, disable=None if progress else True, dynamic_ncols=True)
+    window, out_of_time = [], False
+    bar = tqdm(total=total, initial=min(state["step"], total), unit="step", file=sys.stderr,
+               disable=None if progress else True, dynamic_ncols=True)
     stop, restore = stop_requests()
     try:
         while state["epoch"] < config.epochs and not out_of_time:
             order = np.random.default_rng([config.seed, state["epoch"]]).permutation(len(ids))
             model.train()
-            for index, tokens in batches(ids, config.batch, model.pad_id, order):
+            for index, tokens in batches(ids, config.batch, model.pad_id, order[state["done"] * config.batch:]):
                 started = time.perf_counter()
                 loss = loss_of(model(tokens.to(device)), padded([labels[i] for i in index], IGNORE).to(device))
                 if not math.isfinite(loss.item()):
@@ -182,6 +183,7 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 state["step"] += 1
+                state["done"] += 1
                 state["seconds"] += time.perf_counter() - started
                 window.append(loss.item())
                 bar.update(1)
@@ -194,22 +196,50 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
                 if state["step"] % config.save_every == 0 or out_of_time or stop.requested:
                     checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
                 if stop.requested:
-                    saved = checkpoint.checkpoints(run)[-1]
-                    raise KeyboardInterrupt(f"stopped at step {state['step']}; the weights so far are in "
-                                            f"{saved / 'model.safetensors'}")
+                    raise KeyboardInterrupt(f"stopped at step {state['step']}; checkpoint saved, --resume continues "
+                                            f"(the weights so far: {checkpoint.checkpoints(run)[-1]}/model.safetensors)")
                 if out_of_time:
                     log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
                     break
-            state["epoch"] += 1
-            score = accuracy(model, *dev)
-            history.append(score)
-            _log_metrics(run, {"step": state["step"], "epoch": state["epoch"], "dev_accuracy": score})
-            log(f"epoch {state['epoch']}: dev accuracy {score:.4f}")
+            else:
+                state["epoch"], state["done"] = state["epoch"] + 1, 0
+                state["dev_accuracy"].append(accuracy(model, *dev))
+                _log_metrics(run, {"step": state["step"], "epoch": state["epoch"],
+                                   "dev_accuracy": state["dev_accuracy"][-1]})
+                log(f"epoch {state['epoch']}: dev accuracy {state['dev_accuracy'][-1]:.4f}")
     finally:
         bar.close()
         restore()
+    if out_of_time:  # a part of an epoch: scored too, so a run stopped by the clock still reports dev
+        state["dev_accuracy"].append(accuracy(model, *dev))
+        log(f"step {state['step']}: dev accuracy {state['dev_accuracy'][-1]:.4f}")
     checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
-    return {**state, "dev_accuracy": history}
+    return state
+
+
+def _fresh(run: Path) -> dict:
+    """The state of a new run, in a run directory without checkpoints."""
+    if checkpoint.checkpoints(run):
+        raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another -o")
+    return {"step": 0, "epoch": 0, "done": 0, "seconds": 0.0, "dev_accuracy": []}
+
+
+def _resumed(run: Path, model: TorchModel, optimizer, log) -> dict:
+    """The newest intact checkpoint loaded into ``model`` and ``optimizer``; its state, checked."""
+    checkpoint.remove_stale(run)
+    if not checkpoint.checkpoints(run):
+        return _fresh(run)
+    path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
+    counts = [state.get(k) for k in ("step", "epoch", "done")]
+    history = state.get("dev_accuracy")
+    if (not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**53 for c in counts)
+            or not isinstance(history, list) or not all(isinstance(a, float) for a in history)
+            or not isinstance(state.get("seconds"), (int, float)) or not rngs):
+        raise TfspecError(f"{path}/trainer.json: not a fine-tuning checkpoint (step, epoch, done, seconds and "
+                          "dev_accuracy expected)")
+    torch.set_rng_state(rngs[0])
+    log(f"resumed from {path} (step {state['step']}, epoch {state['epoch'] + 1})")
+    return state
 
 
 def _log_metrics(run: Path, line: dict) -> None:

@@ -110,7 +110,7 @@ def cmd_finetune(args) -> int:
     _write_setup(run, spec, names, args, tokenizer)
     started = time.perf_counter()
     state = finetune(model, examples["train"], examples["dev"], run, config, progress=not args.quiet,
-                     log=lambda m: print(m, file=sys.stderr))
+                     log=lambda m: print(m, file=sys.stderr), resume=args.resume)
     save_weights(model, run / "model.safetensors")
     results = {"pretrained": str(args.pretrained), "task": task, "steps": state["step"], "epochs": state["epoch"],
                "train_seconds": round(time.perf_counter() - started, 1), "dev_accuracy": state["dev_accuracy"],
@@ -210,6 +210,9 @@ def register(command) -> None:
     c.add_argument("--warmup", type=number(0, 1), default=0.1, help="share of steps spent warming up (default 0.1)")
     c.add_argument("--seed", type=SEED, default=0)
     c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long")
+    c.add_argument("--resume", action="store_true",
+                   help="continue RUN from its newest intact checkpoint (after Ctrl-C, SIGTERM or --max-minutes), "
+                        "with the same PRETRAINED, DATA and options")
     c.add_argument("--baseline", action="store_true",
                    help="also fit the character n-gram baseline (scikit-learn) and print both test accuracies")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
