@@ -76,15 +76,18 @@ def split_by_document(pairs: list[tuple[str, str, str]], held_out: int) -> tuple
     return splits, removed
 
 
-def write(data_dir: Path, splits: dict[str, list], manifest: dict, readme: str) -> dict:
-    """Write the split files, then README.md, then manifest.json (last: it marks a complete corpus)."""
-    src, tgt = manifest["src"], manifest["tgt"]
+def write(data_dir: Path, splits: dict[str, list], manifest: dict, readme: str,
+          columns: tuple[str, str, str] | None = None) -> dict:
+    """Write the split files, then README.md, then manifest.json (last: it marks a complete corpus).
+    Each split's items are 3-tuples written to ``SPLIT.<column>`` files: by default the manifest's
+    source and target suffixes and ``docs``."""
+    columns = columns or (manifest["src"], manifest["tgt"], "docs")
     files = {}
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
         (data_dir / "manifest.json").unlink(missing_ok=True)
         for split in SPLITS:
-            for column, suffix in enumerate((src, tgt, "docs")):
+            for column, suffix in enumerate(columns):
                 name = f"{split}.{suffix}"
                 files[name] = write_lines(data_dir / name, [p[column] for p in splits[split]])
         manifest = {**manifest, "files": files}

@@ -12,7 +12,6 @@ a held-out label outside it is refused by line.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from tfspec.data import corpus
@@ -83,17 +82,9 @@ def label_ids(labels: list, names: list[str], where: Path) -> list:
 def write_labelled(out: Path, splits: dict[str, list[tuple[str, str, str]]], request: dict, extra: dict,
                    readme) -> dict:
     """Write (text, labels, document) items as ``{split}.txt``, ``.labels`` and ``.docs``, then
-    ``readme(manifest)`` as README.md, then manifest.json (last: it marks a complete directory).
-    The manifest is a corpus's whose two sides are both ``txt``, so ``tfspec train --src txt
-    --tgt txt`` pretrains on the texts and a tokenizer trained on DATA reads them."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "manifest.json").unlink(missing_ok=True)
-    files = {}
-    for split, items in splits.items():
-        for column, suffix in enumerate(("txt", "labels", "docs")):
-            files[f"{split}.{suffix}"] = corpus.write_lines(out / f"{split}.{suffix}", [i[column] for i in items])
+    ``readme(manifest)`` as README.md, then manifest.json (``corpus.write``). The manifest is a
+    corpus's whose two sides are both ``txt``, so ``tfspec train --src txt --tgt txt`` pretrains
+    on the texts and a tokenizer trained on DATA reads them."""
     pairs = {s: [(text, text, doc) for text, _, doc in items] for s, items in splits.items()}
-    manifest = corpus.base_manifest(request, "txt", "txt", pairs, {**extra, "files": files})
-    (out / "README.md").write_text(readme(manifest), encoding="utf-8")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return manifest
+    manifest = corpus.base_manifest(request, "txt", "txt", pairs, extra)
+    return corpus.write(out, splits, manifest, readme(manifest), columns=("txt", "labels", "docs"))
