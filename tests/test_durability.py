@@ -55,6 +55,20 @@ def test_no_intact_checkpoint_is_refused(tmp_path):
         resume(tmp_path)
 
 
+@pytest.mark.parametrize("forged", [{"step": "5"}, {"step": -1}, {"step": True}, {"epoch": None},
+                                    {"seconds": float("nan")}, {"files": ["model.safetensors"]},
+                                    {"position": [1, "x"]}])
+def test_a_forged_trainer_state_is_skipped_by_name(tmp_path, whole, forged):
+    """trainer.json is not under its own checksums: a state no loop can count with is a
+    damaged checkpoint (skipped, saying which field), never a crash mid-resume."""
+    first_half(tmp_path)
+    meta = checkpoint.checkpoints(tmp_path)[-1] / "trainer.json"
+    meta.write_text(json.dumps(json.loads(meta.read_text()) | forged))
+    said = resume(tmp_path)
+    assert any(f"corrupt ({next(iter(forged))}: not what a checkpoint holds)" in s for s in said), said
+    assert losses(tmp_path) == whole
+
+
 def test_stale_tmp_directories_are_removed(tmp_path, whole):
     first_half(tmp_path)
     stale = tmp_path / "checkpoints" / "step-0000006.tmp"

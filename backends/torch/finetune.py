@@ -160,7 +160,10 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
     optimizer = adamw(model, config)
     per_epoch = math.ceil(len(ids) / config.batch)
     total = config.epochs * per_epoch
-    state = _resumed(run, model, optimizer, log) if resume else _fresh(run)
+    state = {"step": 0, "epoch": 0, "done": 0, "seconds": 0.0, "dev_accuracy": []}
+    if resumed := checkpoint.start_or_resume(run, model, optimizer, resume, log, "-o"):
+        state = _checked(*resumed)
+        log(f"resumed from {resumed[0]} (step {state['step']}, epoch {state['epoch'] + 1})")
     device = next(model.parameters()).device
     deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
     window, out_of_time = [], False
@@ -217,28 +220,13 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
     return state
 
 
-def _fresh(run: Path) -> dict:
-    """The state of a new run, in a run directory without checkpoints."""
-    if checkpoint.checkpoints(run):
-        raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another -o")
-    return {"step": 0, "epoch": 0, "done": 0, "seconds": 0.0, "dev_accuracy": []}
-
-
-def _resumed(run: Path, model: TorchModel, optimizer, log) -> dict:
-    """The newest intact checkpoint loaded into ``model`` and ``optimizer``; its state, checked."""
-    checkpoint.remove_stale(run)
-    if not checkpoint.checkpoints(run):
-        return _fresh(run)
-    path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
+def _checked(path: Path, state: dict) -> dict:
+    """A resumed checkpoint's state, with what fine-tuning counts with."""
     counts = [state.get(k) for k in ("step", "epoch", "done")]
-    history = state.get("dev_accuracy")
-    if (not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < 2**53 for c in counts)
-            or not isinstance(history, list) or not all(isinstance(a, float) for a in history)
-            or not isinstance(state.get("seconds"), (int, float)) or not rngs):
+    if (not all(isinstance(c, int) and 0 <= c < 2**53 for c in counts)
+            or not isinstance(state.get("dev_accuracy"), list) or "seconds" not in state):
         raise TfspecError(f"{path}/trainer.json: not a fine-tuning checkpoint (step, epoch, done, seconds and "
                           "dev_accuracy expected)")
-    torch.set_rng_state(rngs[0])
-    log(f"resumed from {path} (step {state['step']}, epoch {state['epoch'] + 1})")
     return state
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -124,6 +125,7 @@ def read_meta(path: Path) -> dict:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TfspecError(f"{path}: checkpoint format {meta.get('format') if isinstance(meta, dict) else '?'!r}, "
                           f"this tfspec reads format {FORMAT}")
+    _check_meta(path, meta)
     for name, digest in meta.get("files", {}).items():
         file = path / name
         if not file.is_file():
@@ -131,6 +133,41 @@ def read_meta(path: Path) -> dict:
         if _sha256(file) != digest:
             raise TfspecError(f"{file}: checksum mismatch: the file is corrupt or was changed after saving")
     return meta
+
+
+def _check_meta(path: Path, meta: dict) -> None:
+    """trainer.json is not covered by the checksums it carries: its state must be what a loop
+    can count with (a step that is a whole number, numbers or lists of numbers), not anything."""
+    def number(x) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+    files = meta.get("files", {})
+    wrong = [] if isinstance(files, dict) and all(isinstance(v, str) for v in files.values()) else ["files"]
+    step = meta.get("step")
+    wrong += [] if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else ["step"]
+    wrong += [k for k, v in meta.items() if k not in ("format", "files", "step")
+              and not (number(v) or isinstance(v, list) and all(map(number, v)))]
+    if wrong:
+        raise TfspecError(f"{path}/trainer.json: corrupt ({', '.join(wrong)}: not what a checkpoint holds)")
+
+
+def start_or_resume(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, resume: bool, log,
+                    out_flag: str) -> tuple[Path, dict] | None:
+    """Begin a single-process training loop in ``run``: partial writes of an interrupted save
+    removed; None when there is no checkpoint; otherwise, with ``resume``, the newest intact one
+    loaded into ``model`` and ``optimizer`` and its RNG state restored: (its path, its state);
+    without, a refusal naming ``out_flag``."""
+    remove_stale(run)
+    if not checkpoints(run):
+        return None
+    if not resume:
+        raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another {out_flag}")
+    path, state, rngs = newest_intact(run, model, optimizer, log)
+    try:
+        torch.set_rng_state(rngs[0])
+    except (IndexError, RuntimeError, TypeError):
+        raise TfspecError(f"{path}/optimizer.safetensors: no usable RNG state to resume with") from None
+    return path, state
 
 
 def average(paths: list[Path], model: TorchModel, out: Path) -> None:

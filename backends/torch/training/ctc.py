@@ -94,12 +94,8 @@ def train_lines(spec, lines, run: Path, config: LinesConfig, objective: str, pro
     model = build_module(spec)
     optimizer = adam(list(model.parameters()))
     state = {"step": 0, "seconds": 0.0}
-    checkpoint.remove_stale(run)
-    if checkpoint.checkpoints(run):
-        if not resume:
-            raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another --out")
-        path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
-        torch.set_rng_state(rngs[0])
+    if resumed := checkpoint.start_or_resume(run, model, optimizer, resume, log, "--out"):
+        path, state = resumed
         log(f"{objective}: resumed from {path} (step {state['step']})")
     head, loss_of = spec.head, OBJECTIVES[objective]
     deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
