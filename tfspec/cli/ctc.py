@@ -114,6 +114,7 @@ def evaluate_run(args, spec, meta: dict) -> int:
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import load_weights
     from tfspec.backends.torch.training import checkpoint
+    from tfspec.cli.train import _weights
     from tfspec.data.digits import read_digit_lines
 
     run, data = Path(args.run), Path(args.data or meta["data"])
@@ -121,10 +122,7 @@ def evaluate_run(args, spec, meta: dict) -> int:
         torch.set_num_threads(args.threads)
     models = {}
     for objective in OBJECTIVES:
-        found = checkpoint.checkpoints(run / objective)
-        if not found:
-            raise TfspecError(f"{run / objective}: no checkpoints; train the run with `tfspec train`")
-        load_weights(model := build_module(spec), found[-1] / "model.safetensors")
+        load_weights(model := build_module(spec), _weights(run / objective, None, checkpoint))
         models[objective] = model.eval()
     lines = read_digit_lines(data, args.split)[:args.limit]
     exported = OnnxModel(run / "onnx", device="cpu") if (run / "onnx" / "tfspec.json").is_file() else None

@@ -228,9 +228,9 @@ def register(command) -> None:
                 "kept). A shared sentencepiece model of the spec's vocabulary size is trained on the corpus first. "
                 "On a `tfspec data digit-lines` directory, a spec with frames and a ctc head "
                 "(examples/ctc-digits.yaml) is trained with CTC and, beside it, the same spec on per-frame labels "
-                "(the baseline), each for --steps (default 4000) steps of 16 lines within half of --max-minutes; "
-                "both are scored by character error rate on the held-out lines and the CTC model is exported to "
-                "RUN/onnx. "
+                "(the baseline), each for --steps (default 4000) steps of 16 lines within half of --max-minutes "
+                "(RUN/ctc, RUN/framewise; --resume continues both); both are scored by character error rate on "
+                "the dev and test lines and the CTC model is exported to RUN/onnx. "
                 "Checkpoints go to RUN/checkpoints (Ctrl-C saves one); --resume continues exactly. Under torchrun "
                 "(`torchrun --nproc_per_node=K -m tfspec train ...`) each process takes its share of every step.")
     c.add_argument("spec", metavar="SPEC")
