@@ -20,6 +20,7 @@ UNCASED_IDS = {"unk_id": 100, "bos_id": 101, "eos_id": 102, "mask_id": 103}
 @register
 class Bert(Family):
     model_type = "bert"
+    family = "encoder-only"
     title = "BERT"
     architectures = {"BertModel": "", "BertForMaskedLM": "bert.", "BertForPreTraining": "bert."}
     export_architecture = "BertModel"
@@ -105,8 +106,8 @@ class Bert(Family):
                           "pooler.*": "BertForMaskedLM has no pooler"}
 
     def structure(self, spec) -> str | None:
-        if spec.family != "encoder-only":
-            return f"BERT is an encoder alone; this spec is {spec.family}"
+        if reason := super().structure(spec):
+            return reason
         if spec.segments < 1:
             return "BERT always adds segment (token type) embeddings: set segments: 1 or more"
         if spec.pooler and spec.head_transform:

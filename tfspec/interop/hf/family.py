@@ -101,6 +101,10 @@ class Rule:
         return {self.hf[0]: value}
 
 
+SHAPES = {"encoder-decoder": "an encoder-decoder", "decoder-only": "a decoder alone", "encoder-only": "an encoder alone"}
+"""How ``Family.structure`` names a spec family."""
+
+
 class Family:
     """Base of the family modules: the lists below, and the four mappings."""
 
@@ -123,6 +127,8 @@ class Family:
 
     heads: ClassVar[tuple[str, ...]] = ()
     """Name prefixes of tensors outside the base model (no architecture prefix before them)."""
+    family: ClassVar[str]
+    """The spec family (``encoder-decoder``, ``decoder-only``, ``encoder-only``) its models are."""
 
     def spec_data(self, source: Source) -> dict:
         """The spec (as YAML-ready data) of a configuration and what its checkpoint holds."""
@@ -143,6 +149,8 @@ class Family:
 
     def structure(self, spec) -> str | None:
         """Why ``spec`` cannot be this family at all (checked before ``config``), or None."""
+        if spec.family != self.family:
+            return f"{self.title} is {SHAPES[self.family]}; this spec is {spec.family}"
         return None
 
     def config(self, spec) -> dict:

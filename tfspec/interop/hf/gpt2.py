@@ -15,6 +15,7 @@ from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, ac
 @register
 class GPT2(Family):
     model_type = "gpt2"
+    family = "decoder-only"
     title = "GPT-2"
     architectures = {"GPT2LMHeadModel": "transformer.", "GPT2Model": ""}
     export_architecture = "GPT2LMHeadModel"
@@ -65,11 +66,6 @@ class GPT2(Family):
     def dropped(self, architecture: str) -> dict[str, str]:
         return {"lm_head.weight": "the output projection, tied to the token embedding",
                 **{f"h.*.attn.{b}": "the causal-mask buffer of older checkpoints" for b in ("bias", "masked_bias")}}
-
-    def structure(self, spec) -> str | None:
-        if spec.family != "decoder-only":
-            return f"GPT-2 is a decoder alone; this spec is {spec.family}"
-        return None
 
     def config(self, spec) -> dict:
         vocab = spec.vocab

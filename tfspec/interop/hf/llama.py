@@ -22,6 +22,7 @@ ROPE_TYPES = ("default", "llama3")
 @register
 class Llama(Family):
     model_type = "llama"
+    family = "decoder-only"
     title = "Llama"
     architectures = {"LlamaForCausalLM": "model.", "LlamaModel": ""}
     export_architecture = "LlamaForCausalLM"
@@ -104,11 +105,6 @@ class Llama(Family):
     def dropped(self, architecture: str) -> dict[str, str]:
         return {"lm_head.weight": "the output projection, tied to the token embedding",
                 "layers.*.self_attn.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
-
-    def structure(self, spec) -> str | None:
-        if spec.family != "decoder-only":
-            return f"{self.title} is a decoder alone; this spec is {spec.family}"
-        return None
 
     def config(self, spec) -> dict:
         v, pos = spec.vocab, spec.positional

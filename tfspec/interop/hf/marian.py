@@ -25,6 +25,7 @@ LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", 
 @register
 class Marian(Family):
     model_type = "marian"
+    family = "encoder-decoder"
     title = "Marian"
     architectures = {"MarianMTModel": "model."}
     export_architecture = "MarianMTModel"
@@ -128,11 +129,6 @@ class Marian(Family):
                 "decoder.embed_tokens.weight": "the decoder's embedding, tied to the shared one",
                 "encoder.embed_positions.weight": "the position table, computed from the config",
                 "decoder.embed_positions.weight": "the position table, computed from the config"}
-
-    def structure(self, spec) -> str | None:
-        if spec.family != "encoder-decoder":
-            return f"{self.title} is an encoder-decoder; this spec is {spec.family}"
-        return None
 
     def config(self, spec) -> dict:
         """The configuration ``spec_data`` reads back as ``spec`` (``misfit`` checks that it does)."""

@@ -29,6 +29,7 @@ ATTENTION = 1.0
 @register
 class T5(Family):
     model_type = "t5"
+    family = "encoder-decoder"
     title = "T5"
     architectures = {"T5ForConditionalGeneration": ""}
     export_architecture = "T5ForConditionalGeneration"
@@ -76,11 +77,6 @@ class T5(Family):
                 "lm_head.weight": "the output projection, tied to the shared embedding",
                 "decoder.block.0.layer.1.EncDecAttention.relative_attention_bias.weight":
                     "a cross-attention bias table some checkpoints carry and transformers never reads"}
-
-    def structure(self, spec) -> str | None:
-        if spec.family != "encoder-decoder":
-            return f"{self.title} is an encoder-decoder; this spec is {spec.family}"
-        return None
 
     def config(self, spec) -> dict:
         v, pos = spec.vocab, spec.positional
