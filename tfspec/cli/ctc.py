@@ -41,7 +41,7 @@ def train_on_lines(spec, args, data: Path) -> int:
     from tfspec.backends.onnx import OnnxModel, export
     from tfspec.backends.torch.training.ctc import LinesConfig, train_lines
     from tfspec.backends.torch.training.trainer import write_config
-    from tfspec.data.digits import read_digit_lines
+    from tfspec.data.digits import SPLITS, read_digit_lines
 
     if spec.frames is None or getattr(spec.head, "kind", None) != "ctc":
         raise TfspecError(f"{data} holds lines of frames: train a spec with frames and a ctc head "
@@ -52,7 +52,7 @@ def train_on_lines(spec, args, data: Path) -> int:
     config = LinesConfig(steps=args.steps or LinesConfig.steps, warmup=args.warmup or LinesConfig.warmup,
                          lr_scale=args.lr_scale, seed=args.seed, max_minutes=args.max_minutes / 2,
                          save_every=args.save_every, keep=args.keep)
-    splits = {split: read_digit_lines(data, split) for split in ("train", "dev", "test")}
+    splits = {split: read_digit_lines(data, split) for split in SPLITS}
     train = splits.pop("train")
     write_config(run, spec, config, {"data": str(data.resolve()), "objectives": list(OBJECTIVES)})
     results, models, started = {}, {}, time.perf_counter()

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
+from tfspec.data.images import digit_blocks
 from tfspec.errors import TfspecError
 
 KIND = "digit-lines"
 ALPHABET = "0123456789"
 FEATURES = 8
-SPLITS = {"train": (0.0, 0.8), "dev": (0.8, 0.9), "test": (0.9, 1.0)}
-"""Which block of load_digits' samples, as fractions, each split's lines draw on."""
+SPLITS = ("train", "dev", "test")
+"""The splits, drawing in order on the blocks of ``images.digit_blocks`` (the image digits' own)."""
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ def write_digit_lines(directory: str | Path, train: int = 12000, dev: int = 500,
                           "'tfspec[images]'") from None
     data = load_digits()
     total = len(data.images)
-    blocks = {split: (slice(int(total * a), int(total * b)), count)
-              for (split, (a, b)), count in zip(SPLITS.items(), (train, dev, test))}
+    blocks = {split: (slice(*cut), count)
+              for split, cut, count in zip(SPLITS, digit_blocks(total), (train, dev, test))}
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     manifest = {"kind": KIND, "features": FEATURES, "alphabet": ALPHABET, "seed": seed,

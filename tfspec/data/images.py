@@ -49,13 +49,18 @@ def _extra(module: str):
                           "(pip install 'tfspec[images]')") from None
 
 
+def digit_blocks(n: int) -> list[tuple[int, int]]:
+    """[start, stop) of the train, valid and test blocks of load_digits' ``n`` samples: 80/10/10%
+    in file order (writer by writer), shared by the image digits and the CTC digit lines."""
+    return [(n * a // 10, n * b // 10) for a, b in ((0, 8), (8, 9), (9, 10))]
+
+
 def digits_splits() -> tuple[dict, dict]:
     """(arrays, info) of scikit-learn's digits: contiguous 80/10/10% blocks in file order."""
     bunch = _extra("sklearn.datasets").load_digits()
     pixels = bunch.images.astype(np.uint8)[..., None]  # (1797, 8, 8, 1), 0..16
     labels = bunch.target.astype(np.int64)
-    n = len(labels)
-    cuts = {"train": (0, n * 8 // 10), "valid": (n * 8 // 10, n * 9 // 10), "test": (n * 9 // 10, n)}
+    cuts = dict(zip(SPLITS, digit_blocks(len(labels))))
     arrays = {s: (pixels[a:b], labels[a:b]) for s, (a, b) in cuts.items()}
     info = {"levels": 17, "classes": [str(k) for k in range(10)], "licence": "CC BY 4.0 (UCI optdigits)",
             "source": "sklearn.datasets.load_digits", "split": "contiguous blocks of the file (writer order)",
