@@ -15,6 +15,7 @@ JSON is checked, nothing executes.
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -55,6 +56,7 @@ def encode_words(codec, words: list[str]) -> tuple[list[int], list[int]]:
     return ids + suffix, firsts
 
 
+@functools.cache  # a codec does not change: two probe encodes per codec, not per line
 def _frame(codec) -> tuple[list[int], list[int]]:
     """The special tokens ``codec.encode`` puts before a text and after it: of the ids of an
     empty text, those a one-word text also starts with, and the rest."""
