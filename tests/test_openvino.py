@@ -1,5 +1,5 @@
-"""Exported graphs are portable: OpenVINO (CPU) compiles every graph tfspec writes and computes
-what onnxruntime computes, on the same inputs.
+"""Exported graphs are portable: OpenVINO (CPU) compiles every graph tfspec writes (the static
+step graph included) and computes what onnxruntime computes, on the same inputs.
 
 A second runtime catches what one runtime tolerates: graphs that only onnxruntime accepts
 (an empty name for an omitted trailing input once made OpenVINO refuse the step graphs).
@@ -23,7 +23,7 @@ ort = pytest.importorskip("onnxruntime")
 
 SPECS = ["tiny", "zoo/lstm-attention", "zoo/convs2s", "zoo/transformer-relative", "zoo/transformer-rotary",
          "zoo/universal", "zoo/gpt2", "zoo/bert-base", "table3/E1"]
-SIZES = {"batch": 2, "src_len": 5, "tgt_len": 4, "new_len": 2, "past_len": 3}
+SIZES = {"batch": 2, "src_len": 5, "tgt_len": 4, "new_len": 2, "past_len": 3, "max_len": 6, "src_batch": 3}
 
 
 def feeds(session, rng, vocab: int) -> dict[str, np.ndarray]:
@@ -50,7 +50,7 @@ def feeds(session, rng, vocab: int) -> dict[str, np.ndarray]:
 def test_openvino_compiles_and_matches_onnxruntime(name, int8, tmp_path):
     torch.manual_seed(0)
     spec = shrunk(name)
-    export(build_module(spec), tmp_path, parity=False, int8=int8)
+    export(build_module(spec), tmp_path, parity=False, int8=int8, static_cache=True)
     manifest = json.loads((tmp_path / "tfspec.json").read_text())
     core, rng = ov.Core(), np.random.default_rng(0)
     for kind, file in manifest["graphs"].items():

@@ -22,6 +22,7 @@ engine is skipped.
     python tools/bench_decode.py                  # everything, ~7 minutes on 2 quiet cores
     python tools/bench_decode.py --quick          # batch 1 greedy, 3 rounds: a smoke test
     python tools/bench_decode.py --engines ort23,ct2 --no-int8 --rounds 3
+    python tools/bench_decode.py --engines ort18,static --rounds 3   # the static step graph on CPU
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.ir.positions import sinusoids
 from tfspec.search import SearchOptions, search
 
-ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "torch": "PyTorch eager", "ct2": "CTranslate2"}
+ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "static": "ORT op18 static", "torch": "PyTorch eager",
+           "ct2": "CTranslate2"}
+"""``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not."""
 SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)
 
 
@@ -109,15 +112,15 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
     options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
     out: dict[str, Callable] = {}
     for key in args.engines:
-        if key.startswith("ort"):
-            opset = int(key[3:])
-            export(model, work / key, opset=opset, parity=False)
+        if key.startswith("ort") or key == "static":
+            opset, static = (18, True) if key == "static" else (int(key[3:]), False)
+            export(model, work / key, opset=opset, parity=False, static_cache=static)
             dirs = {"": work / key}
             if args.int8:  # the product's int8 path: `tfspec export --int8`
-                export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True)
+                export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True, static_cache=static)
                 dirs[" int8"] = work / f"{key}-int8"
             for suffix, d in dirs.items():
-                dec = OnnxModel(d, device="cpu", threads=args.threads).decoder()
+                dec = OnnxModel(d, device="cpu", threads=args.threads).decoder(static=static)
                 out[ENGINES[key] + suffix] = lambda src, beam, n, dec=dec: search(dec, src, options(beam, n))
         elif key == "torch":
             dec = TorchDecoder(model)

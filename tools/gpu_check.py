@@ -48,8 +48,10 @@ def engines(spec, model, work: Path) -> dict:
 
     options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
     out = {}
-    ort_decoder = OnnxModel(work / "fp16", device="cuda").decoder()
-    out["tfspec ORT CUDA fp16"] = lambda src, beam, n: search(ort_decoder, src, options(beam, n))
+    graphs = OnnxModel(work / "fp16", device="cuda").decoder(static=True)
+    dynamic = OnnxModel(work / "fp16", device="cuda", cuda_graphs=False).decoder()
+    out["tfspec ORT CUDA graphs fp16"] = lambda src, beam, n: search(graphs, src, options(beam, n))
+    out["tfspec ORT CUDA fp16"] = lambda src, beam, n: search(dynamic, src, options(beam, n))
     ct2 = ct2_engine(spec, model, work)  # converted from the float32 weights, before they move
     eager = TorchDecoder(model.to("cuda").half())
     out["PyTorch eager CUDA fp16"] = lambda src, beam, n: search(eager, src, options(beam, n))
@@ -87,6 +89,23 @@ def ct2_engine(spec, model, work: Path):
     return run
 
 
+def same_tokens(runs: dict, sources: dict) -> list:
+    """The static step graph (replayed as CUDA graphs) against the growing-cache one, token
+    for token, on the timed sources: 80 tokens each, so the static cache also grows once
+    (64 slots to 128) between captured steps."""
+    from tfspec.checks import Check
+
+    checks = []
+    ours, theirs = (runs[n] for n in ("tfspec ORT CUDA graphs fp16", "tfspec ORT CUDA fp16"))
+    for (batch, beam) in SETTINGS:
+        a, b = ours(sources[batch], beam, 80), theirs(sources[batch], beam, 80)
+        differ = sum(x != y for x, y in zip(a, b))
+        checks.append(Check(f"CUDA graphs vs growing cache, batch {batch}, beam {beam}, 80 tokens "
+                            "(sentences that differ)", float(differ), 0))
+        print(f"  {checks[-1]}")
+    return checks
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default="base")
@@ -110,14 +129,16 @@ def main() -> int:
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         work = Path(tmp)
-        export(model, work / "fp16", fp16=True, parity=False)
+        export(model, work / "fp16", fp16=True, parity=False, static_cache=True)
         on_gpu = OnnxModel(work / "fp16", device="cuda")
-        print(f"{spec.name}: {on_gpu.describe()}, {torch.cuda.get_device_name()}")
+        print(f"{spec.name}: {on_gpu.describe()}, {torch.cuda.get_device_name()}; CUDA graphs "
+              f"{'captured' if on_gpu.graphs else 'refused'}")
         checks = check_parity(on_gpu, model, tolerance=5e-2)
         for check in checks:
             print(f"  {check}")
         runs = engines(spec, model, work)
         sources = {b: rng.integers(4, spec.vocab.size, (b, args.src_len)) for b, _ in SETTINGS}
+        checks += same_tokens(runs, sources)
         times = {(s, name): [] for s in SETTINGS for name in runs}
         for (batch, beam) in SETTINGS:
             for run in runs.values():

@@ -86,7 +86,10 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))
             return b.linear(b.rows(whole(e, node, q, k, v), h * d_v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
-        if e.carries(node):  # keys and values of earlier positions, then these
+        if e.carries(node) and e.static:  # written into the preallocated cache, which is passed on whole
+            k = e.present(node, "key", e.write(node, "key", k, d_k), ["batch", g, "max_len", d_k])
+            v = e.present(node, "value", e.write(node, "value", v, d_v), ["batch", g, "max_len", d_v])
+        elif e.carries(node):  # keys and values of earlier positions, then these
             k = b.op("Concat", e.state(node, "key", ["batch", g, "past_len", d_k]), k, axis=2)
             v = b.op("Concat", e.state(node, "value", ["batch", g, "past_len", d_v]), v, axis=2)
             band = node.layer.band()
@@ -191,10 +194,7 @@ def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
     relative = positions.get("kind") == "relative"
     if relative:  # one-hot (Lq, Lk, R) of each pair's clipped distance j - i
         far = positions["max_distance"]
-        lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
-        one = b.const(np.int64(1))
-        rows = b.op("Unsqueeze", b.op("Range", b.op("Sub", lk, lq), lk, one), b.ints(1))
-        cols = b.op("Unsqueeze", b.op("Range", b.const(np.int64(0)), lk, one), b.ints(0))
+        rows, cols = e.grid(node.shape[1], a["kv_seq"], q, k)
         distance = b.op("Add", b.op("Clip", b.op("Sub", cols, rows), b.const(np.int64(-far)), b.const(np.int64(far))),
                         b.const(np.int64(far)))
         onehot = b.op("Cast", b.op("Equal", b.op("Unsqueeze", distance, b.ints(2)),

@@ -50,15 +50,18 @@ class Exported:
         return all(c.ok for c in self.checks)
 
 
-def graph_kinds(model: TorchModel) -> list[str]:
+def graph_kinds(model: TorchModel, static: bool = False) -> list[str]:
     ports = model.graph.ports
-    return ["model"] + (["encoder"] if "src" in ports else []) + (["decoder"] if "tgt" in ports else [])
+    steps = (["decoder"] + (["decoder_static"] if static else [])) if "tgt" in ports else []
+    return ["model"] + (["encoder"] if "src" in ports else []) + steps
 
 
 def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool = False,
-           parity: bool = True, int8: bool = False) -> Exported:
+           parity: bool = True, int8: bool = False, static_cache: bool = False) -> Exported:
     """Write the ONNX graphs of ``model`` (with its current weights) into ``directory``; with
-    ``int8``, the float32 graphs are checked first and then replaced by quantised ones."""
+    ``int8``, the float32 graphs are checked first and then replaced by quantised ones; with
+    ``static_cache``, also the static step graph (``graphs`` module docstring) that GPUs
+    replay as CUDA graphs."""
     if int8 and fp16:
         raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
     graph, spec = model.graph, model.graph.spec
@@ -73,7 +76,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     try:
-        for kind in graph_kinds(model):
+        for kind in graph_kinds(model, static_cache):
             metadata = {"tfspec.version": __version__, "tfspec.format": str(FORMAT), "tfspec.graph": kind,
                         "tfspec.export_id": export_id, "tfspec.spec": json.dumps(manifest["spec"]),
                         "tfspec.vocab": json.dumps(manifest["vocab"])}

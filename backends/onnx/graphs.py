@@ -13,6 +13,14 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              asked for) and ``present.<node>.*``. Positions continue from the past length.
              ``beam_rows`` (batch,) says which row of the pasts each row continues: beam
              search reorders the state inside the graph.
+``decoder_static``  the same step over shapes that stay fixed from step to step, so onnxruntime
+             can capture it as a CUDA graph: each self-attention past is a preallocated
+             ``max_len`` cache into which the step writes its keys/values at ``offset`` (1,)
+             (later slots masked), and the per-source inputs keep one row per source, picked
+             by ``cross_rows`` (batch,). Every value the step computes with derives from
+             inputs or constants on the device, never from a shape read on the host (that
+             would need a copy, which capture forbids). Outputs: ``top_values``/``top_ids``
+             and the presents.
 """
 
 from __future__ import annotations
@@ -29,14 +37,14 @@ from .builder import Builder, Index
 from .frames import frames_input
 from .lowerings import LOWERINGS
 
-KINDS = ("model", "encoder", "decoder")
+KINDS = ("model", "encoder", "decoder", "decoder_static")
 
 
 class Emit:
     """One graph being emitted: what lowerings ask of it beyond the builder."""
 
-    def __init__(self, graph: Graph, kind: str, b: Builder):
-        self.graph, self.kind, self.b = graph, kind, b
+    def __init__(self, graph: Graph, kind: str, b: Builder, static: bool = False):
+        self.graph, self.kind, self.b, self.static = graph, kind, b, static
         self.pads: dict[str, str] = {}
         """Sequence symbol -> bool (B, L), True at padding (absent in step graphs' targets)."""
         self.bias: dict[str, str] = {}
@@ -59,14 +67,45 @@ class Emit:
         then reorders them where they live instead of copying them to the host."""
         name = f"{prefix}.{node.name}.{role}"
         if prefix != "past":
-            if name not in {i.name for i in self.b.inputs}:
-                self.b.input(name, shape)
-            return name
+            return self.per_source(name, shape)
 
         def gathered():
             rows = self.cached("beam_rows", lambda: self.b.input("beam_rows", ["batch"], TensorProto.INT64))
             return self.b.op("Gather", self.b.input(name, ["past_batch", *shape[1:]]), rows, axis=0)
         return self.cached(("past", name), gathered)
+
+    def per_source(self, name: str, shape) -> str:
+        """Input ``name`` the encoder computed per source (cross keys/values, ``memory_bias``);
+        static graphs take one row per source and gather each row's by ``cross_rows``."""
+        if not self.static:
+            return self.cached(("input", name), lambda: self.b.input(name, shape))
+
+        def gathered():
+            rows = self.cached("cross_rows", lambda: self.b.input("cross_rows", ["batch"], TensorProto.INT64))
+            return self.b.op("Gather", self.b.input(name, ["src_batch", *shape[1:]]), rows, axis=0)
+        return self.cached(("input", name), gathered)
+
+    def write(self, node, role: str, new: str, size: int) -> str:
+        """Static graphs: the cache ``past.<node>.<role>`` (B, g, max_len, size) with the
+        new keys/values (B, g, L, size) written at slots offset..offset+L-1."""
+        past = self.state(node, role, ["batch", node.attrs["kv_heads"], "max_len", size])
+        inside, index = self.cached("slots", lambda: self._slots(past))
+        return self.b.op("Where", inside, self.b.op("Gather", new, index, axis=2), past)
+
+    def _slots(self, past: str) -> tuple[str, str]:
+        """Where this step writes in a (B, g, max_len, d) cache: (1, 1, max_len, 1) True at
+        the new positions, and for every slot the new position it takes (clamped)."""
+        b, offset = self.b, self.offset()
+        last = b.op("Slice", self.positions("T", None), b.ints(-1), b.ints(2**62))  # (1,): the last new position
+        cols = self.slots(past)
+        inside = b.op("And", b.op("GreaterOrEqual", cols, offset), b.op("LessOrEqual", cols, last))
+        index = b.op("Min", b.op("Max", b.op("Sub", cols, offset), b.const(np.int64(0))), b.op("Sub", last, offset))
+        return b.op("Unsqueeze", inside, b.ints(0, 1, 3)), index
+
+    def slots(self, past: str | None = None) -> str:
+        """Static graphs: int64 (max_len,) 0..max_len-1, made on the device (Range from a shape)."""
+        return self.cached("cols", lambda: self.b.op("Range", self.b.const(np.int64(0)), self.b.shape_of(past, 2),
+                                                     self.b.const(np.int64(1))))
 
     def present(self, node, role: str, value: str, shape) -> str:
         """Expose ``value`` as the state ``node`` passes to the next step; use the returned name."""
@@ -74,14 +113,19 @@ class Emit:
 
     def positions(self, seq: str, x: str) -> str:
         """int64 (L,) positions of the L vectors of ``x``: they follow the past in step graphs."""
-        start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
         length = self.lengths.get(seq) or self.b.shape_of(x, 1)
+        if self.static and seq == "T":  # offset lives on the device: added to a Range made from the shape
+            return self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
+                "Range", self.b.const(np.int64(0)), length, self.b.const(np.int64(1)))))
+        start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
         return self.b.op("Range", start, self.b.op("Add", start, length), self.b.const(np.int64(1)))
 
     def offset(self) -> str:
         """Target positions already decoded: the past length of the first self-attention that
         keeps every past key (an ``offset`` input for decoders without one: banded kinds keep
         only their band)."""
+        if self._offset is None and self.static:
+            self._offset = self.b.input("offset", [1], TensorProto.INT64)
         if self._offset is None:
             attn = next((n for n in self.graph.nodes() if n.stack == "decoder" and n.op == "attention"
                          and not n.layer.needs_memory and n.layer.band() is None), None)
@@ -105,18 +149,31 @@ class Emit:
         key = (layer, q_seq, kv_seq)
         if key not in self._cache:
             b, bias = self.b, self.key_bias(kv_seq)
-            lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
-            # Self-attention queries are the last lq of the lk positions (lq < lk in step graphs).
-            first = b.op("Sub", lk, lq) if q_seq == kv_seq else b.const(np.int64(0))
-            one = b.const(np.int64(1))
-            rows = Index(b, b.op("Unsqueeze", b.op("Range", first, b.op("Add", first, lq), one), b.ints(1)))
-            cols = Index(b, b.op("Unsqueeze", b.op("Range", b.const(np.int64(0)), lk, one), b.ints(0)))
+            rows, cols = (Index(b, t) for t in self.grid(q_seq, kv_seq, q, k))
             visible = layer.visible(rows, cols)
+            if self.static and q_seq == kv_seq:  # slots not yet written hold stale values
+                visible = cols <= rows if visible is None else visible & (cols <= rows)
             if visible is not None:
                 visible = b.op("Where", visible.name, b.const(0.0), b.neg())  # (Lq, Lk)
                 bias = visible if bias is None else b.op("Add", bias, visible)
             self._cache[key] = bias
         return self._cache[key]
+
+    def grid(self, q_seq: str, kv_seq: str, q: str, k: str) -> tuple[str, str]:
+        """int64 positions of the queries (Lq, 1) and keys (1, Lk) of (B, h, L, d) ``q`` and
+        ``k``: self-attention queries are the last Lq of the Lk positions in step graphs, and
+        those from ``offset`` among every slot of the cache in static ones."""
+        def build():
+            b = self.b
+            if self.static and q_seq == kv_seq:
+                return (b.op("Unsqueeze", self.positions(q_seq, None), b.ints(1)),
+                        b.op("Unsqueeze", self.slots(), b.ints(0)))
+            lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
+            first = b.op("Sub", lk, lq) if q_seq == kv_seq else b.const(np.int64(0))
+            one = b.const(np.int64(1))
+            return (b.op("Unsqueeze", b.op("Range", first, b.op("Add", first, lq), one), b.ints(1)),
+                    b.op("Unsqueeze", b.op("Range", b.const(np.int64(0)), lk, one), b.ints(0)))
+        return self.cached(("grid", q_seq, kv_seq, q, k), build)
 
     def cached(self, key, build):
         """Nodes built once per graph (a rotation table) and shared by the layers that ask."""
@@ -130,7 +187,10 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     """The ONNX graph ``kind`` (see the module docstring) of ``graph`` with ``weights``
     (IR parameter name -> array)."""
     ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
-    e = Emit(graph, "step" if kind == "decoder" else kind, b)
+    static = kind == "decoder_static"
+    if static:
+        kind = "decoder"
+    e = Emit(graph, "step" if kind == "decoder" else kind, b, static)
     pooled = [ports["pooled"]] if "pooled" in ports else []
     if kind == "encoder":
         fed, targets = {ports["src"]} | ({ports["segments"]} if "segments" in ports else set()), [ports["memory"]]
@@ -150,7 +210,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
             env[node.name] = _tokens(e, node)
         elif node.name in fed:  # the encoder output, in a step graph: read through cross.* inputs
             env[node.name] = None
-            e.bias["S"] = b.input("memory_bias", ["batch", 1, 1, "src_len"])
+            e.bias["S"] = e.per_source("memory_bias", ["batch", 1, 1, "src_len"])
         else:
             env[node.name] = lower(e, node, env)
     b.scope = "outputs"
@@ -167,7 +227,8 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
                     b.output(f"cross.{node.name}.{role}", value, ["batch", node.attrs["kv_heads"], "src_len", size])
     elif kind == "decoder":
         log_probs = b.op("LogSoftmax", env[ports["logits"]], axis=-1)  # (B, vocab): the projection's last rows
-        log_probs = b.output("log_probs", log_probs, ["batch", graph.node(ports["logits"]).attrs["vocab"]])
+        if not static:
+            log_probs = b.output("log_probs", log_probs, ["batch", graph.node(ports["logits"]).attrs["vocab"]])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)

@@ -2,8 +2,9 @@
 
 Random tokens at shapes no graph was built for (batch 3 and 1, ragged padding), compared
 at non-padded positions (PyTorch zeroes fully masked rows, decomposed attention does not):
-the full-sequence graph, the encoder, the step graph after pasts of 0, 1, 3 and 6 tokens, and
-greedy decoding token for token. Specs with banded attention (restricted) are also compared
+the full-sequence graph, the encoder, the step graph after pasts of 0, 1, 3 and 6 tokens,
+greedy decoding token for token, and (exported with it) the static step graph's decoding
+against the growing-cache step graph's. Specs with banded attention (restricted) are also compared
 on sequences long enough for PyTorch to compute them block by block.
 """
 
@@ -65,7 +66,7 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     if tgt is None:
         return checks
     tgt = _ids(rng, spec.vocab.tgt_size, tgt.shape, pad)  # decoding feeds no target padding
-    decoder = ort_model.decoder()
+    decoder = ort_model.decoder(static=False)  # the growing-cache step graph, step by step
     for batch in (3, 1):
         s = None if src is None else src[:batch]
         with torch.no_grad():
@@ -83,7 +84,22 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     theirs = search(TorchDecoder(model), src, options, prefix)
     differ = sum(x != y for x, y in zip(ours, theirs))
     checks.append(Check("greedy decoding, batch 3 (sentences that differ)", float(differ), 0))
+    if "decoder_static" in ort_model.sessions:
+        checks.append(_static_check(ort_model, src, prefix))
     return checks
+
+
+def _static_check(ort_model: OnnxModel, src: np.ndarray | None, prefix: np.ndarray | None) -> Check:
+    """The static step graph decodes what the growing-cache one does: greedy and beam 4, its
+    cache made to grow twice (4 slots, then 8, then 16) and its row buckets to shrink."""
+    differ = 0
+    for beam in (1, 4):
+        options = SearchOptions(beam=beam, max_extra=12, max_length=12)
+        static = ort_model.decoder(static=True)
+        static.first_length = 4
+        differ += sum(x != y for x, y in zip(search(static, src, options, prefix),
+                                             search(ort_model.decoder(static=False), src, options, prefix)))
+    return Check("static step graph, greedy and beam 4, batch 3 (sentences that differ)", float(differ), 0)
 
 
 def _blocked_length(model: TorchModel) -> int | None:

@@ -1,7 +1,7 @@
 """T5's relative attention bias (``tfspec.layers.relative_bias``) in ONNX graphs, as the
 PyTorch backend's ``RelativeBias``: the stack's table looked up by the bucket of each key's
 distance from each query, built once per graph and shared by the layers tying the table. In
-step graphs the queries are the last new_len of the past_len + new_len positions."""
+step graphs the queries are the last new_len of the past_len + new_len positions (``Emit.grid``)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,7 @@ def relative_bias(e, node: Node, q: str, k: str) -> str:
     def build():
         b, positions = e.b, node.attrs["positions"]
         reach = np.int64(positions["max_distance"])
-        lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
-        one = b.const(np.int64(1))
-        rows = b.op("Unsqueeze", b.op("Range", b.op("Sub", lk, lq), lk, one), b.ints(1))
-        cols = b.op("Unsqueeze", b.op("Range", b.const(np.int64(0)), lk, one), b.ints(0))
+        rows, cols = e.grid(node.shape[1], node.attrs["kv_seq"], q, k)
         distance = b.op("Add", b.op("Clip", b.op("Sub", cols, rows), b.const(-reach), b.const(reach)), b.const(reach))
         buckets = b.op("Gather", b.const(bucket_table(positions, node.layer.looks_ahead)), distance)  # (Lq, Lk)
         bias = b.op("Gather", b.param(node.params[ROLE]), buckets)  # (Lq, Lk, h)

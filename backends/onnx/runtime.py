@@ -19,6 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.spec import spec_from_data
 
 from .decoding import OnnxDecoder
+from .static import StaticDecoder
 
 FORMAT = 2
 """Version of the layout of exported directories (tensor names, manifest keys). 2: step graphs
@@ -71,9 +72,8 @@ def warn_if_both_runtimes() -> None:
 class OnnxModel:
     """An exported model directory, loaded into onnxruntime sessions."""
 
-    def __init__(self, directory: str | Path, device: str = "auto", threads: int | None = None):
-        import onnxruntime as ort
-
+    def __init__(self, directory: str | Path, device: str = "auto", threads: int | None = None,
+                 cuda_graphs: bool = True):
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
         self.spec = spec_from_data(self.manifest["spec"], str(self.directory / MANIFEST))
@@ -81,13 +81,16 @@ class OnnxModel:
         warn_if_both_runtimes()
         wanted, options = providers(device), session_options(threads)
         self.sessions = {}
+        self.graphs = False
+        """Whether the static step graph's session captures CUDA graphs."""
         for kind, file in self.manifest["graphs"].items():
             path = self.directory / file
-            try:
-                session = ort.InferenceSession(str(path), options, providers=wanted)
-            except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for bad files
-                raise TfspecError(f"{path}: onnxruntime cannot load it ({str(e).strip().splitlines()[0][:300]}); "
-                                  "re-export the model") from e
+            if kind == "decoder_static" and wanted[0] == "CUDAExecutionProvider" and cuda_graphs:
+                session = _graph_session(path, options, wanted)
+                self.graphs = session is not None
+            else:
+                session = None
+            session = session or _session(path, options, wanted)
             _check_metadata(path, session, self.manifest, kind)
             self.sessions[kind] = session
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
@@ -98,7 +101,7 @@ class OnnxModel:
         self._wanted, self._options = wanted, options
 
     def describe(self) -> str:
-        where = "CUDA" if self.provider == "CUDAExecutionProvider" else "CPU"
+        where = "CUDA" + (", CUDA graphs" if self.graphs else "") if self.provider == "CUDAExecutionProvider" else "CPU"
         note = " (the CUDA provider failed to load: check the CUDA/cuDNN libraries)" if self.fallback else ""
         return f"onnxruntime {__import__('onnxruntime').__version__} on {where}{note}"
 
@@ -140,11 +143,42 @@ class OnnxModel:
         session.run_with_iobinding(binding)
         return dict(zip(outputs, binding.get_outputs()))
 
-    def decoder(self) -> OnnxDecoder:
+    def decoder(self, static: bool | None = None) -> OnnxDecoder | StaticDecoder:
+        """The decoder over the step graph; ``static``: over the static one (written by
+        ``export --static-cache``), by default where the session captures CUDA graphs."""
         if "decoder" not in self.sessions:
             raise TfspecError(f"{self.directory}: {self.spec.name} has no decoder to generate with "
                               f"(family {self.spec.family})")
-        return OnnxDecoder(self)
+        if static is None:
+            static = self.graphs
+        if static and "decoder_static" not in self.sessions:
+            raise TfspecError(f"{self.directory}: exported without a static step graph (re-export with "
+                              "`tfspec export ... --static-cache`)")
+        return StaticDecoder(self, capture=self.graphs) if static else OnnxDecoder(self)
+
+
+def _session(path: Path, options, wanted: list):
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), options, providers=wanted)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises several types for bad files
+        raise TfspecError(f"{path}: onnxruntime cannot load it ({str(e).strip().splitlines()[0][:300]}); "
+                          "re-export the model") from e
+
+
+def _graph_session(path: Path, options, wanted: list):
+    """A CUDA session of the static step graph that captures CUDA graphs, or None (saying
+    why) where onnxruntime refuses: the caller then opens it without capture."""
+    import onnxruntime as ort
+
+    try:
+        return ort.InferenceSession(str(path), options, providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"}),
+                                                                   *wanted[1:]])
+    except Exception as e:  # noqa: BLE001 - a graph it cannot capture is refused at load
+        print(f"warning: {path.name}: onnxruntime will not capture CUDA graphs of it "
+              f"({str(e).strip().splitlines()[0][:200]}); decoding without them", file=sys.stderr)
+        return None
 
 
 def read_manifest(directory: Path) -> dict:

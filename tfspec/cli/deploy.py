@@ -21,12 +21,14 @@ MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take 
 
 def cmd_export(args) -> int:
     if args.format == "hf":
-        if args.opset is not None or args.int8:
-            raise TfspecError(f"{'--opset' if args.opset is not None else '--int8'} applies to --format onnx; a "
-                              "Hugging Face checkpoint keeps float weights and has no opset")
+        if args.opset is not None or args.int8 or args.static_cache:
+            flag = "--opset" if args.opset is not None else "--int8" if args.int8 else "--static-cache"
+            raise TfspecError(f"{flag} applies to --format onnx; a Hugging Face checkpoint keeps float weights "
+                              "and has no graphs")
         return interop.export_hf(args)
-    if args.format == "genai" and args.int8:
-        raise TfspecError("--int8 applies to --format onnx; --format genai writes float weights")
+    if args.format == "genai" and (args.int8 or args.static_cache):
+        raise TfspecError(f"{'--int8' if args.int8 else '--static-cache'} applies to --format onnx; --format genai "
+                          "writes one float graph that onnxruntime-genai drives")
     args.opset = args.opset or DEFAULT_OPSET
     from tfspec.backends.onnx import export, genai
 
@@ -39,7 +41,7 @@ def cmd_export(args) -> int:
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
     else:
         result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
-                        int8=args.int8)
+                        int8=args.int8, static_cache=args.static_cache)
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
@@ -184,6 +186,11 @@ def register(command) -> None:
                    help="ONNX: int8 weights for every matrix product (dynamic quantisation per output channel; "
                         "about 1.7x faster on CPU, 1/4 of the size); float32 parity is checked first, then greedy "
                         "agreement with float32 is reported")
+    c.add_argument("--static-cache", action="store_true",
+                   help="ONNX: also write decoder_static.onnx, a decoding step over a preallocated cache whose shapes "
+                        "never change, which onnxruntime's CUDA provider captures as CUDA graphs (one launch per step "
+                        "instead of one per node); used by translate/evaluate on CUDA, checked token for token "
+                        "against the growing-cache step graph. On CPU the growing cache stays faster")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--no-check", action="store_true", help="skip the parity check (onnxruntime or transformers)")
     c = command("translate", cmd_translate, "decode input lines with an exported model (onnxruntime)",

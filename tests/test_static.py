@@ -1,0 +1,97 @@
+"""The static step graph (``export --static-cache``) decodes what the growing-cache step graph
+and the PyTorch backend decode, with its state in buffers made once and never read by the host.
+
+CUDA graphs themselves need a GPU (``tools/gpu_check.py`` times them); here the decoder runs on
+CPU with capture asked for, which onnxruntime's CPU provider ignores, so everything around the
+capture (buffers, bucket changes, graph ids) runs as it would on CUDA.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tfspec import load_spec
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.onnx.static import StaticDecoder, bucket
+from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.errors import TfspecError
+from tfspec.search import SearchOptions, search
+
+from tests.test_decoding import SPECS
+from tests.test_onnx import VARIANTS, shrunk
+
+ort = pytest.importorskip("onnxruntime")
+
+KINDS = SPECS + ["zoo/t5-small", "zoo/transformer-additive", "zoo/mistral-7b"]
+"""Every step-graph kind: relative positions and T5's bias (read off the cache slots), additive
+scores, a sliding window (whose static cache keeps every slot and masks), convolutions and
+recurrent layers (fixed-size states), decoder-only models with prompts."""
+
+
+def exported(name, write_spec, path):
+    spec = shrunk(name) if name not in VARIANTS else load_spec(write_spec(VARIANTS[name]))
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    export(model, path, parity=False, static_cache=True)
+    return spec, model, OnnxModel(path, device="cpu")
+
+
+def inputs(spec, batch: int, rng):
+    if spec.family == "decoder-only":
+        return None, rng.integers(4, spec.vocab.tgt_size, (batch, 3))
+    src = rng.integers(4, spec.vocab.size, (batch, 7))
+    src[-1, 4:] = spec.vocab.pad_id
+    return src, None
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_static_decoding_equals_growing_cache_and_pytorch(name, write_spec, tmp_path):
+    spec, model, onnx_model = exported(name, write_spec, tmp_path / "onnx")
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        src, prefix = inputs(spec, batch, rng)
+        for beam in (1, 4):
+            options = SearchOptions(beam=beam, max_extra=10, max_length=12)
+            static = StaticDecoder(onnx_model, capture=True, first_length=4)  # the cache grows 4 -> 8 -> 16
+            ours = search(static, src, options, prefix)
+            assert ours == search(onnx_model.decoder(), src, options, prefix), (batch, beam)
+            assert ours == search(TorchDecoder(model), src, options, prefix), (batch, beam)
+
+
+def test_state_stays_in_the_buffers_made_for_it(write_spec, tmp_path, monkeypatch):
+    """Only control inputs are written from the host and only the top-k read back; each step
+    reads the buffers the previous one wrote (ping-pong), and a shape met again reuses its
+    binding, so its buffers keep their addresses (what a replayed CUDA graph reads)."""
+    spec, _, onnx_model = exported("tiny", write_spec, tmp_path / "onnx")
+    decoder = StaticDecoder(onnx_model, capture=True)
+    written, read = [], []
+    value = type(onnx_model.on_device(np.zeros(1)))
+    monkeypatch.setattr(value, "update_inplace", lambda self, a, f=value.update_inplace: (written.append(self), f(self, a))[1])
+    monkeypatch.setattr(value, "numpy", lambda self, f=value.numpy: (read.append(self), f(self))[1])
+    steps, run = [], decoder.step
+    monkeypatch.setattr(decoder, "step", lambda state, *a: steps.append(state.pasts) or run(state, *a))
+    src, _ = inputs(spec, 3, np.random.default_rng(0))
+    search(decoder, src, SearchOptions(beam=4, max_extra=8, max_length=10))
+    search(decoder, src, SearchOptions(beam=4, max_extra=8, max_length=10))
+    kinds = {id(v): key[0] for key, v in decoder.buffers.items()}
+    assert {kinds[id(v)] for v in written} == {"in"} and {kinds[id(v)] for v in read} == {"out"}
+    for before, after in zip(steps, steps[1:]):
+        if before is not None and after is not None:  # parity flips: each step reads one buffer, writes the other
+            assert after[2] != before[2]
+    replayed = [options.get_run_config_entry("gpu_graph_id") for _, options in decoder.bindings.values()]
+    assert len(decoder.bindings) < len(steps) / 2 and len(set(replayed) - {"-1"}) == len(replayed) - replayed.count("-1")
+
+
+def test_buckets_and_refusals(tmp_path, cli):
+    assert [bucket(n) for n in (1, 2, 3, 4, 5, 64, 65)] == [1, 2, 4, 4, 8, 64, 128] and bucket(3, 16) == 16
+    code, out, _ = cli("export", "tiny", "-o", tmp_path / "plain")
+    assert code == 0 and "static" not in out
+    with pytest.raises(TfspecError, match="--static-cache"):
+        OnnxModel(tmp_path / "plain", device="cpu").decoder(static=True)
+    code, out, _ = cli("export", "tiny", "-o", tmp_path / "static", "--static-cache")
+    assert code == 0 and "decoder_static.onnx" in out
+    assert "ok   static step graph, greedy and beam 4" in out
+    code, _, err = cli("export", "zoo/gpt2", "-o", tmp_path / "genai", "--format", "genai", "--static-cache")
+    assert code == 2 and err.startswith("error: --static-cache applies to --format onnx")
