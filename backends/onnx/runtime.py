@@ -85,7 +85,9 @@ class OnnxModel:
         """Whether the static step graph's session captures CUDA graphs."""
         for kind, file in self.manifest["graphs"].items():
             path = self.directory / file
-            if kind == "decoder_static" and wanted[0] == "CUDAExecutionProvider" and cuda_graphs:
+            if kind == "decoder_static" and wanted[0] != "CUDAExecutionProvider":
+                continue  # opened when asked for: CPU decoding keeps the growing cache
+            if kind == "decoder_static" and cuda_graphs:
                 session = _graph_session(path, options, wanted)
                 self.graphs = session is not None
             else:
@@ -151,10 +153,18 @@ class OnnxModel:
                               f"(family {self.spec.family})")
         if static is None:
             static = self.graphs
-        if static and "decoder_static" not in self.sessions:
-            raise TfspecError(f"{self.directory}: exported without a static step graph (re-export with "
-                              "`tfspec export ... --static-cache`)")
         return StaticDecoder(self, capture=self.graphs) if static else OnnxDecoder(self)
+
+    def static_session(self):
+        """The static step graph's session, opened on first use off CUDA."""
+        if "decoder_static" not in self.sessions:
+            if "decoder_static" not in self.manifest["graphs"]:
+                raise TfspecError(f"{self.directory}: exported without a static step graph (re-export with "
+                                  "`tfspec export ... --static-cache`)")
+            path = self.directory / self.manifest["graphs"]["decoder_static"]
+            self.sessions["decoder_static"] = _session(path, self._options, self._wanted)
+            _check_metadata(path, self.sessions["decoder_static"], self.manifest, "decoder_static")
+        return self.sessions["decoder_static"]
 
 
 def _session(path: Path, options, wanted: list):
