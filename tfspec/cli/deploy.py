@@ -189,7 +189,7 @@ def register(command) -> None:
     c.add_argument("--static-cache", action="store_true",
                    help="ONNX: also write decoder_static.onnx, a decoding step over a preallocated cache whose shapes "
                         "never change, which onnxruntime's CUDA provider captures as CUDA graphs (one launch per step "
-                        "instead of one per node); used by translate/evaluate on CUDA, checked token for token "
+                        "instead of one per node); translate uses it on CUDA; checked token for token "
                         "against the growing-cache step graph. On CPU the growing cache stays faster")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--no-check", action="store_true", help="skip the parity check (onnxruntime or transformers)")
