@@ -60,6 +60,20 @@ def test_static_decoding_equals_growing_cache_and_pytorch(name, write_spec, tmp_
             assert ours == search(TorchDecoder(model), src, options, prefix), (batch, beam)
 
 
+def test_source_padding_stops_at_the_position_table(write_spec, tmp_path):
+    """Sources are padded up to a power of two, but never past the rows of the encoder's
+    position table (17 tokens with 20 positions: padded to 20, not 32)."""
+    path = write_spec("name: short\nextends: tiny\npositional: {kind: sinusoidal, max_len: 20}\n")
+    spec = load_spec(path)
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    export(model, tmp_path / "onnx", parity=False, static_cache=True)
+    onnx_model = OnnxModel(tmp_path / "onnx", device="cpu")
+    src = np.random.default_rng(0).integers(4, spec.vocab.size, (2, 17))
+    options = SearchOptions(beam=2, max_length=3)
+    assert search(onnx_model.decoder(static=True), src, options) == search(TorchDecoder(model), src, options)
+
+
 def test_state_stays_in_the_buffers_made_for_it(write_spec, tmp_path, monkeypatch):
     """Only control inputs are written from the host and only the top-k read back; each step
     reads the buffers the previous one wrote (ping-pong), and a shape met again reuses its
