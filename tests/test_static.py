@@ -94,7 +94,7 @@ def test_state_stays_in_the_buffers_made_for_it(write_spec, tmp_path, monkeypatc
     for before, after in zip(steps, steps[1:]):
         if before is not None and after is not None:  # parity flips: each step reads one buffer, writes the other
             assert after[2] != before[2]
-    replayed = [options.get_run_config_entry("gpu_graph_id") for _, options in decoder.bindings.values()]
+    replayed = [options.get_run_config_entry("gpu_graph_id") for _, options, _ in decoder.bindings.values()]
     assert len(decoder.bindings) < len(steps) / 2 and len(set(replayed) - {"-1"}) == len(replayed) - replayed.count("-1")
 
 

@@ -65,7 +65,7 @@ class StaticDecoder:
         self.positions = positions.max_len if positions.kind in ("sinusoidal", "learned") else 2**62
         """Source positions the encoder has a table row for: padding never goes past them."""
         self.buffers: dict[tuple, object] = {}
-        self.bindings: dict[tuple, tuple] = {}  # step shape -> (binding, run options)
+        self.bindings: dict[tuple, tuple] = {}  # step shape -> (binding, run options, top_k)
         self.graph_ids = count(1)  # 0 is onnxruntime's own default
         self._grow = None
 
@@ -120,7 +120,7 @@ class StaticDecoder:
         """The IO binding of one step shape, its buffers bound once; with ``replay`` its own
         ``gpu_graph_id`` (captured by onnxruntime on its first runs, then replayed)."""
         if key in self.bindings:
-            return self.bindings[key]
+            return self.bindings[key][:2]
         import onnxruntime as ort
 
         before, after, k, source, new = key
@@ -130,7 +130,8 @@ class StaticDecoder:
         for name, shape in (("beam_rows", (rows,)), ("cross_rows", (rows,)), ("offset", (1,))):
             if name in self.inputs:
                 b.bind_ortvalue_input(name, self._control(name, shape))
-        b.bind_cpu_input("top_k", np.array([k], np.int64))
+        top_k = np.array([k], np.int64)  # bound by reference: kept alive with the binding
+        b.bind_cpu_input("top_k", top_k)
         for name in self.shared:
             b.bind_ortvalue_input(name, self.buffers[("source", name, *source)])
         for past, present in zip(self.pasts, self.presents):
@@ -141,7 +142,7 @@ class StaticDecoder:
         options = ort.RunOptions()
         if self.capture:  # -1: run without capture (shapes met once: prompts, bucket changes)
             options.add_run_config_entry("gpu_graph_id", str(next(self.graph_ids)) if replay else "-1")
-        self.bindings[key] = b, options
+        self.bindings[key] = b, options, top_k
         return b, options
 
     def _set(self, name: str, shape: tuple, values: np.ndarray, fill: int) -> None:
