@@ -144,18 +144,43 @@ def test_device_state_and_tokens_equal_pytorch(name, write_spec, tmp_path):
 
 
 def test_graphs_built_at_run_time_use_the_exported_ir_version(tmp_path, monkeypatch):
-    """The beam-reordering graph built while decoding declares the IR version of the exported
-    graphs: onnxruntime-gpu 1.31 refused it when it carried onnx's newest (found on an H100)."""
+    """The graphs built while decoding (the gather of per-source rows, the static cache's
+    growth) declare the IR version of the exported graphs: onnxruntime-gpu 1.31 refused the
+    first when it carried onnx's newest (found on an H100)."""
     import onnx
     import onnxruntime as ort
 
+    from tfspec.backends.onnx.static import StaticDecoder
+
     spec = shrunk("tiny")
-    export(build_module(spec).eval(), tmp_path / "onnx", parity=False)
+    export(build_module(spec).eval(), tmp_path / "onnx", parity=False, static_cache=True)
     exported = {onnx.load(str(p), load_external_data=False).ir_version for p in (tmp_path / "onnx").glob("*.onnx")}
     built, session = [], ort.InferenceSession
     monkeypatch.setattr(ort, "InferenceSession", lambda model, *a, **k: (
         built.append(model) if isinstance(model, bytes) else None, session(model, *a, **k))[1])
     src = np.random.default_rng(0).integers(4, spec.vocab.size, (2, 5))
-    search(OnnxModel(tmp_path / "onnx", device="cpu").decoder(), src, SearchOptions(beam=3, max_extra=3))
-    assert built and len(exported) == 1
+    model = OnnxModel(tmp_path / "onnx", device="cpu")
+    decoder = model.decoder()
+    decoder.select(decoder.start(src), np.array([1]), cross=True)  # the first sentence ends: its source goes
+    search(StaticDecoder(model, capture=False, first_length=1), src, SearchOptions(beam=3, max_extra=3))
+    assert len(built) == 2 and len(exported) == 1
     assert {onnx.load_from_string(b).ir_version for b in built} == exported
+
+
+@pytest.mark.parametrize("rows", [[0, 0, 1, 1, 2, 2], [2, 2, 0, 0], [0, 0, 1, 2, 2, 2], [1, 0, 1]],
+                         ids=["groups", "groups reordered", "uneven runs", "a source twice"])
+def test_rows_read_their_own_source(rows, tmp_path):
+    """Per-source values stay one row per source, read by each equal group of rows at once (beam
+    search's layout); any other layout of rows still reads each row's own source."""
+    spec = shrunk("tiny")
+    torch.manual_seed(0)
+    export(build_module(spec).eval(), tmp_path / "onnx", parity=False)
+    decoder = OnnxModel(tmp_path / "onnx", device="cpu").decoder()
+    src = np.random.default_rng(0).integers(4, spec.vocab.size, (3, 6))
+    src[1, 4:] = spec.vocab.pad_id
+    tokens = np.random.default_rng(1).integers(4, spec.vocab.size, (len(rows), 2))
+    state = decoder.select(decoder.start(src), np.array(rows), cross=True)
+    got = decoder.run(state, tokens, ["log_probs"])[0]
+    for i, r in enumerate(rows):
+        alone = decoder.run(decoder.start(src[r:r + 1]), tokens[i:i + 1], ["log_probs"])[0][0]
+        assert np.abs(got[i] - alone).max() < 1e-4, (i, r)

@@ -23,7 +23,7 @@ ort = pytest.importorskip("onnxruntime")
 
 SPECS = ["tiny", "zoo/lstm-attention", "zoo/convs2s", "zoo/transformer-relative", "zoo/transformer-rotary",
          "zoo/universal", "zoo/gpt2", "zoo/bert-base", "table3/E1"]
-SIZES = {"batch": 2, "src_len": 5, "tgt_len": 4, "new_len": 2, "past_len": 3, "max_len": 6, "src_batch": 3}
+SIZES = {"batch": 2, "src_len": 5, "tgt_len": 4, "new_len": 2, "past_len": 3, "max_len": 6, "src_batch": 1}
 
 
 def feeds(session, rng, vocab: int) -> dict[str, np.ndarray]:
@@ -34,6 +34,8 @@ def feeds(session, rng, vocab: int) -> dict[str, np.ndarray]:
         if i.name in ("src", "tgt", "segments"):
             out[i.name] = rng.integers(4 if i.name != "segments" else 0, vocab if i.name != "segments" else 2,
                                        shape).astype(np.int64)
+        elif i.name == "cross_rows":  # rows of src_batch: one source shared by the batch
+            out[i.name] = np.zeros(shape, np.int64)
         elif i.type == "tensor(int64)" and len(shape) == 1 and i.shape[0] == "batch":  # rows to gather
             out[i.name] = np.arange(shape[0])[::-1].copy()
         elif i.type == "tensor(int64)":  # top_k, offset

@@ -69,8 +69,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     if node.layer.needs_memory:
         q = b.linear(x, p["w_q"], p.get("b_q"))
         if e.kind == "step":  # computed by the encoder graph
-            k = e.state(node, "key", ["batch", g, "src_len", d_k], prefix="cross")
-            v = e.state(node, "value", ["batch", g, "src_len", d_v], prefix="cross")
+            k = e.state(node, "key", ["src_batch", g, "src_len", d_k], prefix="cross")
+            v = e.state(node, "value", ["src_batch", g, "src_len", d_v], prefix="cross")
         else:
             k, v = project_kv(b, node, memory)
     else:
@@ -101,7 +101,10 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
                 for role, t, size in (("key", k, d_k), ("value", v, d_v)):
                     e.present(node, role, b.op("Slice", t, first, b.ints(2**62), b.ints(2)),
                               ["batch", g, "kept_len", size])
-    q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
+    if node.layer.needs_memory and e.kind == "step" and not e.static:
+        q = _grouped(b, q, k, h, d_k)  # (sources, h, group * Lq, d_k)
+    else:
+        q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
     if _plain(node):
         y = attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
@@ -111,6 +114,15 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
     b.flat.add(y)
     return b.linear(y, p["w_o"], p.get("b_o"))
+
+
+def _grouped(b, q: str, k: str, heads: int, size: int) -> str:
+    """Step graphs' cross-attention queries (B, Lq, h*d_k), or their flat view, as (S, h,
+    B / S * Lq, d_k) for keys and values of S sources: the B rows come in equal groups, a
+    source's hypotheses together (beam search's rows), so its keys are read once for the whole
+    group, in one matrix product of group x Lq queries instead of one per hypothesis."""
+    shape = b.op("Concat", b.op("Shape", k, start=0, end=1), b.ints(-1, heads, size), axis=0)
+    return b.op("Transpose", b.op("Reshape", q, shape), perm=[0, 2, 1, 3])
 
 
 def _dropped(b, layer, total: str) -> str:

@@ -5,9 +5,10 @@ and lets onnxruntime allocate the new presents on the device (CPU or CUDA, one c
 only the top-k values and ids come back to the host. Beam search moves no past key or value
 itself: ``select`` records on the host which row each hypothesis continues, and the step
 graph gathers those rows (``beam_rows``) before appending to them. Cross-attention
-keys/values and ``memory_bias`` are computed once per batch of sources; a small gather graph
-built here repeats them per beam, on the device, when beam search starts and narrows them
-when sentences end (``select(..., cross=True)``), never per step. Gathering them inside the
+keys/values and ``memory_bias`` are computed once per batch of sources and keep one row per
+source, which a sentence's beams read together (the step graph's grouped cross-attention); a
+small gather graph built here narrows them, on the device, when sentences end
+(``select(..., cross=True)``), never per step. Gathering them inside the
 step graph instead (a ``cross_rows`` input) cost 3.5% of the batch-16 beam-4 step time in
 onnxruntime's profile (base model, CPU), for copies this does once per search.
 """
@@ -29,6 +30,9 @@ class DeviceState:
     ``cross.*`` and ``memory_bias`` (one row per hypothesis)."""
     rows: np.ndarray
     """int64 (B,): the row of the ``past.*`` values each hypothesis continues."""
+    sources: np.ndarray
+    """int64 (B,): the row of the per-source values each hypothesis reads, in equal runs
+    (``repeat(arange(S), B // S)``, the step graph's grouping)."""
     offset: int
     """Target positions decoded so far (the ``offset`` input of graphs that take one)."""
 
@@ -64,7 +68,8 @@ class OnnxDecoder:
             if name.startswith("past."):  # empty keys/values, zero windows and hidden states
                 shape = [batch if d == "past_batch" else 0 if isinstance(d, str) else d for d in info.shape]
                 values[name] = self.model.on_device(np.zeros(shape, self.dtype))
-        return DeviceState(values, np.arange(batch, dtype=np.int64), 0)
+        rows = np.arange(batch, dtype=np.int64)
+        return DeviceState(values, rows, rows, 0)
 
     def step(self, state: DeviceState, tokens: np.ndarray, k: int):
         values, ids, state = self.run(state, tokens, ["top_values", "top_ids"], k)
@@ -91,16 +96,23 @@ class OnnxDecoder:
         host = [value.numpy() for value in results[: len(outputs)]]
         values = state.values | dict(zip(self.pasts, results[len(outputs):]))
         rows = np.arange(len(tokens), dtype=np.int64)
-        return (*host, DeviceState(values, rows, state.offset + tokens.shape[1]))
+        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1]))
 
     def select(self, state: DeviceState, rows: np.ndarray, cross: bool) -> DeviceState:
         """Pasts: only the row map changes (the next step gathers them). Per-source values
-        are gathered now, on the device, when rows change sources (``cross``)."""
+        keep one row per source: when rows change sources (``cross``), the sources still
+        read are gathered now, on the device, in the order of the rows' runs."""
         rows = np.ascontiguousarray(rows, np.int64)
-        values = state.values
+        values, sources = state.values, state.sources[rows]
         if cross and self.shared:
-            values = values | self._take({n: values[n] for n in self.shared}, rows)
-        return DeviceState(values, np.ascontiguousarray(state.rows[rows]), state.offset)
+            first = np.flatnonzero(np.r_[True, sources[1:] != sources[:-1]])  # where each run starts
+            if len(sources) % len(first) or (np.diff(np.r_[first, len(sources)]) != len(sources) // len(first)).any():
+                first = np.arange(len(sources))  # runs of unequal length: one row of values per row
+            kept = sources[first]
+            if not np.array_equal(kept, np.arange(state.sources[-1] + 1)):
+                values = values | self._take({n: values[n] for n in self.shared}, kept)
+            sources = np.repeat(np.arange(len(first)), len(sources) // len(first))
+        return DeviceState(values, np.ascontiguousarray(state.rows[rows]), sources, state.offset)
 
     def _take(self, values: dict, rows: np.ndarray) -> dict:
         """``values``' rows ``rows``, gathered on the device by a graph of Gathers."""

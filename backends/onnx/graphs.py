@@ -12,7 +12,9 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              -> ``log_probs`` of the next token, its ``top_values``/``top_ids`` (``top_k``
              asked for) and ``present.<node>.*``. Positions continue from the past length.
              ``beam_rows`` (batch,) says which row of the pasts each row continues: beam
-             search reorders the state inside the graph.
+             search reorders the state inside the graph. ``cross.*`` and ``memory_bias``
+             have one row per source (``src_batch``); the batch's rows come in equal groups,
+             one per source, in order (a sentence's hypotheses), which share its rows.
 ``decoder_static``  the same step over shapes that stay fixed from step to step, so onnxruntime
              can capture it as a CUDA graph: each self-attention past is a preallocated
              ``max_len`` cache into which the step writes its keys/values at ``offset`` (1,)
@@ -82,7 +84,7 @@ class Emit:
 
         def gathered():
             rows = self.cached("cross_rows", lambda: self.b.input("cross_rows", ["batch"], TensorProto.INT64))
-            return self.b.op("Gather", self.b.input(name, ["src_batch", *shape[1:]]), rows, axis=0)
+            return self.b.op("Gather", self.b.input(name, shape), rows, axis=0)
         return self.cached(("input", name), gathered)
 
     def write(self, node, role: str, new: str, size: int) -> str:
@@ -210,7 +212,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
             env[node.name] = _tokens(e, node)
         elif node.name in fed:  # the encoder output, in a step graph: read through cross.* inputs
             env[node.name] = None
-            e.bias["S"] = e.per_source("memory_bias", ["batch", 1, 1, "src_len"])
+            e.bias["S"] = e.per_source("memory_bias", ["src_batch", 1, 1, "src_len"])
         else:
             env[node.name] = lower(e, node, env)
     b.scope = "outputs"

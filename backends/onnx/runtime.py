@@ -21,9 +21,10 @@ from tfspec.spec import spec_from_data
 from .decoding import OnnxDecoder
 from .static import StaticDecoder
 
-FORMAT = 2
+FORMAT = 3
 """Version of the layout of exported directories (tensor names, manifest keys). 2: step graphs
-gather their state rows by ``beam_rows``/``cross_rows`` (format 1 had neither)."""
+gather their state rows by ``beam_rows`` (format 1 did not); 3: their per-source inputs keep
+one row per source, shared by that source's group of rows."""
 MANIFEST = "tfspec.json"
 
 
