@@ -79,6 +79,19 @@ def test_average_and_evaluate_on_both_backends(cli, trained):
     assert scores["torch"]["bleu"] == scores["onnx"]["bleu"]
 
 
+def test_evaluate_exports_again_after_a_format_change(cli, trained):
+    """A run's cached ONNX export written in an older export format is replaced, not refused."""
+    exports = [p for p in (trained / "onnx").glob("*/tfspec.json") if "-int8" not in p.parent.name]
+    if not exports:  # this test alone: export first
+        assert cli("evaluate", trained, "--backend", "onnx", "--limit", "4", "--threads", "1", "--quiet")[0] == 0
+        exports = [p for p in (trained / "onnx").glob("*/tfspec.json") if "-int8" not in p.parent.name]
+    manifest = json.loads(exports[0].read_text())
+    exports[0].write_text(json.dumps(manifest | {"format": manifest["format"] - 1}))
+    code, _, err = cli("evaluate", trained, "--backend", "onnx", "--limit", "4", "--threads", "1", "--quiet")
+    assert code == 0, err
+    assert json.loads(exports[0].read_text())["format"] == manifest["format"]
+
+
 def test_bad_runs_are_refused(cli, trained, tmp_path):
     code, _, err = cli("evaluate", tmp_path)
     assert code == 2 and "not a training run" in err

@@ -210,13 +210,26 @@ def _onnx_decoder(model, run: Path, weights: Path, device: str, int8: bool = Fal
 
     name = weights.parent.name if weights.name == "model.safetensors" else weights.stem
     target = run / "onnx" / (name + ("-int8" if int8 else ""))
-    if not (target / "tfspec.json").is_file() or (target / "tfspec.json").stat().st_mtime < weights.stat().st_mtime:
+    if _stale(target / "tfspec.json", weights):
         result = export(model, target, int8=int8)
         if not result.ok:
             raise TfspecError(f"{target}: ONNX parity check failed: {[str(c) for c in result.checks if not c.ok]}")
     shutil.copyfile(run / TOKENIZER, target / TOKENIZER)
     onnx_model = OnnxModel(target, device=device)
     return onnx_model.decoder(), onnx_model.describe() + (", int8" if int8 else ""), target
+
+
+def _stale(manifest: Path, weights: Path) -> bool:
+    """Whether a run's cached export must be written again: missing, older than the weights,
+    or in another export format than this tfspec reads."""
+    from tfspec.backends.onnx.runtime import FORMAT
+
+    if not manifest.is_file() or manifest.stat().st_mtime < weights.stat().st_mtime:
+        return True
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("format") != FORMAT
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return True
 
 
 def register(command) -> None:
