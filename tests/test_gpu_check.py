@@ -17,3 +17,14 @@ def test_gpu_check_says_one_line_without_cuda():
     tool = Path(__file__).resolve().parents[1] / "tools" / "gpu_check.py"
     proc = subprocess.run([sys.executable, str(tool)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.count("\n") == 1 and "nothing to check" in proc.stdout
+
+
+def test_gpu_check_runs_through_on_cpu():
+    """The whole check, CUDA graphs' static decoder included, runs through on CPU (a dry run),
+    so the tool is known to work before a GPU session spends its time on it."""
+    tool = Path(__file__).resolve().parents[1] / "tools" / "gpu_check.py"
+    proc = subprocess.run([sys.executable, str(tool), "--dry-run-on-cpu", "--spec", "tiny", "--rounds", "1",
+                           "--src-len", "6", "--out-len", "6"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("ok   CUDA graphs vs growing cache") == 4
+    assert "| batch 16, beam 4 |" in proc.stdout and "tfspec ORT CUDA graphs fp16 / PyTorch eager CUDA fp16" in proc.stdout
