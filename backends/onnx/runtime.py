@@ -184,8 +184,8 @@ def _graph_session(path: Path, options, wanted: list):
     import onnxruntime as ort
 
     try:
-        return ort.InferenceSession(str(path), options, providers=[("CUDAExecutionProvider", {"enable_cuda_graph": "1"}),
-                                                                   *wanted[1:]])
+        capturing = [("CUDAExecutionProvider", {"enable_cuda_graph": "1"}), *wanted[1:]]
+        return ort.InferenceSession(str(path), options, providers=capturing)
     except Exception as e:  # noqa: BLE001 - a graph it cannot capture is refused at load
         print(f"warning: {path.name}: onnxruntime will not capture CUDA graphs of it "
               f"({str(e).strip().splitlines()[0][:200]}); decoding without them", file=sys.stderr)
