@@ -84,6 +84,22 @@ def test_broken_model_directories(cli, exported, tmp_path):
     assert code == 2 and "corrupt manifest" in err
 
 
+@pytest.mark.parametrize("change", [{"graphs": {"model": 5}}, {"graphs": []}, {"graphs": {}},
+                                    {"graphs": {"model": "/etc/hostname"}}, {"graphs": {"model": "../x/model.onnx"}},
+                                    {"graphs": {"scripts": "model.onnx"}}, {"dtype": "object"}, {"dtype": [1]},
+                                    {"spec": "tiny"}],
+                         ids=["number", "list", "empty", "absolute", "outside", "unknown kind", "dtype", "dtype list",
+                              "spec string"])
+def test_forged_manifests_are_one_error_line(cli, exported, tmp_path, change):
+    """A manifest is data: graph files only by plain name inside the directory, known kinds,
+    float dtypes; anything else is named, not a traceback and not a file read elsewhere."""
+    copy = _copy(exported, tmp_path)
+    manifest = json.loads((copy / "tfspec.json").read_text())
+    (copy / "tfspec.json").write_text(json.dumps(manifest | change))
+    code, _, err = cli("translate", copy)
+    assert code == 2 and err.startswith("error: ") and "corrupt manifest" in err and err.count("\n") == 1, err
+
+
 def test_graphs_from_another_version_or_export_are_refused(cli, exported, tmp_path):
     copy = _copy(exported, tmp_path)
     manifest = json.loads((copy / "tfspec.json").read_text())

@@ -19,6 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.spec import spec_from_data
 
 from .decoding import OnnxDecoder
+from .graphs import KINDS
 from .static import StaticDecoder
 
 FORMAT = 3
@@ -211,7 +212,15 @@ def read_manifest(directory: Path) -> dict:
     for key in ("spec", "graphs", "dtype"):
         if key not in manifest:
             raise TfspecError(f"{path}: corrupt manifest (no {key!r})")
-    for file in manifest["graphs"].values():
+    graphs = manifest["graphs"]
+    if not isinstance(graphs, dict) or not graphs or any(
+            kind not in KINDS or not isinstance(file, str) or file in ("", ".", "..") or Path(file).name != file
+            for kind, file in graphs.items()):
+        raise TfspecError(f"{path}: corrupt manifest ('graphs' must map graph kinds, {', '.join(KINDS)}, to file "
+                          "names in the directory)")
+    if manifest["dtype"] not in ("float32", "float16") or not isinstance(manifest["spec"], dict):
+        raise TfspecError(f"{path}: corrupt manifest ('dtype' must be float32 or float16, 'spec' a mapping)")
+    for file in graphs.values():
         if not (directory / file).is_file():
             raise TfspecError(f"{directory / file}: missing (the manifest lists it); re-export the model")
     return manifest
