@@ -112,3 +112,17 @@ def test_int8_bleu_beside_float32(cli, trained):
     recorded = next((trained / "onnx").glob("*-int8/tfspec.json"))
     bleu = json.loads(recorded.read_text())["int8"]["bleu"]
     assert bleu["float32"] == fp32["bleu"] and bleu["int8"] == int8["bleu"] and bleu["sentences"] == 40
+
+
+@pytest.mark.parametrize("change", [None, {"tokenizer": 5}, {"tokenizer": "/etc/hostname"}, {"data": 5},
+                                    {"src": ["en"]}, {"classes": 5}],
+                         ids=["a list", "tokenizer number", "tokenizer elsewhere", "data number", "src list",
+                              "classes number"])
+def test_forged_run_json_is_one_error_line(cli, trained, tmp_path, change):
+    """run.json is data: each command that reads it names what is wrong, never a traceback and
+    never a tokenizer read from outside the run."""
+    meta = json.loads((trained / "run.json").read_text())
+    (tmp_path / "run.json").write_text(json.dumps([meta] if change is None else meta | change))
+    for command in (["evaluate", tmp_path, "--limit", "2"], ["average", tmp_path, "--last", "1"]):
+        code, _, err = cli(*command)
+        assert code == 2 and err.startswith(f"error: {tmp_path}/run.json: corrupt") and err.count("\n") == 1, err

@@ -76,11 +76,27 @@ def cmd_train(args) -> int:
 def _run_spec(run: Path) -> tuple[Spec, dict]:
     try:
         meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+        _check_run(meta)
         return spec_from_data(meta["spec"], str(run / "run.json")), meta
     except FileNotFoundError:
         raise TfspecError(f"{run}: not a training run (no run.json); train one with `tfspec train`") from None
     except (OSError, ValueError, KeyError) as e:
         raise TfspecError(f"{run}/run.json: corrupt ({str(e).splitlines()[0]})") from None
+
+
+def _check_run(meta) -> None:
+    """run.json is data: a mapping whose paths and names are strings, the tokenizer a file of
+    the run itself and the classes a list of names (ValueError says which is not)."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"a mapping was expected, not {type(meta).__name__}")
+    for key in ("data", "src", "tgt", "tokenizer"):
+        if key in meta and not isinstance(meta[key], str):
+            raise ValueError(f"{key!r} must be a string, not {type(meta[key]).__name__}")
+    if Path(meta.get("tokenizer", TOKENIZER)).name != meta.get("tokenizer", TOKENIZER):
+        raise ValueError("'tokenizer' must name a file in the run directory")
+    classes = meta.get("classes")
+    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+        raise ValueError("'classes' must be a list of names")
 
 
 def cmd_average(args) -> int:
