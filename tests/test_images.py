@@ -182,6 +182,16 @@ def test_digits_train_evaluate_sample(digits, tmp_path, capsys):
         assert np.array_equal(png[1 + r * cell:r * cell + cell, 1 + c * cell:c * cell + cell], expected), i
 
 
+def test_train_without_warmup_takes_the_documented_default(digits, tmp_path, capsys):
+    """`--warmup` left out means eq. 3's 4000 steps, as `train --help` says (it was None, a crash)."""
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY)
+    code, _, err = run(capsys, "train", spec, "--data", digits, "--out", tmp_path / "run", "--steps", 1, "--quiet",
+                       "--threads", 1)
+    assert code == 0, err
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["train"]["warmup"] == 4000
+
+
 def test_bad_image_input_is_one_error_line(digits, tmp_path, capsys, monkeypatch):
     import shutil
     import sys

@@ -59,7 +59,7 @@ def cmd_train(args, manifest: dict) -> int:
     classes = len(manifest["classes"] or [])
     pairs = image_pairs(spec, pixels, labels, classes)
     config = TrainConfig(steps=args.steps or (100_000 if args.max_minutes else 1000), batch_tokens=args.batch_tokens,
-                         accum=args.accum, warmup=args.warmup, lr_scale=args.lr_scale, seed=args.seed,
+                         accum=args.accum, warmup=args.warmup or 4000, lr_scale=args.lr_scale, seed=args.seed,
                          save_every=args.save_every, keep=args.keep, log_every=args.log_every,
                          max_minutes=args.max_minutes)
     per_batch = args.batch_tokens // (spec.image.positions + 1)
