@@ -182,6 +182,25 @@ def test_digits_train_evaluate_sample(digits, tmp_path, capsys):
         assert np.array_equal(png[1 + r * cell:r * cell + cell, 1 + c * cell:c * cell + cell], expected), i
 
 
+@pytest.mark.parametrize("change", [{"classes": 5}, {"classes": [0, 1]}, {"splits": [1]}, {"splits": {"train": 5}},
+                                    {"height": True}, {"levels": 0}, {"name": 5}],
+                         ids=["classes number", "classes ints", "splits list", "split number", "height bool",
+                              "levels 0", "name number"])
+def test_forged_image_manifest_is_one_error_line(digits, tmp_path, capsys, change):
+    """An image manifest is data: wrong types are named before any file is read (a number for
+    classes, or a list for splits, were tracebacks)."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(digits, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    (data / "manifest.json").write_text(json.dumps(manifest | change))
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(TINY)
+    code, _, err = run(capsys, "train", spec, "--data", data, "--out", tmp_path / "run", "--steps", 1, "--quiet")
+    assert code == 2 and "corrupt image manifest" in err and err.count("\n") == 1, err
+
+
 def test_train_without_warmup_takes_the_documented_default(digits, tmp_path, capsys):
     """`--warmup` left out means eq. 3's 4000 steps, as `train --help` says (it was None, a crash)."""
     spec = tmp_path / "tiny.yaml"

@@ -134,7 +134,28 @@ def image_manifest(data_dir: str | Path) -> dict | None:
     if missing:
         raise TfspecError(f"{path}: image manifest lacks {', '.join(sorted(missing))}; rebuild it with "
                           "`tfspec data images`")
+    if (why := _malformed(manifest)) is not None:
+        raise TfspecError(f"{path}: corrupt image manifest ({why}); rebuild it with `tfspec data images`")
     return manifest
+
+
+def _malformed(manifest: dict) -> str | None:
+    """What in an image manifest has the wrong type, or None: it is data, read before any file."""
+    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
+    if not isinstance(manifest["name"], str):
+        return "'name' must be a string"
+    for key in ("height", "width", "channels", "levels"):
+        if not whole(manifest[key]) or not 1 <= manifest[key] <= 2**16:
+            return f"{key!r} must be a whole number from 1 to 65536"
+    classes = manifest["classes"]
+    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+        return "'classes' must be null or a list of names"
+    splits = manifest["splits"]
+    if not isinstance(splits, dict) or not all(
+            isinstance(v, dict) and whole(v.get("images")) and v["images"] >= 0 and isinstance(v.get("files"), dict)
+            for v in splits.values()):
+        return "'splits' must map split names to their image count and files"
+    return None
 
 
 def load_split(data_dir: str | Path, split: str) -> tuple[np.ndarray, np.ndarray | None, dict]:
