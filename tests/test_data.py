@@ -216,6 +216,23 @@ def test_cli_stats_prints_counts_and_the_copy_baseline(cli):
     assert "all files match" in out
 
 
+@pytest.mark.parametrize("change", [{"src": None}, {"tgt": 5}, {"src": "../en"}, {"files": []}, {"splits": 3}],
+                         ids=["no src", "tgt number", "src a path", "files list", "splits number"])
+def test_forged_corpus_manifest_is_one_error_line(cli, tmp_path, change):
+    """A corpus manifest is data: a missing src or a number for tgt was a traceback in `train`."""
+    import json
+    import shutil
+
+    data = tmp_path / "corpus"
+    shutil.copytree(sample_dir(), data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    manifest = {k: v for k, v in (manifest | change).items() if v is not None}
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    for command in (["data", "stats", data], ["train", "tiny", "--data", data, "--out", tmp_path / "run", "--steps", 1]):
+        code, _, err = cli(*command)
+        assert code == 2 and "corrupt manifest" in err and err.count("\n") == 1, err
+
+
 def fake_apt(tmp_path, monkeypatch, stderr):
     """An apt-get on PATH that fails every download the way a real one would."""
     script = tmp_path / "bin" / "apt-get"

@@ -125,6 +125,11 @@ def load_manifest(data_dir: str | Path) -> dict:
         raise TfspecError(f"{path}: unreadable manifest ({e}); rebuild the corpus with --force") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise TfspecError(f"{path}: not a {FORMAT} manifest of version {VERSION}; rebuild the corpus with --force")
+    language = lambda v: isinstance(v, str) and v and Path(v).name == v  # noqa: E731  (a file suffix)
+    if not (language(manifest.get("src")) and language(manifest.get("tgt"))
+            and isinstance(manifest.get("files"), dict) and isinstance(manifest.get("splits", {}), dict)):
+        raise TfspecError(f"{path}: corrupt manifest ('src' and 'tgt' must be language codes, 'files' and 'splits' "
+                          "mappings); rebuild the corpus with --force")
     return manifest
 
 
