@@ -38,6 +38,14 @@ def test_unsupported_model_type(cli, tmp_path):
                          "bart, bert, gpt2, llama, marian, mistral, qwen2, t5")
 
 
+def test_model_type_of_another_type(cli, tmp_path):
+    """A list for model_type was a traceback (unhashable), found by fuzzing config.json."""
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "config.json").write_text(json.dumps({"model_type": ["gpt2"]}))
+    assert refused(cli, tmp_path, tmp_path / "odd").endswith("model_type ['gpt2'] is not supported; tfspec imports: "
+                                                             "bart, bert, gpt2, llama, marian, mistral, qwen2, t5")
+
+
 @pytest.mark.parametrize("kind, field, value, says", [
     ("bert", "position_embedding_type", "relative_key", "position_embedding_type: \"relative_key\" is not supported"),
     ("bert", "add_cross_attention", True, "add_cross_attention: true is not supported"),

@@ -43,7 +43,7 @@ class Imported:
 
 def family_of(config: dict, where: str) -> Family:
     model_type = config.get("model_type")
-    if model_type not in FAMILIES:
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
         raise TfspecError(f"{where}: model_type {model_type!r} is not supported; tfspec imports: "
                           f"{', '.join(sorted(FAMILIES))}")
     return FAMILIES[model_type]()
