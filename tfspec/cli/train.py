@@ -21,6 +21,7 @@ from tfspec.data.images import image_manifest
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
 from tfspec.spec.bounds import MAX_STEPS
+from tfspec.untrusted import file_name, names
 
 
 
@@ -92,10 +93,9 @@ def _check_run(meta) -> None:
     for key in ("data", "src", "tgt", "tokenizer"):
         if key in meta and not isinstance(meta[key], str):
             raise ValueError(f"{key!r} must be a string, not {type(meta[key]).__name__}")
-    if Path(meta.get("tokenizer", TOKENIZER)).name != meta.get("tokenizer", TOKENIZER):
+    if not file_name(meta.get("tokenizer", TOKENIZER)):
         raise ValueError("'tokenizer' must name a file in the run directory")
-    classes = meta.get("classes")
-    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+    if meta.get("classes") is not None and not names(meta["classes"]):
         raise ValueError("'classes' must be a list of names")
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tfspec import __version__
 from tfspec.errors import TfspecError
+from tfspec.untrusted import file_name
 
 FORMAT, VERSION = "tfspec-corpus", 1
 SPLITS = ("train", "dev", "test")
@@ -125,8 +126,7 @@ def load_manifest(data_dir: str | Path) -> dict:
         raise TfspecError(f"{path}: unreadable manifest ({e}); rebuild the corpus with --force") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise TfspecError(f"{path}: not a {FORMAT} manifest of version {VERSION}; rebuild the corpus with --force")
-    language = lambda v: isinstance(v, str) and v and Path(v).name == v  # noqa: E731  (a file suffix)
-    if not (language(manifest.get("src")) and language(manifest.get("tgt"))
+    if not (file_name(manifest.get("src")) and file_name(manifest.get("tgt"))  # language codes: file suffixes
             and isinstance(manifest.get("files"), dict) and isinstance(manifest.get("splits", {}), dict)):
         raise TfspecError(f"{path}: corrupt manifest ('src' and 'tgt' must be language codes, 'files' and 'splits' "
                           "mappings); rebuild the corpus with --force")

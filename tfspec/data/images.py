@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec import untrusted
 
 SPLITS = ("train", "valid", "test")
 DATASETS = ("digits", "photos")
@@ -141,19 +142,17 @@ def image_manifest(data_dir: str | Path) -> dict | None:
 
 def _malformed(manifest: dict) -> str | None:
     """What in an image manifest has the wrong type, or None: it is data, read before any file."""
-    whole = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
     if not isinstance(manifest["name"], str):
         return "'name' must be a string"
     for key in ("height", "width", "channels", "levels"):
-        if not whole(manifest[key]) or not 1 <= manifest[key] <= 2**16:
+        if not untrusted.whole(manifest[key]) or not 1 <= manifest[key] <= 2**16:
             return f"{key!r} must be a whole number from 1 to 65536"
-    classes = manifest["classes"]
-    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+    if manifest["classes"] is not None and not untrusted.names(manifest["classes"]):
         return "'classes' must be null or a list of names"
-    splits = manifest["splits"]
-    if not isinstance(splits, dict) or not all(
-            isinstance(v, dict) and whole(v.get("images")) and v["images"] >= 0 and isinstance(v.get("files"), dict)
-            for v in splits.values()):
+    def split_ok(entry) -> bool:
+        return (isinstance(entry, dict) and untrusted.whole(entry.get("images")) and entry["images"] >= 0
+                and isinstance(entry.get("files"), dict))
+    if not isinstance(manifest["splits"], dict) or not all(map(split_ok, manifest["splits"].values())):
         return "'splits' must map split names to their image count and files"
     return None
 

@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import whole
 
 from ..checkpoint import load_weights, weights_of
 from ..model import TorchModel
@@ -144,7 +145,7 @@ def _check_meta(path: Path, meta: dict) -> None:
     files = meta.get("files", {})
     wrong = [] if isinstance(files, dict) and all(isinstance(v, str) for v in files.values()) else ["files"]
     step = meta.get("step")
-    wrong += [] if isinstance(step, int) and not isinstance(step, bool) and step >= 0 else ["step"]
+    wrong += [] if whole(step) and step >= 0 else ["step"]
     wrong += [k for k, v in meta.items() if k not in ("format", "files", "step")
               and not (number(v) or isinstance(v, list) and all(map(number, v)))]
     if wrong:

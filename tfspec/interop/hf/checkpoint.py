@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import file_name
 
 from .tensors import Entry, read_header, read_pickled, read_tensor
 
@@ -114,7 +115,7 @@ def _read_index(path: Path) -> dict[str, str]:
     if not ok:
         raise TfspecError(f"{path}: weight_map must map tensor names to shard file names")
     for shard in set(weight_map.values()):
-        if Path(shard).name != shard or shard in ("", ".", ".."):
+        if not file_name(shard):
             raise TfspecError(f"{path}: shard {shard!r} is not a file name in this directory")
     return weight_map
 
