@@ -17,6 +17,7 @@ import numpy as np
 
 from tfspec.errors import TfspecError
 from tfspec.spec import spec_from_data
+from tfspec.untrusted import file_name
 
 from .decoding import OnnxDecoder
 from .graphs import KINDS
@@ -81,28 +82,20 @@ class OnnxModel:
         self.spec = spec_from_data(self.manifest["spec"], str(self.directory / MANIFEST))
         self.dtype = np.dtype(self.manifest["dtype"])
         warn_if_both_runtimes()
-        wanted, options = providers(device), session_options(threads)
+        self._wanted, self._options = providers(device), session_options(threads)
+        wanted = self._wanted
         self.sessions = {}
         self.graphs = False
         """Whether the static step graph's session captures CUDA graphs."""
-        for kind, file in self.manifest["graphs"].items():
-            path = self.directory / file
+        for kind in self.manifest["graphs"]:
             if kind == "decoder_static" and wanted[0] != "CUDAExecutionProvider":
-                continue  # opened when asked for: CPU decoding keeps the growing cache
-            if kind == "decoder_static" and cuda_graphs:
-                session = _graph_session(path, options, wanted)
-                self.graphs = session is not None
-            else:
-                session = None
-            session = session or _session(path, options, wanted)
-            _check_metadata(path, session, self.manifest, kind)
-            self.sessions[kind] = session
+                continue  # opened when asked for (static_session): CPU decoding keeps the growing cache
+            self._open(kind, capture=kind == "decoder_static" and cuda_graphs)
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
         self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
         self.device = ("cuda" if self.provider == "CUDAExecutionProvider" else "cpu", 0)
         """Where decoding state lives: (device type, id) for OrtValues and IO binding."""
         self._bindings: dict = {}
-        self._wanted, self._options = wanted, options
 
     def describe(self) -> str:
         where = "CUDA" + (", CUDA graphs" if self.graphs else "") if self.provider == "CUDAExecutionProvider" else "CPU"
@@ -163,10 +156,18 @@ class OnnxModel:
             if "decoder_static" not in self.manifest["graphs"]:
                 raise TfspecError(f"{self.directory}: exported without a static step graph (re-export with "
                                   "`tfspec export ... --static-cache`)")
-            path = self.directory / self.manifest["graphs"]["decoder_static"]
-            self.sessions["decoder_static"] = _session(path, self._options, self._wanted)
-            _check_metadata(path, self.sessions["decoder_static"], self.manifest, "decoder_static")
+            self._open("decoder_static")
         return self.sessions["decoder_static"]
+
+    def _open(self, kind: str, capture: bool = False) -> None:
+        """Open graph ``kind``, checked against the manifest; with ``capture`` (the static step
+        graph on CUDA) capturing CUDA graphs where onnxruntime accepts it."""
+        path = self.directory / self.manifest["graphs"][kind]
+        session = _graph_session(path, self._options, self._wanted) if capture else None
+        self.graphs = self.graphs or session is not None
+        session = session or _session(path, self._options, self._wanted)
+        _check_metadata(path, session, self.manifest, kind)
+        self.sessions[kind] = session
 
 
 def _session(path: Path, options, wanted: list):
@@ -214,8 +215,7 @@ def read_manifest(directory: Path) -> dict:
             raise TfspecError(f"{path}: corrupt manifest (no {key!r})")
     graphs = manifest["graphs"]
     if not isinstance(graphs, dict) or not graphs or any(
-            kind not in KINDS or not isinstance(file, str) or file in ("", ".", "..") or Path(file).name != file
-            for kind, file in graphs.items()):
+            kind not in KINDS or not file_name(file) for kind, file in graphs.items()):
         raise TfspecError(f"{path}: corrupt manifest ('graphs' must map graph kinds, {', '.join(KINDS)}, to file "
                           "names in the directory)")
     if manifest["dtype"] not in ("float32", "float16") or not isinstance(manifest["spec"], dict):
