@@ -106,7 +106,7 @@ class OnnxDecoder:
         values, sources = state.values, state.sources[rows]
         if cross and self.shared:
             first = np.flatnonzero(np.r_[True, sources[1:] != sources[:-1]])  # where each run starts
-            if len(sources) % len(first) or (np.diff(np.r_[first, len(sources)]) != len(sources) // len(first)).any():
+            if len(set(np.diff(np.r_[first, len(sources)]))) > 1:
                 first = np.arange(len(sources))  # runs of unequal length: one row of values per row
             kept = sources[first]
             if not np.array_equal(kept, np.arange(state.sources[-1] + 1)):

@@ -104,9 +104,10 @@ class Emit:
         index = b.op("Min", b.op("Max", b.op("Sub", cols, offset), b.const(np.int64(0))), b.op("Sub", last, offset))
         return b.op("Unsqueeze", inside, b.ints(0, 1, 3)), index
 
-    def slots(self, past: str | None = None) -> str:
-        """Static graphs: int64 (max_len,) 0..max_len-1, made on the device (Range from a shape)."""
-        return self.cached("cols", lambda: self.b.op("Range", self.b.const(np.int64(0)), self.b.shape_of(past, 2),
+    def slots(self, cache: str) -> str:
+        """Static graphs: int64 (max_len,) 0..max_len-1 for a (B, g, max_len, d) ``cache``, made
+        on the device (Range from a shape)."""
+        return self.cached("cols", lambda: self.b.op("Range", self.b.const(np.int64(0)), self.b.shape_of(cache, 2),
                                                      self.b.const(np.int64(1))))
 
     def present(self, node, role: str, value: str, shape) -> str:
@@ -169,7 +170,7 @@ class Emit:
             b = self.b
             if self.static and q_seq == kv_seq:
                 return (b.op("Unsqueeze", self.positions(q_seq, None), b.ints(1)),
-                        b.op("Unsqueeze", self.slots(), b.ints(0)))
+                        b.op("Unsqueeze", self.slots(k), b.ints(0)))
             lq, lk = b.shape_of(q, 2), b.shape_of(k, 2)
             first = b.op("Sub", lk, lq) if q_seq == kv_seq else b.const(np.int64(0))
             one = b.const(np.int64(1))

@@ -21,6 +21,7 @@ from tfspec.search import SearchOptions, search
 from .attention import blocked
 from .frames import check_frame_parity
 from .runtime import OnnxModel
+from .static import StaticDecoder
 
 CHUNKS = [(0, 1), (1, 3), (3, 6), (6, 9)]  # step inputs: pasts of 0, 1, 3 and 6 tokens
 
@@ -95,8 +96,7 @@ def _static_check(ort_model: OnnxModel, src: np.ndarray | None, prefix: np.ndarr
     differ = 0
     for beam in (1, 4):
         options = SearchOptions(beam=beam, max_extra=12, max_length=12)
-        static = ort_model.decoder(static=True)
-        static.first_length = 4
+        static = StaticDecoder(ort_model, capture=ort_model.graphs, first_length=4)
         differ += sum(x != y for x, y in zip(search(static, src, options, prefix),
                                              search(ort_model.decoder(static=False), src, options, prefix)))
     return Check("static step graph, greedy and beam 4, batch 3 (sentences that differ)", float(differ), 0)
