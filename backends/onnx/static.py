@@ -61,9 +61,6 @@ class StaticDecoder:
         self.pasts = [name.replace("present.", "past.", 1) for name in self.presents]
         self.shared = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
         self.vocab = model.spec.vocab.tgt_size
-        positions = model.spec.positional
-        self.positions = positions.max_len if positions.kind in ("sinusoidal", "learned") else 2**62
-        """Source positions the encoder has a table row for: padding never goes past them."""
         self.buffers: dict[tuple, object] = {}
         self.bindings: dict[tuple, tuple] = {}  # step shape -> (binding, run options, top_k)
         self.graph_ids = count(1)  # 0 is onnxruntime's own default
@@ -73,7 +70,10 @@ class StaticDecoder:
         if src is None:
             return StaticState(np.zeros(1, np.int64), np.zeros(1, np.int64), 0, None, None)
         batch, length = src.shape
-        source = bucket(batch), max(length, min(bucket(length, FIRST_SOURCE), self.positions))
+        padded_length = bucket(length, FIRST_SOURCE)
+        if (limit := self.model.spec.positional.table_rows) is not None:  # never past the encoder's table
+            padded_length = max(length, min(padded_length, limit))
+        source = bucket(batch), padded_length
         padded = np.full(source, self.pad, np.int64)
         padded[:batch, :length] = src
         feeds = {"src": padded}

@@ -193,8 +193,7 @@ def cmd_transcribe(args) -> int:
             o.name for o in model.sessions["model"].get_outputs()}:
         raise TfspecError(f"{args.model}: {spec.name} is not a CTC model reading frames; transcribe takes the "
                           "export of a spec with frames and a ctc head")
-    max_len = spec.positional.max_len if spec.positional.kind in ("sinusoidal", "learned") else None
-    print(decode(model, read_frames(Path(args.input), spec.frames.features, max_len), args.beam))
+    print(decode(model, read_frames(Path(args.input), spec.frames.features, spec.positional.table_rows), args.beam))
     return 0
 
 

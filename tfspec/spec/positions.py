@@ -76,6 +76,12 @@ class Positional(SpecModel):
     """rotary: frequency scaling for long contexts (Llama 3.1); None: plain frequencies."""
 
     @property
+    def table_rows(self) -> int | None:
+        """Positions an embedding table has rows for (sinusoidal, learned): the longest input
+        those kinds can read; None where no table bounds the length."""
+        return self.max_len if self.kind in ("sinusoidal", "learned") else None
+
+    @property
     def in_attention(self) -> bool:
         """Positions enter through self-attention rather than the embeddings."""
         return self.kind in ("rotary", "relative", "relative_bias")
