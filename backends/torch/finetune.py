@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import whole
 
 from .model import TorchModel
 from .training import checkpoint
@@ -223,7 +224,7 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
 def _checked(path: Path, state: dict) -> dict:
     """A resumed checkpoint's state, with what fine-tuning counts with."""
     counts = [state.get(k) for k in ("step", "epoch", "done")]
-    if (not all(isinstance(c, int) and 0 <= c < 2**53 for c in counts)
+    if (not all(whole(c) and 0 <= c < 2**53 for c in counts)
             or not isinstance(state.get("dev_accuracy"), list) or "seconds" not in state):
         raise TfspecError(f"{path}/trainer.json: not a fine-tuning checkpoint (step, epoch, done, seconds and "
                           "dev_accuracy expected)")
