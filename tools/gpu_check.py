@@ -41,16 +41,16 @@ def cuda_missing() -> str | None:
     return None
 
 
-def engines(spec, model, work: Path, device: str) -> dict:
+def engines(spec, model, on_gpu, work: Path, device: str) -> dict:
     """Name -> decode(src, beam, n): exactly n tokens per row, on ``device`` (the GPU; the CPU
-    in a dry run). Moves ``model`` there."""
+    in a dry run), ``on_gpu`` the export opened there. Moves ``model`` there."""
     from tfspec.backends.onnx import OnnxModel
     from tfspec.backends.torch import TorchDecoder
     from tfspec.search import SearchOptions, search
 
     options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
     out = {}
-    graphs = OnnxModel(work / "fp16", device=device).decoder(static=True)
+    graphs = on_gpu.decoder(static=True)
     dynamic = OnnxModel(work / "fp16", device=device, cuda_graphs=False).decoder()
     out["tfspec ORT CUDA graphs fp16"] = lambda src, beam, n: search(graphs, src, options(beam, n))
     out["tfspec ORT CUDA fp16"] = lambda src, beam, n: search(dynamic, src, options(beam, n))
@@ -150,7 +150,7 @@ def main() -> int:
         checks = check_parity(on_gpu, model, tolerance=5e-2)
         for check in checks:
             print(f"  {check}")
-        runs = engines(spec, model, work, device)
+        runs = engines(spec, model, on_gpu, work, device)
         sources = {b: rng.integers(4, spec.vocab.size, (b, args.src_len)) for b, _ in SETTINGS}
         checks += same_tokens(runs, sources)
         times = {(s, name): [] for s in SETTINGS for name in runs}
