@@ -92,6 +92,22 @@ def test_evaluate_exports_again_after_a_format_change(cli, trained):
     assert json.loads(exports[0].read_text())["format"] == manifest["format"]
 
 
+def test_a_cached_export_without_the_static_graph_is_stale_for_cuda(tmp_path):
+    """On CUDA evaluate decodes over the static step graph: an export cached without it is redone."""
+    from tfspec.backends.onnx.runtime import FORMAT
+    from tfspec.cli.train import _stale
+
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"")
+    manifest = tmp_path / "tfspec.json"
+    manifest.write_text(json.dumps({"format": FORMAT, "graphs": {"decoder": "decoder.onnx"}}))
+    assert not _stale(manifest, weights) and _stale(manifest, weights, static=True)
+    manifest.write_text(json.dumps({"format": FORMAT, "graphs": {"decoder_static": "decoder_static.onnx"}}))
+    assert not _stale(manifest, weights, static=True)
+    manifest.write_text(json.dumps({"format": FORMAT, "graphs": 3}))
+    assert _stale(manifest, weights, static=True)
+
+
 def test_bad_runs_are_refused(cli, trained, tmp_path):
     code, _, err = cli("evaluate", tmp_path)
     assert code == 2 and "not a training run" in err

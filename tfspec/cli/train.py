@@ -223,11 +223,13 @@ def _torch_decoder(model, device: str):
 def _onnx_decoder(model, run: Path, weights: Path, device: str, int8: bool = False):
     """Export (once per weights file) and decode with onnxruntime: (decoder, where, directory)."""
     from tfspec.backends.onnx import OnnxModel, export
+    from tfspec.backends.onnx.runtime import providers
 
     name = weights.parent.name if weights.name == "model.safetensors" else weights.stem
     target = run / "onnx" / (name + ("-int8" if int8 else ""))
-    if _stale(target / "tfspec.json", weights):
-        result = export(model, target, int8=int8)
+    static = providers(device)[0] == "CUDAExecutionProvider"  # CUDA replays the static step as a CUDA graph
+    if _stale(target / "tfspec.json", weights, static):
+        result = export(model, target, int8=int8, static_cache=static)
         if not result.ok:
             raise TfspecError(f"{target}: ONNX parity check failed: {[str(c) for c in result.checks if not c.ok]}")
     shutil.copyfile(run / TOKENIZER, target / TOKENIZER)
@@ -235,16 +237,17 @@ def _onnx_decoder(model, run: Path, weights: Path, device: str, int8: bool = Fal
     return onnx_model.decoder(), onnx_model.describe() + (", int8" if int8 else ""), target
 
 
-def _stale(manifest: Path, weights: Path) -> bool:
+def _stale(manifest: Path, weights: Path, static: bool = False) -> bool:
     """Whether a run's cached export must be written again: missing, older than the weights,
-    or in another export format than this tfspec reads."""
+    in another export format than this tfspec reads, or without the static step graph wanted."""
     from tfspec.backends.onnx.runtime import FORMAT
 
     if not manifest.is_file() or manifest.stat().st_mtime < weights.stat().st_mtime:
         return True
     try:
-        return json.loads(manifest.read_text(encoding="utf-8")).get("format") != FORMAT
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        found = json.loads(manifest.read_text(encoding="utf-8"))
+        return found.get("format") != FORMAT or (static and "decoder_static" not in found.get("graphs", {}))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
         return True
 
 
