@@ -9,6 +9,7 @@ capture (buffers, bucket changes, graph ids) runs as it would on CUDA.
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -58,6 +59,63 @@ def test_static_decoding_equals_growing_cache_and_pytorch(name, write_spec, tmp_
             ours = search(static, src, options, prefix)
             assert ours == search(onnx_model.decoder(), src, options, prefix), (batch, beam)
             assert ours == search(TorchDecoder(model), src, options, prefix), (batch, beam)
+
+
+CUDA_HOST_INPUTS = {"Reshape": {1}, "Unsqueeze": {1}, "Squeeze": {1}, "Slice": {1, 2, 3, 4}, "Expand": {1},
+                    "ConstantOfShape": {0}, "Range": {0, 1, 2}, "TopK": {1}, "Tile": {1}, "Pad": {1, 2, 3},
+                    "Split": {1}, "Trilu": {1}, "CumSum": {1}, "Clip": {1, 2}, "LSTM": {4}, "GRU": {4}}
+"""Inputs that onnxruntime's CUDA kernels read from host memory (their kernel definitions'
+``InputMemoryType(OrtMemTypeCPUInput, i)``); ``Shape`` writes its output to host memory."""
+
+
+def host_copies(graph: onnx.GraphProto) -> list[str]:
+    """The inputs onnxruntime would copy between host and GPU inside a CUDA step, which makes it
+    refuse CUDA-graph capture. Placement as onnxruntime's ``GetCpuPreferredNodes`` does it: a
+    node reading host tensors (or graph inputs, small constants) where its CUDA kernel wants
+    device memory runs on the CPU provider, and so do the nodes that read only its outputs."""
+    small = {i.name for i in graph.initializer if np.prod(i.dims) <= 100}
+    small |= {n.output[0] for n in graph.node if n.op_type == "Constant"}
+    inputs = {i.name for i in graph.input}
+    on_host = {o for n in graph.node if n.op_type == "Shape" for o in n.output}
+    host_nodes = set()
+    for i, node in enumerate(graph.node):  # topological order: producers come first
+        wanted = CUDA_HOST_INPUTS.get(node.op_type, set())
+        reads = [(j, name) for j, name in enumerate(node.input) if name and name not in small | inputs]
+        if node.op_type not in ("Shape", "Constant") and reads and all(
+                name in on_host and j not in wanted for j, name in reads):
+            host_nodes.add(i)
+            on_host.update(node.output)
+    copies = []
+    for i, node in enumerate(graph.node):
+        for j, name in enumerate(node.input):
+            if name and name not in small and node.op_type != "Constant":
+                there = name in on_host or name == "top_k"  # top_k: bound in host memory, read there by TopK
+                if there != (i in host_nodes or j in CUDA_HOST_INPUTS.get(node.op_type, set())):
+                    copies.append(f"{node.op_type} {node.name}: input {j} ({name})")
+    return copies
+
+
+@pytest.mark.parametrize("name", KINDS)
+def test_no_step_node_would_copy_between_host_and_gpu(name, write_spec, tmp_path):
+    """onnxruntime refuses to capture a CUDA graph over a step holding a Memcpy node. Shapes
+    may be read on the host (the shape arithmetic then runs there, as onnxruntime places it),
+    but nothing the step computes may pass through host memory."""
+    exported(name, write_spec, tmp_path / "onnx")
+    assert host_copies(onnx.load(tmp_path / "onnx" / "decoder_static.onnx").graph) == []
+
+
+def test_a_step_computing_from_a_shape_is_seen_to_copy():
+    """The check's negative control: positions from the cache's length (Shape) added to a
+    device tensor put the Add on the host, and the device tensor must be copied there."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Shape", ["past"], ["shape"], start=2, end=3),
+         onnx.helper.make_node("Add", ["shape", "offset"], ["position"]),
+         onnx.helper.make_node("Gather", ["table", "position"], ["row"])],
+        "step", [onnx.helper.make_tensor_value_info("past", onnx.TensorProto.FLOAT, [1, 2, None, 4]),
+                 onnx.helper.make_tensor_value_info("offset", onnx.TensorProto.INT64, [1])],
+        [onnx.helper.make_tensor_value_info("row", onnx.TensorProto.FLOAT, [1, 512])],
+        [onnx.numpy_helper.from_array(np.zeros((64, 512), np.float32), "table")])
+    assert host_copies(graph) == ["Add : input 1 (offset)", "Gather : input 1 (position)"]
 
 
 def test_source_padding_stops_at_the_position_table(write_spec, tmp_path):
