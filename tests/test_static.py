@@ -169,3 +169,26 @@ def test_buckets_and_refusals(tmp_path, cli):
     assert "ok   static step graph, greedy and beam 4" in out
     code, _, err = cli("export", "zoo/gpt2", "-o", tmp_path / "genai", "--format", "genai", "--static-cache")
     assert code == 2 and err.startswith("error: --static-cache applies to --format onnx")
+
+
+def test_a_failed_capture_is_one_error_naming_the_way_out(write_spec, tmp_path, monkeypatch, cli):
+    """A kernel that cannot be captured fails its run, not the session's creation: that is an
+    error line pointing at `--no-cuda-graphs`, not a traceback (the flag itself is checked on CPU)."""
+    spec, _, onnx_model = exported("tiny", write_spec, tmp_path / "onnx")
+    decoder = StaticDecoder(onnx_model, capture=True)
+
+    class Refusing:
+        def __getattr__(self, name):
+            return getattr(onnx_model.static_session(), name)
+
+        def run_with_iobinding(self, *args):
+            raise RuntimeError("CUDA failure 900: operation not permitted when stream is capturing\nmore")
+
+    decoder.session = Refusing()
+    src, _ = inputs(spec, 2, np.random.default_rng(0))
+    with pytest.raises(TfspecError, match=r"stream is capturing\); decode without them \(`tfspec translate "
+                                          r"--no-cuda-graphs`"):
+        search(decoder, src, SearchOptions(beam=2, max_length=4))
+    (tmp_path / "in.txt").write_text("5 6 7\n")
+    code, out, _ = cli("translate", tmp_path / "onnx", tmp_path / "in.txt", "--no-cuda-graphs", "--device", "cpu")
+    assert code == 0 and out.strip()

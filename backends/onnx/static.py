@@ -23,6 +23,8 @@ from itertools import count
 import numpy as np
 from onnx import TensorProto, helper
 
+from tfspec.errors import TfspecError
+
 FIRST_LENGTH = 64
 """Cache slots a search starts with (doubled whenever a step would pass the end)."""
 FIRST_SOURCE = 16
@@ -112,9 +114,19 @@ class StaticDecoder:
         if "cross_rows" in self.inputs:
             self._set("cross_rows", (rows,), state.cross, 0)
         self._set("offset", (1,), np.array([state.offset]), 0)
-        self.session.run_with_iobinding(binding, options)
+        self._run(binding, options)
         values, ids = (self.buffers[("out", name, rows, k)].numpy()[:n] for name in ("top_values", "top_ids"))
         return values, ids, StaticState(np.arange(n, dtype=np.int64), state.cross, length, after, state.source)
+
+    def _run(self, binding, options) -> None:
+        try:
+            self.session.run_with_iobinding(binding, options)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own types
+            if not self.capture:
+                raise
+            raise TfspecError(f"onnxruntime failed to capture or replay a CUDA graph of the static step "
+                              f"({str(e).strip().splitlines()[0][:200]}); decode without them "
+                              "(`tfspec translate --no-cuda-graphs`, `OnnxModel(..., cuda_graphs=False)`)") from e
 
     def _binding(self, key: tuple, replay: bool):
         """The IO binding of one step shape, its buffers bound once; with ``replay`` its own

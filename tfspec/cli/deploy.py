@@ -92,7 +92,7 @@ def _print_int8(record: dict) -> None:
 def cmd_translate(args) -> int:
     from tfspec.backends.onnx import OnnxModel
 
-    model = OnnxModel(args.model, device=args.device, threads=args.threads)
+    model = OnnxModel(args.model, device=args.device, threads=args.threads, cuda_graphs=not args.no_cuda_graphs)
     spec = model.spec
     print(f"{spec.name}: {model.describe()}", file=sys.stderr)
     codec = Codec(Path(args.model), spec)
@@ -210,3 +210,6 @@ def register(command) -> None:
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto uses CUDA when onnxruntime really gets it (default)")
     c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")
+    c.add_argument("--no-cuda-graphs", action="store_true",
+                   help="on CUDA, decode over the growing cache instead of replaying the static step graph "
+                        "(written by `export --static-cache`) as CUDA graphs")
