@@ -103,7 +103,7 @@ def test_gpt2_greedy_generation_matches_transformers(cli, tmp_path):
 
 @pytest.mark.parametrize("name, architecture, published", [
     ("bert-base-uncased", None, None), ("bert-base-uncased", "BertModel", 109_482_240),
-    ("gpt2", None, 124_439_808)])
+    ("gpt2", None, 124_439_808), ("gpt2-medium", None, 354_823_168), ("distilgpt2", None, 81_912_576)])
 def test_config_only_import_reports_transformers_count(cli, tmp_path, name, architecture, published):
     import json
 

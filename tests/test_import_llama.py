@@ -88,7 +88,7 @@ def test_unsupported_configs_are_refused_by_name(change, needle, cli, tmp_path):
 
 
 PUBLISHED = {"Llama-2-7b-hf": 6_738_415_616, "TinyLlama-1.1B": 1_100_048_384, "Mistral-7B-v0.1": 7_241_732_096,
-             "Qwen2.5-0.5B": 494_032_768}
+             "Qwen2.5-0.5B": 494_032_768, "Llama-3.2-1B": 1_235_814_400}
 """The counts transformers gives for these configurations (../shared/ENGINEERING.md); each is
 also recounted from the fixture by transformers on the meta device."""
 
@@ -103,3 +103,55 @@ def test_published_configs_import_at_their_counts(name, cli, tmp_path):
         counted = sum(p.numel() for p in transformers.AutoModelForCausalLM.from_config(config).parameters())
     code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
     assert code == 0 and json.loads(out)["params"]["total"] == counted == PUBLISHED[name]
+
+
+def test_base_models_have_no_output_projection(cli, tmp_path):
+    """LlamaModel, MistralModel and Qwen2Model hold no lm_head: imported with untied embeddings,
+    the spec ties its output to the token embedding instead of inventing a matrix, so it holds
+    exactly the class's parameters, and its hidden states are transformers' (seen through that
+    tied projection). A *ForCausalLM checkpoint imported as the base class drops its lm_head."""
+    config = transformers.MistralConfig(**SMALL | {"sliding_window": 6, "tie_word_embeddings": False})
+    torch.manual_seed(0)
+    causal = transformers.MistralForCausalLM(config).eval()
+    causal.save_pretrained(tmp_path / "causal")
+    base = causal.model
+    base.save_pretrained(tmp_path / "base")
+    tokens = torch.randint(6, 120, (2, 20))
+    with torch.no_grad():
+        want = base(tokens).last_hidden_state @ base.embed_tokens.weight.T
+    for source, extra in (("base", []), ("causal", ["--architecture", "MistralModel"])):
+        code, out, err = cli("import", tmp_path / source, "-o", tmp_path / f"ours-{source}", "--quiet", *extra)
+        assert code == 0, err
+        model = build_module(load_spec(tmp_path / f"ours-{source}")).eval()
+        load_weights(model, tmp_path / f"ours-{source}" / "model.safetensors")
+        assert sum(p.numel() for p in model.parameters()) == base.num_parameters()
+        with torch.no_grad():
+            assert torch.allclose(model(tokens), want, atol=1e-4)
+
+
+def test_e5_mistral_pads_with_unk_not_its_eos(cli, tmp_path):
+    """e5-mistral-7b-instruct (MistralModel) sets pad_token_id to </s>, the token its inputs end
+    with: the spec pads with <unk> (id 0, as Llama does) so that </s> stays visible, and counts
+    MistralModel's parameters."""
+    fixture = Path(__file__).parent / "fixtures" / "hf" / "e5-mistral-7b-instruct"
+    code, _, err = cli("import", fixture, "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    spec = load_spec(tmp_path / "ours")
+    assert (spec.vocab.pad_id, spec.vocab.bos_id, spec.vocab.eos_id) == (0, 1, 2)
+    with torch.device("meta"):
+        counted = transformers.MistralModel(transformers.AutoConfig.from_pretrained(fixture)).num_parameters()
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == counted == 7_110_660_096
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"sliding_window": "4096"}, "sliding_window must be an integer"),
+    ({"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": None, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 16}}, "rope_scaling: low_freq_factor must be a number"),
+    ({"num_key_value_heads": 3}, "valid tfspec spec: heads (4) must be a multiple of kv_heads (3)")])
+def test_malformed_mistral_values_are_one_clear_line(change, needle, cli, tmp_path):
+    (tmp_path / "hf").mkdir()
+    config = json.loads(transformers.MistralConfig(**SMALL).to_json_string()) | change
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err

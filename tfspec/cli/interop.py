@@ -75,7 +75,7 @@ def register(command) -> None:
                 "model.safetensors.index.json, or pytorch_model.bin read with weights_only) and write "
                 "OUT_DIR/spec.yaml, OUT_DIR/model.safetensors (tfspec parameter names, as export --weights and "
                 "evaluate --checkpoint read) and the tokenizer files found. Families: bert, gpt2, llama, "
-                "mistral, qwen2, marian, bart. Every config "
+                "mistral, qwen2, marian, bart, t5. Every config "
                 "field that changes the computation is mapped or refused by name; a directory with config.json alone gives the spec alone (for "
                 "report and table1). OUT_DIR appears only when complete.")
     c.add_argument("directory", metavar="DIR", help="the checkpoint directory (what save_pretrained writes)")

@@ -39,6 +39,8 @@ COMMON_IGNORED = {
                      "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
                      "suppress_tokens", "begin_suppress_tokens"), "tokenizer and generation settings"),
     "initializer_range": "initialisation of untrained weights",
+    "_num_labels": "an old spelling of num_labels (distilgpt2, bart-large): classification heads tfspec does not import",
+    "force_bos_token_to_be_generated": "an old generation setting (bart-large-cnn), now forced_bos_token_id",
 }
 """PretrainedConfig's own fields that no family's computation reads, with the reason."""
 

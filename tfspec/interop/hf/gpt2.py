@@ -27,7 +27,9 @@ class GPT2(Family):
                 "reorder_and_upcast_attn": (False,), "tie_word_embeddings": (True,)}
     ignored = {"embd_pdrop": "training only; tfspec's one dropout (resid_pdrop) covers the embeddings too",
                "n_ctx": "an old alias of n_positions that transformers no longer reads",
-               "is_decoder": "GPT-2 is causal whatever this says; transformers' GPT-2 does not read it"}
+               "is_decoder": "GPT-2 is causal whatever this says; transformers' GPT-2 does not read it",
+               **dict.fromkeys(("n_special", "predict_special_tokens"),
+                               "left over from OpenAI GPT (gpt2-medium's config); transformers' GPT-2 reads neither")}
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where

@@ -123,7 +123,7 @@ def _spec(family: Family, source: Source, name: str, directory: Path) -> tuple[S
         err = e.errors()[0]
         path = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-"))
         raise TfspecError(f"{source.where}: this configuration does not give a valid tfspec spec: "
-                          f"{path}: {err['msg']}") from None
+                          f"{f'{path}: ' if path else ''}{err['msg']}") from None
 
 
 @dataclass(frozen=True)

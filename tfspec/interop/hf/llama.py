@@ -47,9 +47,15 @@ class Llama(Family):
                 "label_smoothing": 0.0, "positional": self._rotary(c, where), "norm": "pre", "norm_type": "rms",
                 "norm_eps": number(c, "rms_norm_eps", where, float, 1e-6), "final_norm": True, "bias": False,
                 "biases": self._biases(c), "embed_scale": False,
-                "tie_embeddings": "output" if c.get("tie_word_embeddings", False) else "none",
+                "tie_embeddings": "output" if self._tied(source) else "none",
                 "decoder": {"layers": number(c, "num_hidden_layers", where, default=32),
                             "block": [self._attention(c, where), "ffn"]}}
+
+    def _tied(self, source: Source) -> bool:
+        """Whether the spec's output projection is the token embedding: as the config says for
+        *ForCausalLM; always for *Model, which has no projection of its own to import (so the
+        spec holds exactly the published class's parameters, as GPT2Model's does)."""
+        return bool(source.config.get("tie_word_embeddings", False)) or not source.architecture.endswith("ForCausalLM")
 
     def _biases(self, c: dict) -> dict:
         attention, mlp = bool(c.get("attention_bias", False)), bool(c.get("mlp_bias", False))
@@ -72,9 +78,10 @@ class Llama(Family):
         if rope.get("partial_rotary_factor", 1.0) != 1.0:
             positional["fraction"] = number(rope, "partial_rotary_factor", where, float)
         if kind == "llama3":
-            positional["scaling"] = {"type": "llama3", **{k: number(rope, k, where, float) for k in (
+            inside = f"{where}: rope_scaling"
+            positional["scaling"] = {"type": "llama3", **{k: number(rope, k, inside, float) for k in (
                 "factor", "low_freq_factor", "high_freq_factor")}, "original_max_position_embeddings": number(
-                rope, "original_max_position_embeddings", where)}
+                rope, "original_max_position_embeddings", inside)}
         return positional
 
     def rules(self, spec, architecture: str) -> list[Rule]:
@@ -103,7 +110,9 @@ class Llama(Family):
         return rules
 
     def dropped(self, architecture: str) -> dict[str, str]:
-        return {"lm_head.weight": "the output projection, tied to the token embedding",
+        head = ("the output projection, tied to the token embedding" if architecture.endswith("ForCausalLM")
+                else f"{architecture} has no output projection")
+        return {"lm_head.weight": head,
                 "layers.*.self_attn.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
 
     def config(self, spec) -> dict:
@@ -137,11 +146,13 @@ class Mistral(Llama):
         return super().config(spec) | {"sliding_window": window}
 
     def _attention(self, c: dict, where: str):
-        window = c.get("sliding_window")
-        if window is None or window >= number(c, "max_position_embeddings", where, default=32768):
+        if c.get("sliding_window") is None:
+            return "causal_self_attention"
+        window = number(c, "sliding_window", where)
+        if window >= number(c, "max_position_embeddings", where, default=32768):
             return "causal_self_attention"  # no position ever sees further back than the window
         # Query i sees keys i - w + 1 .. i: causal restricted attention with r = w - 1.
-        return {"kind": "restricted_self_attention", "r": number(c, "sliding_window", where) - 1, "causal": True}
+        return {"kind": "restricted_self_attention", "r": window - 1, "causal": True}
 
 
 @register
@@ -165,13 +176,18 @@ class Qwen2(Llama):
 
 def _vocab(c: dict, where: str) -> dict:
     """bos/eos from the config; padding by pad_token_id, else <unk> (id 0: Llama pads with it),
-    else, when bos and eos are one token (Qwen2), that token for all four (GPT-2's convention)."""
+    else, when bos and eos are one token (Qwen2), that token for all four (GPT-2's convention).
+    A pad_token_id equal to eos (fine-tunes that batch with </s>) is taken as <unk> too: padding
+    only tells transformers which positions the attention mask hides, and tfspec finds padding
+    by id, so </s> as padding would hide the </s> an input ends with (e5-mistral's last token)."""
     bos, eos = c.get("bos_token_id"), c.get("eos_token_id")
     eos = eos[0] if isinstance(eos, list) and eos else eos
     bos = bos if bos is not None else eos if eos is not None else 0
     eos = eos if eos is not None else bos
     ids = {"bos_id": number({"bos_token_id": bos}, "bos_token_id", where),
            "eos_id": number({"eos_token_id": eos}, "eos_token_id", where)}
-    pad = number(c, "pad_token_id", where) if c.get("pad_token_id") is not None else bos if bos == eos else 0
+    pad = number(c, "pad_token_id", where) if c.get("pad_token_id") is not None else None
+    if pad is None or (pad == eos and bos != eos):  # padding with </s> would hide every </s> of an input
+        pad = bos if bos == eos else 0
     unk = pad if pad not in (bos, eos) or bos == eos else 0
     return {"size": number(c, "vocab_size", where, default=32000), **ids, "pad_id": pad, "unk_id": unk}

@@ -18,7 +18,7 @@ from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _s
                                      register)
 
 LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
-             "static_position_embeddings", "_num_labels", "classif_dropout", "extra_pos_embeddings")
+             "static_position_embeddings", "classif_dropout", "extra_pos_embeddings")
 """Fields older Marian and BART configurations carry that transformers' classes never read."""
 
 
