@@ -70,6 +70,7 @@ def test_architecture_not_imported(cli, tmp_path):
     save_checkpoint("gpt2", checkpoint)
     line = refused(cli, tmp_path, checkpoint, "--architecture", "GPT2ForSequenceClassification")
     assert "architecture 'GPT2ForSequenceClassification' is not supported" in line
+    assert line.endswith("(`--architecture GPT2Model` imports the base model without its task head)")
 
 
 def test_truncated_safetensors(cli, tmp_path):

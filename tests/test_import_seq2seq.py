@@ -129,7 +129,8 @@ def assert_onnx_and_greedy_match(ref, src, tgt, special: tuple[int, int, int], c
 
 PUBLISHED = {"opus-mt-en-de": ("MarianMTModel", 74_410_496, 73_886_208),
              "bart-base": ("BartModel", 139_420_416, 139_420_416),
-             "bart-large-cnn": ("BartForConditionalGeneration", 406_290_432, 406_290_432)}
+             "bart-large-cnn": ("BartForConditionalGeneration", 406_290_432, 406_290_432),
+             "distilbart-cnn-12-6": ("BartForConditionalGeneration", 305_510_400, 305_510_400)}
 """transformers' num_parameters() and its trainable count (../shared/ENGINEERING.md)."""
 
 
@@ -167,3 +168,14 @@ def test_unsupported_configs_are_refused_by_name(change, needle, cli, tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_fine_tune_is_named_after_its_directory_not_the_model_it_started_from(cli, tmp_path):
+    """A fine-tune's ``_name_or_path`` names the model it was trained from (bart-base here)."""
+    fine_tune = tmp_path / "bart-base-samsum"
+    fine_tune.mkdir()
+    (fine_tune / "config.json").write_bytes((Path(__file__).parent / "fixtures/hf/bart-base/config.json").read_bytes())
+    assert json.loads((fine_tune / "config.json").read_text())["_name_or_path"].endswith("bart-base")
+    code, _, err = cli("import", fine_tune, "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    assert load_spec(tmp_path / "ours").name == "bart-base-samsum"

@@ -29,7 +29,9 @@ class Bart(Marian):
     exported = {}
     ignored = Marian.ignored | dict.fromkeys(LEFTOVERS, "fairseq's options; transformers' BART reads none of them "
                                                         "(it is always post-norm with learned positions and "
-                                                        "layernorm_embedding, no final norm)")
+                                                        "layernorm_embedding, no final norm)") | dict.fromkeys(
+        ("student_encoder_layers", "student_decoder_layers", "replacing_rate"),
+        "left over from the distillation scripts (distilbart): the layers the checkpoint has are what it computes")
 
     def _positional(self, c: dict, where: str) -> dict:
         max_len = number(c, "max_position_embeddings", where, default=1024)

@@ -61,7 +61,7 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     names = _names(family, checkpoint) if checkpoint.has_weights else None
     source = Source(checkpoint.config, where, architecture, None if names is None else frozenset(names),
                     read_vocabulary(directory))
-    spec, data = _spec(family, source, name or published_name(directory, checkpoint.config), directory)
+    spec, data = _spec(family, source, name or published_name(directory), directory)
     graph = build_graph(spec)
     result = Imported(spec, architecture, output, graph.num_params)
     plan = _plan(family, spec, graph, architecture, checkpoint, names, result.notes) if names is not None else None
@@ -79,8 +79,11 @@ def _architecture(family: Family, config: dict, chosen: str | None, where: str) 
     listed = config.get("architectures") or [None]
     architecture = chosen or (listed[0] if isinstance(listed, list) else None) or next(iter(family.architectures))
     if architecture not in family.architectures:
+        base = next((name for name, prefix in family.architectures.items() if not prefix and name.endswith("Model")),
+                    None)
+        hint = f" (`--architecture {base}` imports the base model without its task head)" if base else ""
         raise TfspecError(f"{where}: architecture {architecture!r} is not supported; tfspec imports "
-                          f"{family.model_type} as {', '.join(family.architectures)}")
+                          f"{family.model_type} as {', '.join(family.architectures)}{hint}")
     return architecture
 
 
@@ -94,15 +97,13 @@ def _names(family: Family, checkpoint: Checkpoint) -> dict[str, str]:
     return names
 
 
-def published_name(directory: Path, config: dict) -> str:
-    """The model's published name: the hub cache's ``models--org--name`` folder, a config's
-    ``_name_or_path``, or the directory's name."""
+def published_name(directory: Path) -> str:
+    """The model's published name: the hub cache's ``models--org--name`` folder, else the
+    directory's name. (Not the config's ``_name_or_path``: a fine-tune keeps there the name of
+    the model it started from, bart-large-cnn for bart-large-cnn-samsum.)"""
     for part in reversed(directory.resolve().parts):
         if part.startswith("models--"):
             return part.split("--")[-1]
-    named = config.get("_name_or_path")
-    if isinstance(named, str) and named and not named.startswith((".", "/", "~")):
-        return named.rstrip("/").split("/")[-1]
     return directory.resolve().name or "model"
 
 

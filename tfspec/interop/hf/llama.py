@@ -31,7 +31,10 @@ class Llama(Family):
               "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings", "rms_norm_eps",
               "rope_parameters", "rope_theta", "rope_scaling", "attention_bias", "mlp_bias", "tie_word_embeddings",
               "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout")
-    ignored = {"pretraining_tp": "splits the matrix products into slices whose results are added: the same sums"}
+    ignored = {"pretraining_tp": "splits the matrix products into slices whose results are added: the same sums",
+               **dict.fromkeys(("is_llama_config", "rope_interleaved"),
+                               "left over from nanotron (SmolLM2's configs); transformers reads neither, and the "
+                               "converted weights are in its rotate-half layout")}
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
