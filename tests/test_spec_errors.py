@@ -95,10 +95,19 @@ def _alias_bomb() -> str:
     return "\n".join(lines) + "\n" + GOOD.replace("block: [self_attention, ffn]", "block: *a8")
 
 
+def _alias_bomb_inline() -> str:
+    """The same bomb as a layer's kind: pydantic printed the expanded value (3 GB, then abort)."""
+    nested = '&a0 ["ffn", "ffn"]'
+    for i in range(1, 9):
+        nested = f"&a{i} [{nested}" + f", *a{i - 1}" * 8 + "]"
+    return GOOD.replace("block: [self_attention, ffn]", f"block: [{{kind: {nested}}}]")
+
+
 @pytest.mark.parametrize("content,needle", [
     (b"\xff\xfe\x00bad", "not UTF-8"),
     (("a: " + "[" * 20000 + "]" * 20000 + "\n").encode(), "nested too deeply"),
-    (_alias_bomb().encode(), "unknown field"),  # 10^9 elements if expanded: must answer at once
+    (_alias_bomb().encode(), "aliases expand to 2,345,679,042 values"),  # must answer at once
+    (_alias_bomb_inline().encode(), "its aliases expand to"),
 ])
 def test_hostile_files(cli, tmp_path, content, needle):
     path = tmp_path / "spec.yaml"

@@ -37,6 +37,9 @@ MAX_CHANNELS = 64
 MAX_STEPS = 10**12
 MAX_SPEC_BYTES = 2**21
 """A spec file: shipped specs are ~1 KB; 2 MiB of YAML already takes seconds to parse."""
+MAX_SPEC_VALUES = 100_000
+"""Values a spec file stands for with its aliases expanded (a 2 MiB file holds ~500,000 without
+any; nested aliases multiply)."""
 MAX_TEXT = 4096
 """Characters in a name, path or description."""
 

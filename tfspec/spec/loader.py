@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from tfspec.errors import Problem, SpecError
 from tfspec.layers import SUBLAYERS
 from tfspec.spec.base import did_you_mean
-from tfspec.spec.bounds import MAX_SPEC_BYTES, MAX_TEXT
+from tfspec.spec.bounds import MAX_SPEC_BYTES, MAX_SPEC_VALUES, MAX_TEXT
 from tfspec.spec.schema import Spec
 
 Origins = dict[tuple, tuple[str, int]]
@@ -105,6 +105,9 @@ def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
         loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
         try:
             node = loader.get_single_node()
+            if node is not None and (values := _expanded(node, {})) > MAX_SPEC_VALUES:
+                raise SpecError.one(str(path), f"its aliases expand to {values:,} values, more than a spec holds "
+                                    f"(at most {MAX_SPEC_VALUES:,}); write the values out or share them with extends")
             return node, loader.construct_document(node) if node is not None else None
         finally:
             loader.dispose()
@@ -121,6 +124,22 @@ def _parse(path: Path) -> tuple[yaml.Node | None, Any]:
         raise SpecError.one(str(path), f"malformed YAML: {what}{column}", line=mark.line + 1 if mark else None)
     except (ValueError, TypeError, OverflowError) as e:  # PyYAML's constructors: a 5000-digit int, 2020-13-45
         raise SpecError.one(str(path), f"malformed YAML: a value cannot be read ({str(e)[:120]})") from None
+
+
+def _expanded(node: yaml.Node, sizes: dict) -> int:
+    """How many values ``node`` stands for with every alias expanded, counted over the node
+    graph once per node: a small file of nested aliases ("billion laughs") stands for billions,
+    which pydantic would walk and its error messages print."""
+    if id(node) not in sizes:
+        sizes[id(node)] = 1  # an alias of an enclosing node (a recursive structure) counts once
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        else:
+            children = []
+        sizes[id(node)] = 1 + sum(_expanded(child, sizes) for child in children)
+    return sizes[id(node)]
 
 
 def _short(path: Path) -> str:
