@@ -57,7 +57,8 @@ def test_no_intact_checkpoint_is_refused(tmp_path):
 
 @pytest.mark.parametrize("forged", [{"step": "5"}, {"step": -1}, {"step": True}, {"epoch": None},
                                     {"seconds": float("nan")}, {"files": ["model.safetensors"]},
-                                    {"position": [1, "x"]}])
+                                    {"position": [1, "x"]}, {"epoch": 2.5}, {"position": 1.5}, {"position": [1, 2]},
+                                    {"files": {}}, {"tokens": -3}])
 def test_a_forged_trainer_state_is_skipped_by_name(tmp_path, whole, forged):
     """trainer.json is not under its own checksums: a state no loop can count with is a
     damaged checkpoint (skipped, saying which field), never a crash mid-resume."""
@@ -125,3 +126,19 @@ def test_a_diverging_run_stops_before_its_weights_turn_to_nan(tmp_path):
     assert saved and f"{saved[-1].name}, holds finite weights" in str(caught.value)
     for path in saved:
         assert all(torch.isfinite(t).all() for t in load_file(path / "model.safetensors").values()), path
+
+
+def test_a_linked_checkpoint_is_never_resumed_from_nor_its_target_removed(tmp_path, whole):
+    """A step-*.tmp linking to another run's checkpoint was reported removed (rmtree refuses
+    links, silently) and then resumed from; a checkpoint that is a link is not this run's."""
+    other = tmp_path / "other"
+    first_half(other)
+    run = tmp_path / "run"
+    first_half(run)
+    target = checkpoint.checkpoints(other)[-1]
+    (run / "checkpoints" / "step-0000099.tmp").symlink_to(target, target_is_directory=True)
+    (run / "checkpoints" / "step-0000098").symlink_to(target, target_is_directory=True)
+    said = resume(run)
+    assert not any("step-00000" + "99" in s or "step-0000098" in s for s in said if "resumed" in s), said
+    assert (target / "trainer.json").is_file() and not (run / "checkpoints" / "step-0000099.tmp").exists()
+    assert losses(run) == whole

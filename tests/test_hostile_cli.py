@@ -94,3 +94,31 @@ def test_file_system_errors_are_one_line(monkeypatch, capsys):
     monkeypatch.setattr(cli_module, "load_spec", full)
     assert main(["validate", "base"]) == 2
     assert capsys.readouterr().err == "error: out/model.onnx: No space left on device\n"
+
+
+DEEP = "[" * 200_000 + "]" * 200_000
+"""JSON that Python's parser gives up on with RecursionError (not a JSONDecodeError)."""
+LONG = '{"format": ' + "9" * 5000 + "}"
+"""JSON whose number Python refuses to convert (a plain ValueError)."""
+
+
+@pytest.mark.parametrize("content,needle", [(DEEP, "nested too deeply"), (LONG, "more than 4,300 digits"),
+                                            (None, "not a regular file")])
+def test_json_files_that_python_cannot_take_are_one_line(cli, exported, tmp_path, content, needle):
+    """Each JSON file tfspec reads goes through one reader: deep nesting, numbers of thousands
+    of digits and FIFOs (which hung) are one error line for an export manifest, a Hugging Face
+    config and a corpus manifest alike."""
+    import os
+
+    model = tmp_path / "model"
+    shutil.copytree(exported, model)
+    config, corpus = tmp_path / "hf", tmp_path / "corpus"
+    config.mkdir(), corpus.mkdir()
+    for path in (model / "tfspec.json", config / "config.json", corpus / "manifest.json"):
+        path.unlink(missing_ok=True)
+        os.mkfifo(path) if content is None else path.write_text(content)
+    for args, where in ((["translate", model, tmp_path / "in.txt"], "tfspec.json"),
+                        (["import", config, "-o", tmp_path / "out"], "config.json"),
+                        (["data", "stats", corpus], "manifest.json")):
+        code, _, err = cli(*args)
+        assert code == 2 and where in err and needle in err and len(err.strip().splitlines()) == 1, err

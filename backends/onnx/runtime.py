@@ -7,7 +7,6 @@ is refused with the reason. ``OnnxModel.decoder()`` is a ``tfspec.search.Decoder
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from importlib import metadata as dist_metadata
@@ -17,7 +16,7 @@ import numpy as np
 
 from tfspec.errors import TfspecError
 from tfspec.spec import spec_from_data
-from tfspec.untrusted import file_name
+from tfspec.untrusted import file_name, read_json
 
 from .decoding import OnnxDecoder
 from .graphs import KINDS
@@ -200,11 +199,11 @@ def read_manifest(directory: Path) -> dict:
         raise TfspecError(f"{directory}: no such model directory (write one with `tfspec export SPEC -o DIR`)")
     path = directory / MANIFEST
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json(path)
     except FileNotFoundError:
         raise TfspecError(f"{directory}: not an exported tfspec model (no {MANIFEST})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TfspecError(f"{path}: corrupt manifest ({e})") from None
+    except (OSError, ValueError) as e:
+        raise TfspecError(f"{path}: corrupt manifest ({str(e)[:200]})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
         raise TfspecError(f"{directory}: exported in format {found!r} by tfspec "

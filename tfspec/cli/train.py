@@ -21,7 +21,7 @@ from tfspec.data.images import image_manifest
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
 from tfspec.spec.bounds import MAX_STEPS
-from tfspec.untrusted import file_name, names
+from tfspec.untrusted import file_name, names, read_json
 
 
 
@@ -76,7 +76,7 @@ def cmd_train(args) -> int:
 
 def _run_spec(run: Path) -> tuple[Spec, dict]:
     try:
-        meta = json.loads((run / "run.json").read_text(encoding="utf-8"))
+        meta = read_json(run / "run.json")
         _check_run(meta)
         return spec_from_data(meta["spec"], str(run / "run.json")), meta
     except FileNotFoundError:
@@ -245,9 +245,9 @@ def _stale(manifest: Path, weights: Path, static: bool = False) -> bool:
     if not manifest.is_file() or manifest.stat().st_mtime < weights.stat().st_mtime:
         return True
     try:
-        found = json.loads(manifest.read_text(encoding="utf-8"))
+        found = read_json(manifest)
         return found.get("format") != FORMAT or (static and "decoder_static" not in found.get("graphs", {}))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
+    except (OSError, ValueError, AttributeError, TypeError):
         return True
 
 

@@ -16,10 +16,10 @@ JSON is checked, nothing executes.
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import read_json
 
 TOKENIZER = "tokenizer.model"
 """tfspec's sentencepiece model next to exported graphs."""
@@ -123,8 +123,8 @@ class MarianCodec:
 def _vocabulary(path: Path, size: int) -> dict[str, int]:
     """vocab.json: piece -> id, every id an integer inside the model's vocabulary, <unk> present."""
     try:
-        table = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        table = read_json(path)
+    except (OSError, ValueError) as e:
         raise TfspecError(f"{path}: not a readable JSON file ({e})") from None
     if not isinstance(table, dict) or not all(type(i) is int and 0 <= i < size for i in table.values()):
         raise TfspecError(f"{path}: expected an object mapping pieces to ids below the vocabulary size ({size})")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tfspec import __version__
 from tfspec.errors import TfspecError
-from tfspec.untrusted import file_name
+from tfspec.untrusted import file_name, read_json
 
 FORMAT, VERSION = "tfspec-corpus", 1
 SPLITS = ("train", "dev", "test")
@@ -118,11 +118,11 @@ def load_manifest(data_dir: str | Path) -> dict:
     """The corpus manifest; a clear error when it is missing, unreadable or of another format."""
     path = Path(data_dir) / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json(path)
     except FileNotFoundError:
         raise TfspecError(f"{path}: no such file: {data_dir} is not a prepared corpus (make one with `tfspec "
                           "data fetch` or `tfspec data prepare`)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise TfspecError(f"{path}: unreadable manifest ({e}); rebuild the corpus with --force") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
         raise TfspecError(f"{path}: not a {FORMAT} manifest of version {VERSION}; rebuild the corpus with --force")

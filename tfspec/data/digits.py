@@ -27,6 +27,7 @@ import numpy as np
 
 from tfspec.data.images import digit_blocks
 from tfspec.errors import TfspecError
+from tfspec.untrusted import read_json
 
 KIND = "digit-lines"
 ALPHABET = "0123456789"
@@ -120,7 +121,7 @@ def read_manifest(directory: str | Path) -> dict | None:
     """The manifest of a digit-lines directory, or None when ``directory`` holds something else."""
     path = Path(directory) / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = read_json(path)
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) and manifest.get("kind") == KIND else None

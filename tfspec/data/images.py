@@ -124,7 +124,7 @@ def image_manifest(data_dir: str | Path) -> dict | None:
     """The manifest of an image directory; None when ``data_dir`` is not one (e.g. a text corpus)."""
     path = Path(data_dir) / "manifest.json"
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = untrusted.read_json(path)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:

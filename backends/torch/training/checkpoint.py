@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tfspec.errors import TfspecError
-from tfspec.untrusted import whole
+from tfspec.untrusted import read_json, whole
 
 from ..checkpoint import load_weights, weights_of
 from ..model import TorchModel
@@ -32,7 +32,8 @@ PREFIX = "step-"
 def checkpoints(run: Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = run / "checkpoints"
-    found = [p for p in root.glob(f"{PREFIX}*") if (p / "trainer.json").is_file()] if root.is_dir() else []
+    found = [p for p in root.glob(f"{PREFIX}*") if not p.name.endswith(".tmp") and not p.is_symlink()
+             and (p / "trainer.json").is_file()] if root.is_dir() else []
     return sorted(found, key=lambda p: p.name)
 
 
@@ -41,7 +42,10 @@ def remove_stale(run: Path) -> list[str]:
     root = run / "checkpoints"
     stale = sorted(p for p in root.glob(f"{PREFIX}*.tmp") if p.is_dir()) if root.is_dir() else []
     for path in stale:
-        shutil.rmtree(path, ignore_errors=True)
+        if path.is_symlink():  # a link is not a write of ours: unlink it, never what it points to
+            path.unlink()
+        else:
+            shutil.rmtree(path, ignore_errors=True)
     return [p.name for p in stale]
 
 
@@ -94,7 +98,7 @@ def _write(staging: Path, model: TorchModel, optimizer: torch.optim.Optimizer, s
             for key, value in optimizer.state.get(p, {}).items():
                 tensors[f"{names[id(p)]}.{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
     save_file(tensors, str(staging / "optimizer.safetensors"))
-    files = {f: _sha256(staging / f) for f in ("model.safetensors", "optimizer.safetensors")}
+    files = {f: _sha256(staging / f) for f in CHECKED}
     meta = {"format": FORMAT, **state, "files": files}
     (staging / "trainer.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
 
@@ -118,10 +122,10 @@ def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None)
 def read_meta(path: Path) -> dict:
     """trainer.json of a checkpoint, with its files checked against their checksums."""
     try:
-        meta = json.loads((path / "trainer.json").read_text(encoding="utf-8"))
+        meta = read_json(path / "trainer.json")
     except FileNotFoundError:
         raise TfspecError(f"{path}: not a checkpoint (no trainer.json)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:
         raise TfspecError(f"{path}/trainer.json: corrupt ({e})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise TfspecError(f"{path}: checkpoint format {meta.get('format') if isinstance(meta, dict) else '?'!r}, "
@@ -136,17 +140,24 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
+CHECKED = ("model.safetensors", "optimizer.safetensors")
+"""The files of a checkpoint, each with its checksum in trainer.json."""
+COUNTS = ("step", "epoch", "position", "tokens")
+"""trainer.json's counters (step always): whole numbers, as loops index and seed with them."""
+
+
 def _check_meta(path: Path, meta: dict) -> None:
     """trainer.json is not covered by the checksums it carries: its state must be what a loop
-    can count with (a step that is a whole number, numbers or lists of numbers), not anything."""
+    can count with (whole counters, other values numbers or lists of numbers) and it must list
+    the checksum of every file, not anything."""
     def number(x) -> bool:
         return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-    files = meta.get("files", {})
-    wrong = [] if isinstance(files, dict) and all(isinstance(v, str) for v in files.values()) else ["files"]
-    step = meta.get("step")
-    wrong += [] if whole(step) and step >= 0 else ["step"]
-    wrong += [k for k, v in meta.items() if k not in ("format", "files", "step")
+    files = meta.get("files")
+    wrong = [] if isinstance(files, dict) and set(files) == set(CHECKED) and all(
+        isinstance(v, str) for v in files.values()) else ["files"]
+    wrong += [k for k in COUNTS if (k in meta or k == "step") and not (whole(meta.get(k)) and meta[k] >= 0)]
+    wrong += [k for k, v in meta.items() if k not in ("format", "files", *COUNTS)
               and not (number(v) or isinstance(v, list) and all(map(number, v)))]
     if wrong:
         raise TfspecError(f"{path}/trainer.json: corrupt ({', '.join(wrong)}: not what a checkpoint holds)")

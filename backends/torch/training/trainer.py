@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import parse_json
 
 from .. import build_module
 from . import checkpoint
@@ -194,8 +195,8 @@ def _forget_metrics_after(path: Path, step: int) -> None:
     by_step = {}
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
+            entry = parse_json(line)
+        except ValueError:
             continue
         if isinstance(entry, dict) and isinstance(entry.get("step"), int) and entry["step"] <= step:
             by_step[entry["step"]] = line

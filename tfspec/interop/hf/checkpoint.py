@@ -8,7 +8,6 @@ before any data is read, so a bad checkpoint is refused before anything is writt
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tfspec.errors import TfspecError
-from tfspec.untrusted import file_name
+from tfspec.untrusted import file_name, read_json
 
 from .tensors import Entry, read_header, read_pickled, read_tensor
 
@@ -94,11 +93,11 @@ def open_checkpoint(directory: str | Path) -> Checkpoint:
 
 
 def read_config(path: Path) -> dict:
-    if not path.is_file():
+    if not path.exists():
         raise TfspecError(f"{path}: no such file; a Hugging Face checkpoint directory holds config.json")
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        config = read_json(path)
+    except (OSError, ValueError) as e:
         raise TfspecError(f"{path}: not a readable JSON file ({e})") from None
     if not isinstance(config, dict):
         raise TfspecError(f"{path}: expected a JSON object of configuration fields")
@@ -108,9 +107,9 @@ def read_config(path: Path) -> dict:
 def _read_index(path: Path) -> dict[str, str]:
     """The index's tensor -> shard file map; shard names must be plain file names."""
     try:
-        weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
+        weight_map = read_json(path)["weight_map"]
         ok = isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise TfspecError(f"{path}: not a readable shard index ({type(e).__name__}: {e})") from None
     if not ok:
         raise TfspecError(f"{path}: weight_map must map tensor names to shard file names")
@@ -143,9 +142,9 @@ def read_vocabulary(directory: Path) -> dict[str, int]:
             lines = (directory / "vocab.txt").read_text(encoding="utf-8").splitlines()
             return {token: i for i, token in reversed(list(enumerate(lines)))}
         if (directory / "vocab.json").is_file():
-            vocab = json.loads((directory / "vocab.json").read_text(encoding="utf-8"))
+            vocab = read_json(directory / "vocab.json")
             return {k: v for k, v in vocab.items() if isinstance(v, int)} if isinstance(vocab, dict) else {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError):
         pass
     return {}
 

@@ -22,6 +22,7 @@ from typing import BinaryIO
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import parse_json
 
 DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
           "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
@@ -52,8 +53,8 @@ def read_header(path: Path) -> tuple[dict[str, Entry], dict[str, str]]:
             raise TfspecError(f"{path}: not a safetensors file, or truncated: the file has {size:,} bytes, too few "
                               f"for its header")
         try:
-            header = json.loads(f.read(length))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            header = parse_json(f.read(length))
+        except ValueError as e:
             raise TfspecError(f"{path}: corrupt safetensors header ({e})") from None
     if not isinstance(header, dict):
         raise TfspecError(f"{path}: corrupt safetensors header (not a JSON object)")
