@@ -47,6 +47,7 @@ def test_model_type_of_another_type(cli, tmp_path):
 
 
 @pytest.mark.parametrize("kind, field, value, says", [
+    ("bert", "type_vocab_size", 0, "type_vocab_size must be at least 1"),
     ("bert", "position_embedding_type", "relative_key", "position_embedding_type: \"relative_key\" is not supported"),
     ("bert", "add_cross_attention", True, "add_cross_attention: true is not supported"),
     ("bert", "is_decoder", True, "is_decoder: true is not supported"),

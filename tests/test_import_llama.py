@@ -80,6 +80,8 @@ def test_config_only_counts_as_transformers(cli, tmp_path):
     ("LlamaConfig", {"hidden_act": "gelu_fast"}, "hidden_act"),
     ("LlamaConfig", {"moe_experts": 8}, "unknown field moe_experts"),
     ("MistralConfig", {"sliding_window": "4096"}, "sliding_window must be an integer"),
+    ("LlamaConfig", {"rope_parameters": [1]}, "rope_parameters must be an object of rotary settings"),
+    ("LlamaConfig", {"rope_scaling": "x"}, "rope_scaling must be an object of rotary settings"),
     ("LlamaConfig", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": None,
                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16}},
      "rope_scaling: low_freq_factor must be a number"),

@@ -20,6 +20,7 @@ CASES = {
     # name: (spec text, substrings every error line set must contain)
     "malformed_yaml": ("vocab: 1000\nd_model: [64\n", ["spec.yaml:", "malformed YAML"]),
     "top_level_list": ("- 1\n- 2\n", ["spec.yaml:1", "must be a YAML mapping"]),
+    "specials_only": (GOOD.replace("vocab: 1000", "vocab: 4"), ["spec.yaml:1: vocab.size", "no room for ordinary"]),
     "unknown_key": (GOOD + "dmodel: 512\n", ["spec.yaml:7", "dmodel", "did you mean 'd_model'"]),
     "unknown_nested_key": (GOOD.replace("{layers: 2, block: [self", "{layer: 2, block: [self"),
                            ["spec.yaml:5", "encoder.layer", "did you mean 'layers'"]),

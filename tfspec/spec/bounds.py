@@ -45,6 +45,8 @@ MAX_TEXT = 4096
 
 Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
 Heads = Annotated[int, Field(ge=1, le=MAX_HEADS)]
+MIN_VOCAB = 6
+"""Tokens in a vocabulary: the four special ids and at least two ordinary ones."""
 VocabSize = Annotated[int, Field(ge=1, le=MAX_VOCAB)]
 TokenId = Annotated[int, Field(ge=0, lt=MAX_VOCAB)]
 Positions = Annotated[int, Field(ge=1, le=MAX_POSITIONS)]

@@ -13,8 +13,8 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
-from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, Channels, Epsilon, Heads, Layers, Positions, Segments,
-                                Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, MIN_VOCAB, Channels, Epsilon, Heads, Layers, Positions,
+                                Segments, Steps, Text, TokenId, VocabSize, Width)
 from tfspec.spec.frames import Frames
 from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
@@ -62,6 +62,10 @@ class Vocab(SpecModel):
         if self.shared and self.target_size not in (None, self.size):
             raise field_error("target_size", f"a shared vocabulary has one size, but size is {self.size} "
                               f"and target_size {self.target_size}; drop target_size or set shared: false")
+        for key, size in (("size", self.size), ("target_size", self.tgt_size)):
+            if size < MIN_VOCAB:  # ids 0-3 are the special tokens' places; checks draw others from 4 up
+                raise field_error(key, f"a vocabulary of {size} tokens has no room for ordinary tokens: ids 0-3 "
+                                  f"are for special tokens; use at least {MIN_VOCAB}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id, "unk_id": self.unk_id}
         for key, value in (ids | {"mask_id": self.mask_id or 0}).items():
             if value >= min(self.size, self.tgt_size):

@@ -9,6 +9,7 @@ checkpoint and one ``w_qkv`` (their rows stacked) in tfspec. Defaults are BertCo
 
 from __future__ import annotations
 
+from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
                                       register)
 
@@ -41,6 +42,8 @@ class Bert(Family):
         mlm = source.architecture in ("BertForMaskedLM", "BertForPreTraining")
         pooler = source.architecture == "BertModel" and (source.names is None or "pooler.dense.weight" in source.names)
         size = number(c, "vocab_size", where, default=30522)
+        if number(c, "type_vocab_size", where, default=2) < 1:
+            raise TfspecError(f"{where}: type_vocab_size must be at least 1: BERT always adds token type embeddings")
         d_model = number(c, "hidden_size", where, default=768)
         return {"family": "encoder-only", "vocab": {"size": size, **self._special_ids(source, size)},
                 "d_model": d_model, "heads": number(c, "num_attention_heads", where, default=12),

@@ -68,6 +68,9 @@ class Llama(Family):
         return "causal_self_attention"
 
     def _rotary(self, c: dict, where: str) -> dict:
+        for key in ("rope_parameters", "rope_scaling"):
+            if not isinstance(c.get(key) or {}, dict):
+                raise TfspecError(f"{where}: {key} must be an object of rotary settings, got {_show(c[key])}")
         rope = dict(c.get("rope_parameters") or {})
         rope.setdefault("rope_theta", c.get("rope_theta", 10000.0))
         if c.get("rope_scaling"):
