@@ -76,6 +76,19 @@ def test_tampered_manifest_spec(cli, exported, tmp_path):
     assert code == 2 and "tfspec.json" in err and "d_model" in err and "Traceback" not in err
 
 
+def test_a_valid_but_edited_manifest_spec_is_refused(cli, exported, tmp_path):
+    """A longer position table in the manifest than in the graphs let a long line reach
+    onnxruntime (a broadcast error, a traceback): the graphs carry the spec they were built from."""
+    copy = tmp_path / "m"
+    shutil.copytree(exported, copy)
+    manifest = json.loads((copy / "tfspec.json").read_text())
+    manifest["spec"]["positional"]["max_len"] = 100_000
+    (copy / "tfspec.json").write_text(json.dumps(manifest))
+    (tmp_path / "in.txt").write_text(" ".join(["7"] * 400) + "\n")
+    code, _, err = cli("translate", copy, tmp_path / "in.txt", "--beam", "1")
+    assert code == 2 and "not the one this graph was exported from" in err and len(err.splitlines()) == 1, err
+
+
 def test_corrupt_tokenizer(cli, exported, tmp_path):
     copy = tmp_path / "m"
     shutil.copytree(exported, copy)

@@ -16,7 +16,7 @@ import numpy as np
 
 from tfspec.errors import TfspecError
 from tfspec.spec import spec_from_data
-from tfspec.untrusted import file_name, read_json
+from tfspec.untrusted import file_name, parse_json, read_json
 
 from .decoding import OnnxDecoder
 from .graphs import KINDS
@@ -232,3 +232,10 @@ def _check_metadata(path: Path, session, manifest: dict, kind: str) -> None:
         if meta.get(key) != value:
             raise TfspecError(f"{path}: {key} is {meta.get(key)!r}, the manifest says {value!r}: this graph comes "
                               "from another export; re-export the model")
+    try:  # the runtime sizes inputs by the manifest's spec: it must be the one the graph was built from
+        same = parse_json(meta.get("tfspec.spec", "null")) == manifest["spec"]
+    except ValueError:
+        same = False
+    if not same:
+        raise TfspecError(f"{path}: the manifest's spec is not the one this graph was exported from (the manifest "
+                          f"was edited); re-export the model")
