@@ -135,3 +135,29 @@ def test_json_files_that_python_cannot_take_are_one_line(cli, exported, tmp_path
                         (["data", "stats", corpus], "manifest.json")):
         code, _, err = cli(*args)
         assert code == 2 and where in err and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_export_never_writes_over_files_it_did_not_write(cli, tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "model.onnx").write_text("mine")
+    code, _, err = cli("export", "tiny", "-o", mine, "--no-check")
+    assert code == 2 and "not empty and not an earlier export" in err and (mine / "model.onnx").read_text() == "mine"
+    again = tmp_path / "again"
+    assert cli("export", "tiny", "-o", again, "--no-check")[0] == 0
+    assert cli("export", "tiny", "-o", again, "--no-check")[0] == 0  # an earlier export is replaced
+
+
+def test_an_export_that_fails_its_checks_midway_leaves_nothing(cli, tmp_path, monkeypatch):
+    """Graphs are checked (and quantised) before they are published: a crash or an interrupt
+    in the parity check used to leave a complete-looking directory that translate accepted."""
+    import importlib
+
+    export_module = importlib.import_module("tfspec.backends.onnx.export")  # the package shadows it by a function
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module, "check_parity", interrupted)
+    code, _, _ = cli("export", "tiny", "-o", tmp_path / "out")
+    assert code == 130 and [p.name for p in (tmp_path / "out").iterdir()] == []

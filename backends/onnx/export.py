@@ -85,18 +85,18 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
             save_graph(proto, path)
             onnx.checker.check_model(str(path), full_check=True)
             manifest["graphs"][kind] = path.name
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        write_manifest(staging, manifest)
+        if parity:  # checked (and quantised) before publishing: a failure or an interrupt leaves nothing
+            result.checks = check_parity(OnnxModel(staging, device="cpu"), model, tolerance=5e-2 if fp16 else 1e-4)
+            manifest["parity"] = [{"check": c.name, "max_abs_diff": c.diff, "tolerance": c.tolerance, "ok": c.ok}
+                                  for c in result.checks]
+            write_manifest(staging, manifest)
+        if int8:
+            manifest["int8"] = result.int8 = quantize(staging, manifest, result)
+            write_manifest(staging, manifest)
         result.files = publish(staging, directory, MANIFEST)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    if parity:
-        result.checks = check_parity(OnnxModel(directory, device="cpu"), model, tolerance=5e-2 if fp16 else 1e-4)
-        manifest["parity"] = [{"check": c.name, "max_abs_diff": c.diff, "tolerance": c.tolerance, "ok": c.ok}
-                              for c in result.checks]
-        write_manifest(directory, manifest)
-    if int8:
-        manifest["int8"] = result.int8 = quantize(directory, manifest, result)
-        write_manifest(directory, manifest)
     return result
 
 

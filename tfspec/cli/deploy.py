@@ -30,6 +30,7 @@ def cmd_export(args) -> int:
         raise TfspecError(f"{'--int8' if args.int8 else '--static-cache'} applies to --format onnx; --format genai "
                           "writes one float graph that onnxruntime-genai drives")
     args.opset = args.opset or DEFAULT_OPSET
+    _check_replaceable(args.output)
     from tfspec.backends.onnx import export, genai
 
     spec = load_spec(args.spec)
@@ -87,6 +88,14 @@ def _print_int8(record: dict) -> None:
                  f"{record['greedy_tokens']} ({record['sentences_equal']}/{record['sentences']} sentences; random "
                  "weights flip easily: `tfspec evaluate RUN --backend onnx --int8` gives the BLEU difference)")
     print(line)
+
+
+def _check_replaceable(output: Path) -> None:
+    """An export writes into a new or empty directory, or over an earlier export (tfspec's or
+    onnxruntime-genai's), never over files it did not write."""
+    if output.is_dir() and not ((output / "tfspec.json").is_file() or (output / "genai_config.json").is_file()):
+        if any(not p.name.startswith(".") for p in output.iterdir()):
+            raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
 
 
 def cmd_translate(args) -> int:
