@@ -62,10 +62,6 @@ class Vocab(SpecModel):
         if self.shared and self.target_size not in (None, self.size):
             raise field_error("target_size", f"a shared vocabulary has one size, but size is {self.size} "
                               f"and target_size {self.target_size}; drop target_size or set shared: false")
-        for key, size in (("size", self.size), ("target_size", self.tgt_size)):
-            if size < MIN_VOCAB:  # ids 0-3 are the special tokens' places; checks draw others from 4 up
-                raise field_error(key, f"a vocabulary of {size} tokens has no room for ordinary tokens: ids 0-3 "
-                                  f"are for special tokens; use at least {MIN_VOCAB}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id, "unk_id": self.unk_id}
         for key, value in (ids | {"mask_id": self.mask_id or 0}).items():
             if value >= min(self.size, self.tgt_size):
@@ -341,6 +337,11 @@ class Spec(SpecModel):
         for stack in ("encoder", "decoder"):
             self._check_stack(stack)
         self._check_head()
+        if self.frames is None:  # token ids in: ids 0-3 are the special tokens', checks draw others from 4 up
+            for key, size in (("size", self.vocab.size), ("target_size", self.vocab.tgt_size)):
+                if size < MIN_VOCAB:
+                    raise field_error(f"vocab.{key}", f"a vocabulary of {size} tokens has no room for ordinary "
+                                      f"tokens: ids 0-3 are for special tokens; use at least {MIN_VOCAB}")
         return self
 
     def _check_head(self) -> None:
