@@ -1,6 +1,7 @@
-"""Checks of values read from files a user hands in (export manifests, run records, corpus and
-image manifests, checkpoint indexes and states): they are data, so a file name must stay a
-name inside its directory, a count a whole number and a list of names a list of strings."""
+"""Reading and checking files a user hands in (export manifests, run records, corpus and image
+manifests, checkpoint indexes and states): they are data, so the JSON reader fails only with
+ValueError or OSError, a file name must stay a name inside its directory, a count a whole number
+and a list of names a list of strings."""
 
 from __future__ import annotations
 

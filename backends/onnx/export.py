@@ -92,7 +92,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                                   for c in result.checks]
             write_manifest(staging, manifest)
         if int8:
-            manifest["int8"] = result.int8 = quantize(staging, manifest, result)
+            manifest["int8"] = result.int8 = quantize(staging, manifest)
             write_manifest(staging, manifest)
         result.files = publish(staging, directory, MANIFEST)
     finally:
@@ -100,7 +100,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     return result
 
 
-def quantize(directory: Path, manifest: dict, result: Exported) -> dict:
+def quantize(directory: Path, manifest: dict) -> dict:
     """Replace the directory's float32 graphs by int8 ones: dynamic quantisation of every
     constant-weight MatMul and Gemm, per output channel (activations are quantised at run time;
     norms, softmax and the rest stay float32). Weights use 7 of the 8 bits (``reduce_range``):
@@ -127,7 +127,6 @@ def quantize(directory: Path, manifest: dict, result: Exported) -> dict:
         for path in staging.iterdir():  # the graphs and any external weight files
             if path.name != MANIFEST:
                 os.replace(path, directory / path.name)
-                result.files[path.name] = (directory / path.name).stat().st_size
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return record

@@ -238,4 +238,4 @@ def _check_metadata(path: Path, session, manifest: dict, kind: str) -> None:
         same = False
     if not same:
         raise TfspecError(f"{path}: the manifest's spec is not the one this graph was exported from (the manifest "
-                          f"was edited); re-export the model")
+                          "was edited); re-export the model")

@@ -42,7 +42,8 @@ class Bert(Family):
         mlm = source.architecture in ("BertForMaskedLM", "BertForPreTraining")
         pooler = source.architecture == "BertModel" and (source.names is None or "pooler.dense.weight" in source.names)
         size = number(c, "vocab_size", where, default=30522)
-        if number(c, "type_vocab_size", where, default=2) < 1:
+        segments = number(c, "type_vocab_size", where, default=2)
+        if segments < 1:
             raise TfspecError(f"{where}: type_vocab_size must be at least 1: BERT always adds token type embeddings")
         d_model = number(c, "hidden_size", where, default=768)
         return {"family": "encoder-only", "vocab": {"size": size, **self._special_ids(source, size)},
@@ -53,7 +54,7 @@ class Bert(Family):
                 "attention_dropout": number(c, "attention_probs_dropout_prob", where, float, 0.1),
                 "label_smoothing": 0.0,
                 "positional": {"kind": "learned", "max_len": number(c, "max_position_embeddings", where, default=512)},
-                "segments": number(c, "type_vocab_size", where, default=2), "embed_norm": True,
+                "segments": segments, "embed_norm": True,
                 "pooler": pooler, "head_transform": mlm, "output_bias": mlm, "norm": "post",
                 "norm_eps": number(c, "layer_norm_eps", where, float, 1e-12), "final_norm": False,
                 "tie_embeddings": "output", "embed_scale": False,
