@@ -46,7 +46,7 @@ class Bert(Family):
         if segments < 1:
             raise TfspecError(f"{where}: type_vocab_size must be at least 1: BERT always adds token type embeddings")
         d_model = number(c, "hidden_size", where, default=768)
-        return {"family": "encoder-only", "vocab": {"size": size, **self._special_ids(source, size)},
+        return {"family": self.family, "vocab": {"size": size, **self._special_ids(source, size)},
                 "d_model": d_model, "heads": number(c, "num_attention_heads", where, default=12),
                 "d_ff": number(c, "intermediate_size", where, default=3072),
                 "activation": activation(c, "hidden_act", where, "gelu"),

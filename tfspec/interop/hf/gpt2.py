@@ -35,7 +35,7 @@ class GPT2(Family):
         c, where = source.config, source.where
         d_model = number(c, "n_embd", where, default=768)
         inner = c.get("n_inner")
-        return {"family": "decoder-only", "vocab": self._vocab(c, where), "d_model": d_model,
+        return {"family": self.family, "vocab": self._vocab(c, where), "d_model": d_model,
                 "heads": number(c, "n_head", where, default=12),
                 "d_ff": 4 * d_model if inner is None else number(c, "n_inner", where),
                 "activation": activation(c, "activation_function", where, "gelu_new"),

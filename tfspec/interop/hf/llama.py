@@ -41,7 +41,7 @@ class Llama(Family):
         d_model = number(c, "hidden_size", where, default=4096)
         heads = number(c, "num_attention_heads", where, default=32)
         head_dim = number(c, "head_dim", where) if c.get("head_dim") is not None else d_model // heads
-        return {"family": "decoder-only", "vocab": _vocab(c, where), "d_model": d_model, "heads": heads,
+        return {"family": self.family, "vocab": _vocab(c, where), "d_model": d_model, "heads": heads,
                 "kv_heads": number(c, "num_key_value_heads", where, default=heads),
                 "d_k": head_dim, "d_v": head_dim,
                 "d_ff": number(c, "intermediate_size", where, default=11008),

@@ -53,7 +53,7 @@ class Marian(Family):
         d_ff = number(c, "encoder_ffn_dim", where, default=4096)
         decoder_ffn = number(c, "decoder_ffn_dim", where, default=4096)
         ffn = "ffn" if decoder_ffn == d_ff else {"kind": "ffn", "d_ff": decoder_ffn}
-        return {"family": "encoder-decoder", "vocab": self._vocab(source),
+        return {"family": self.family, "vocab": self._vocab(source),
                 "d_model": number(c, "d_model", where, default=1024), "heads": self._heads(c, where), "d_ff": d_ff,
                 "activation": activation(c, "activation_function", where, "gelu"),
                 "dropout": number(c, "dropout", where, float, 0.1),

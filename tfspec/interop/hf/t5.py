@@ -52,7 +52,7 @@ class T5(Family):
         scaled = _flag(c, "scale_decoder_outputs", where, _flag(c, "tie_word_embeddings", where, True))
         untied = (not _flag(c, "tie_word_embeddings", where, True)
                   or (not scaled and source.names is not None and "lm_head.weight" in source.names))
-        return {"family": "encoder-decoder", "vocab": _vocab(source), "d_model": d_model,
+        return {"family": self.family, "vocab": _vocab(source), "d_model": d_model,
                 "heads": number(c, "num_heads", where, default=8), "d_k": d_kv, "d_v": d_kv,
                 "d_ff": number(c, "d_ff", where, default=2048), "activation": activation, "gated": gated,
                 "dropout": dropout, "attention_dropout": dropout, "activation_dropout": dropout,
