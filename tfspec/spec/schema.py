@@ -6,6 +6,7 @@ Cross-field rules quote both fields, their values and the fix.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
@@ -182,6 +183,24 @@ class Stack(SpecModel):
     @property
     def num_layers(self) -> int:
         return sum(g.layers for g in self.segments)
+
+    @property
+    def uniform(self) -> bool:
+        """Every layer has the same block (however the stack is written)."""
+        return len(self.canonical()["groups"]) == 1
+
+    def canonical(self) -> dict:
+        """The stack as runs of layers with their block, neighbouring runs of one block merged:
+        ``layers: 6, block: B`` and ``groups: [{layers: 2, block: B}, {layers: 4, block: B}]``
+        are one stack."""
+        groups: list[dict] = []
+        for group in self.segments:
+            block = [layer.model_dump(mode="json") for layer in group.block]
+            if groups and groups[-1]["block"] == block:
+                groups[-1]["layers"] += group.layers
+            else:
+                groups.append({"layers": group.layers, "block": block})
+        return {"groups": groups, "shared": self.shared, "act": None if self.act is None else self.act.model_dump()}
 
     def entries(self):
         """(field path, layer kind) of each block entry as written, e.g. ``block.0``."""
@@ -414,6 +433,28 @@ class Spec(SpecModel):
     @property
     def stacks(self) -> list[tuple[str, Stack]]:
         return [(n, s) for n, s in (("encoder", self.encoder), ("decoder", self.decoder)) if s is not None]
+
+    def canonical(self) -> dict:
+        """What the spec computes, every default resolved, as JSON-ready data: specs that compute
+        one model give equal data however they are written (kv_heads left out or equal to heads,
+        biases unset or spelled out, final_norm left to its default, a stack as layers + block or
+        as groups). Documentation (description, extends, reference) and the name are left out.
+        Equality, hashing and ``export --format hf``'s family check compare this."""
+        data = self.model_dump(mode="json", exclude={"name", "description", "extends", "reference"})
+        data |= {"kv_heads": self.num_kv_heads, "final_norm": self.uses_final_norm,
+                 "biases": {p: self.has_bias(p) for p in Biases.model_fields}}
+        data["vocab"]["target_size"] = self.vocab.tgt_size
+        for name, stack in self.stacks:
+            data[name] = stack.canonical()
+        return data
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Spec):
+            return NotImplemented
+        return self.name == other.name and self.canonical() == other.canonical()
+
+    def __hash__(self) -> int:
+        return hash((self.name, json.dumps(self.canonical(), sort_keys=True)))
 
     @property
     def num_kv_heads(self) -> int:

@@ -36,9 +36,13 @@ def fitting_family(spec: Spec) -> Family:
 
 
 def misfit(family: Family, spec: Spec) -> str | None:
-    """Why ``spec`` is not ``family`` (the fields that differ), or None."""
+    """Why ``spec`` is not ``family`` (the resolved fields that differ), or None."""
     if reason := family.structure(spec):
         return reason
+    if differing := [name for name, stack in spec.stacks if not stack.uniform]:
+        return (f"the {' and '.join(differing)} layers are not all alike (groups of different blocks); "
+                f"{family.title} repeats one layer")
+    spec = family_form(spec)
     config = family.config(spec)
     source = Source(config, "(exported config)", family.architecture_for(spec))
     try:
@@ -53,11 +57,20 @@ def misfit(family: Family, spec: Spec) -> str | None:
                      for key in sorted(differ))
 
 
+def family_form(spec: Spec) -> Spec:
+    """``spec`` with each stack written as layers + block, the form the families read (a stack
+    written as groups of one block computes the same)."""
+    if all(stack.groups is None for _, stack in spec.stacks):
+        return spec
+    data = spec.model_dump(mode="json")
+    for name, stack in spec.stacks:
+        data[name] = {"layers": stack.num_layers, "block": data[name]["groups"][0]["block"] if stack.groups
+                      else data[name]["block"], "shared": stack.shared, "act": data[name]["act"]}
+    return Spec.model_validate(data)
+
+
 def _flat(spec: Spec, free: tuple[str, ...]) -> dict[str, object]:
-    """The spec's computation-relevant fields as dotted keys (final_norm resolved)."""
-    data = spec.model_dump(mode="json", exclude={"name", "description", "extends", "reference"})
-    data["final_norm"] = spec.uses_final_norm
-    data["vocab"]["target_size"] = spec.vocab.tgt_size
+    """The spec's resolved fields (``Spec.canonical``) as dotted keys, ``free`` ones left out."""
     flat: dict[str, object] = {}
 
     def walk(prefix: str, value) -> None:
@@ -70,7 +83,7 @@ def _flat(spec: Spec, free: tuple[str, ...]) -> dict[str, object]:
         elif prefix[:-1] not in free:
             flat[prefix[:-1]] = value
 
-    walk("", data)
+    walk("", spec.canonical())
     return flat
 
 
@@ -83,6 +96,7 @@ def export_checkpoint(spec: Spec, weights: dict[str, np.ndarray], output: str | 
     """Write ``config.json`` and ``model.safetensors`` (plus ``extra_files``, e.g. tokenizer
     files) for ``spec`` with ``weights`` (IR names); return the architecture and file names."""
     family = fitting_family(spec)
+    spec = family_form(spec)
     architecture = family.architecture_for(spec)
     prefix = family.architectures[architecture]
     tensors: dict[str, np.ndarray] = {}
