@@ -16,6 +16,12 @@ are the stricter test). Timing is interleaved (each engine once per round, per s
 a warm-up), medians are reported as output tokens/s (batch x 64 / wall time, encoder
 included). Ratios > 1: tfspec's ORT path is faster.
 
+The memory limit is in the table: the machine's read bandwidth is measured in the same run
+(tools/bandwidth.py, once per round), and each cell shows the bytes of weights one step reads (tfspec's step
+graph; CTranslate2 reads the same matrices) and the fraction of the bandwidth each engine
+reaches at that speed. A batch-1 cell near 100% is bound by memory: only fewer bytes per step
+go faster there.
+
 CTranslate2 is a benchmark-only dependency (`pip install ctranslate2`); without it that
 engine is skipped.
 
@@ -39,6 +45,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from bandwidth import fraction, read_bandwidth, weights_read_per_step
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.torch import TorchDecoder, build_module
@@ -225,14 +232,20 @@ def main() -> None:
         for (batch, beam) in settings:  # warm-up: sessions, arenas and caches at every batch shape
             for run in runs.values():
                 run(sources[batch], beam, 8)
-        cpu, wall, order = cpu_seconds(), time.perf_counter(), list(runs)
+        cpu, wall, order, reads = cpu_seconds(), time.perf_counter(), list(runs), []
         for r in range(args.rounds):
+            reads.append(read_bandwidth(args.threads, rounds=3))  # in the rounds: under the same load
             for (batch, beam) in settings:
                 for name in order[r % len(order):] + order[:r % len(order)]:  # rotated: no engine always first
                     start = time.perf_counter()
                     runs[name](sources[batch], beam, args.out_len)
                     times[(batch, beam), name].append(time.perf_counter() - start)
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
+        ort = next((k for k in args.engines if k.startswith("ort") or k == "static"), None)  # one set of weights
+        step_bytes = {} if ort is None else {
+            suffix: weights_read_per_step(Path(work) / (ort + suffix.replace(" ", "-")) / "decoder.onnx")
+            for suffix in (("", " int8") if args.int8 else ("",))}
+    bandwidth = statistics.median(reads)
 
     import onnxruntime
     ct2_version = __import__("ctranslate2").__version__ if any("CTranslate2" in n for n in runs) else "-"
@@ -240,11 +253,13 @@ def main() -> None:
           f"{args.rounds} rounds, {wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
           f"hypervisor stole {steal / wall:.2f} of the {os.cpu_count()} cores; onnxruntime "
           f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
-          f"{platform.processor() or platform.machine()}")
+          f"{platform.processor() or platform.machine()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"({args.threads} threads, median of one measurement per round)")
     names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs]
     orts = [n for n in names if n.startswith("ORT")]
     ratios = [(o, ref) for ref in (ENGINES["ct2"], ENGINES["torch"]) if ref in names for o in orts]
     head = ["setting", "precision"] + [f"{n} (tok/s)" for n in names] + [f"{o} / {r}" for o, r in ratios]
+    head += ["weights/step (MB)", "% of read bandwidth: " + ", ".join(names)] if step_bytes else []
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for (batch, beam) in settings:
         for suffix in ("", " int8") if args.int8 else ("",):
@@ -252,6 +267,10 @@ def main() -> None:
                      for n in names if (n + suffix) in runs}
             cells = [f"{speed[n]:.0f}" if n in speed else "-" for n in names]
             cells += [f"{speed[o] / speed[r]:.2f}" if o in speed and r in speed else "-" for o, r in ratios]
+            if suffix in step_bytes:
+                cells += [f"{step_bytes[suffix] / 1e6:.0f}", ", ".join(
+                    f"{fraction(step_bytes[suffix], speed[n] / batch, bandwidth):.0%}" if n in speed else "-"
+                    for n in names)]
             setting = f"batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'}"
             print(f"| {setting} | {'int8' if suffix else 'fp32'} | " + " | ".join(cells) + " |")
     spread = {n: statistics.median(max(t) / min(t) for (_, name), t in times.items() if name == n) for n in runs}

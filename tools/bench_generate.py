@@ -10,7 +10,9 @@ search on onnxruntime; onnxruntime-genai runs the same weights exported by tfspe
 (KV cache, SDPA). Prompts of 32 random
 tokens after BOS, exactly 64 new tokens (greedy; end of sentence forbidden before), batch 1 and
 8, float32, the same threads for all. Before timing, every engine's tokens are compared with
-transformers'. Ratios > 1: tfspec is faster.
+transformers'. Ratios > 1: tfspec is faster. The table shows the bytes of weights one step
+reads (tfspec's step graph; every engine reads the same matrices) and the fraction of the
+machine's read bandwidth, measured once per round (tools/bandwidth.py), each engine reaches.
 
     python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
@@ -31,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bandwidth import fraction, read_bandwidth, weights_read_per_step
 from bench_decode import cpu_seconds
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
@@ -129,9 +132,11 @@ def main() -> None:
         print(f"greedy tokens equal to transformers' (8 prompts x {args.new}): " + ", ".join(
             f"{name} {sum(a == b for r, o in zip(ref, run(prompts[8], args.new)) for a, b in zip(r, o))}/{total}"
             for name, run in runs.items() if name != "transformers"))
-        times, order = {}, list(runs)
+        times, order, reads = {}, list(runs), []
+        step_bytes = weights_read_per_step(Path(tmp) / "onnx" / "decoder.onnx")
         cpu, wall = cpu_seconds(), time.perf_counter()
         for r in range(args.rounds):
+            reads.append(read_bandwidth(args.threads, rounds=3))  # in the rounds: under the same load
             for batch in SETTINGS:
                 for name in order[r % len(order):] + order[:r % len(order)]:
                     start = time.perf_counter()
@@ -143,16 +148,18 @@ def main() -> None:
           f"{args.kv_heads} kv, vocab {args.vocab}): prompt {args.prompt} -> exactly {args.new} new tokens, greedy, "
           f"fp32, {args.threads} threads, median of {args.rounds}; meanwhile other processes used "
           f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
-          f"{platform.processor() or platform.machine()}")
+          f"{platform.processor() or platform.machine()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
+          f"weights read per step {step_bytes / 1e6:.0f} MB")
     names = list(runs)
     others = [n for n in names if n != "tfspec ORT"]
     print("| batch | " + " | ".join(f"{n} (tok/s)" for n in names) + " | " +
-          " | ".join(f"tfspec / {n}" for n in others) + " |")
-    print("|---|" + "---|" * (2 * len(names) - 1))
+          " | ".join(f"tfspec / {n}" for n in others) + " | % of read bandwidth: " + ", ".join(names) + " |")
+    print("|---|" + "---|" * (2 * len(names)))
     for batch in SETTINGS:
         speed = {n: batch * args.new / statistics.median(times[batch, n]) for n in names}
         print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) + " | " +
-              " | ".join(f"{speed['tfspec ORT'] / speed[n]:.2f}" for n in others) + " |")
+              " | ".join(f"{speed['tfspec ORT'] / speed[n]:.2f}" for n in others) + " | " +
+              ", ".join(f"{fraction(step_bytes, speed[n] / batch, statistics.median(reads)):.0%}" for n in names) + " |")
 
 
 if __name__ == "__main__":
