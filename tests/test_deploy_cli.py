@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from tfspec import load_spec
-from tfspec.backends.torch import build_module
-from tfspec.backends.torch.checkpoint import save_weights
+from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.backends.torch.checkpoint import load_weights, save_weights
+from tfspec.search import SearchOptions, search
 
-pytest.importorskip("onnxruntime")
+ort = pytest.importorskip("onnxruntime")
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +29,17 @@ def exported(tmp_path_factory):
     return root
 
 
+def full_sequence_diff(directory, model) -> float:
+    """Largest |logits| difference of the exported full-sequence graph, in a plain onnxruntime
+    session, from ``model`` (PyTorch) on random unpadded tokens."""
+    rng = np.random.default_rng(7)
+    src, tgt = rng.integers(4, 1000, (2, 6)), rng.integers(4, 1000, (2, 5))
+    session = ort.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
+    with torch.no_grad():
+        ref = model.eval()(torch.from_numpy(src), torch.from_numpy(tgt)).numpy()
+    return float(np.abs(session.run(["logits"], {"src": src, "tgt": tgt})[0] - ref).max())
+
+
 def test_export_reports_checker_and_parity(cli, tmp_path):
     code, out, err = cli("export", "tiny", "-o", tmp_path / "m", "--opset", "23")
     assert code == 0, err
@@ -33,12 +47,40 @@ def test_export_reports_checker_and_parity(cli, tmp_path):
     assert "randomly initialised" in err
     manifest = json.loads((tmp_path / "m" / "tfspec.json").read_text())
     assert manifest["opset"] == 23 and all(c["ok"] for c in manifest["parity"])
+    torch.manual_seed(0)  # the random weights of --seed 0
+    assert full_sequence_diff(tmp_path / "m", build_module(load_spec("tiny"))) < 1e-4
 
 
-def test_translate_ids_beam_and_greedy(cli, exported, tmp_path, monkeypatch):
+def test_parity_fails_for_graphs_that_differ(cli, tmp_path, monkeypatch):
+    """Graphs emitted from weights 0.1% off those checked: logits ~1e-2 away, past float32's
+    tolerance (1e-4) though within float16's (5e-2): export says FAILED and exits 1."""
+    module = importlib.import_module("tfspec.backends.onnx.export")
+    emit = module.emit
+    monkeypatch.setattr(module, "emit", lambda graph, kind, weights, **kwargs: emit(
+        graph, kind, {name: w * 1.001 for name, w in weights.items()}, **kwargs))
+    code, out, err = cli("export", "tiny", "-o", tmp_path / "m")
+    assert code == 1 and "parity: FAILED" in out and "FAIL full-sequence logits, batch 3" in out, out
+    torch.manual_seed(0)
+    assert 1e-3 < full_sequence_diff(tmp_path / "m", build_module(load_spec("tiny"))) < 5e-2
+    records = json.loads((tmp_path / "m" / "tfspec.json").read_text())["parity"]
+    logits = [r for r in records if "logits" in r["check"] or "step" in r["check"]]
+    assert len(logits) == 9 and not any(r["ok"] for r in logits)
+    assert all(r["tolerance"] == 1e-4 and 1e-3 < r["max_abs_diff"] < 5e-2 for r in logits)
+
+
+def test_translate_ids_beam_and_greedy(cli, exported, tmp_path):
+    """translate prints what tfspec.search decodes with the exported graphs, and the PyTorch
+    backend with the same weights, at the beam asked for (beam 4 and greedy differ on line 3)."""
+    from tfspec.backends.onnx import OnnxModel
+
     lines = tmp_path / "in.txt"
     lines.write_text("5 6 7 8\n\n9 10 11\n")
-    for beam in ("1", "4"):
+    sources = [[5, 6, 7, 8, 2], None, [9, 10, 11, 2]]  # ids and EOS; an empty line
+    model = build_module(load_spec("tiny")).eval()
+    load_weights(model, exported / "tiny.safetensors")
+    decoders = [OnnxModel(exported / "out", device="cpu").decoder(), TorchDecoder(model)]
+    printed = {}
+    for beam in (1, 4):
         code, out, err = cli("translate", exported / "out", lines, "--beam", beam, "--max-extra", "6")
         assert code == 0, err
         rows = out.split("\n")[:3]
@@ -46,13 +88,26 @@ def test_translate_ids_beam_and_greedy(cli, exported, tmp_path, monkeypatch):
         # output length <= source length (with its EOS) + max_extra
         assert len(rows[0].split()) <= 5 + 6 and len(rows[2].split()) <= 4 + 6
         assert "on CPU" in err
+        options = SearchOptions(beam=beam, alpha=0.6, max_extra=6)
+        for decoder in decoders:
+            assert rows == [" ".join(map(str, search(decoder, np.array([src]), options)[0])) if src else ""
+                            for src in sources], (beam, decoder)
+        printed[beam] = rows
+    assert printed[1][2] != printed[4][2]  # so a translate deaf to --beam fails
 
 
 def test_too_long_input_is_cut_with_a_warning(cli, exported, tmp_path):
-    (tmp_path / "long.txt").write_text(" ".join(["5"] * 300) + "\n")  # tiny has 256 positions
+    """The first 255 ids and EOS are translated, and the output stops at the last position."""
+    from tfspec.backends.onnx import OnnxModel
+
+    ids = list(range(5, 305))  # all different: keeping the wrong part would show
+    (tmp_path / "long.txt").write_text(" ".join(map(str, ids)) + "\n")  # tiny has 256 positions
     code, out, err = cli("translate", exported / "out", tmp_path / "long.txt", "--beam", "1", "--max-extra", "2")
     assert code == 0 and "line 1: 301 tokens, more than the model's 256 positions" in err
     assert len(out.split("\n")[0].split()) <= 255
+    decoder = OnnxModel(exported / "out", device="cpu").decoder()
+    expected = search(decoder, np.array([ids[:255] + [2]]), SearchOptions(beam=1, max_extra=2, max_length=255))[0]
+    assert out.split("\n")[0] == " ".join(map(str, expected))
 
 
 @pytest.mark.parametrize("line, message", [("5 six 7", "expected token ids"),

@@ -35,21 +35,21 @@ class Markov:
     def select(self, state, rows, cross):
         return state
 
-    def score(self, tokens: list[int], ended: bool, alpha: float) -> float:
-        seq = [BOS, *tokens] + ([EOS] if ended else [])
+    def score(self, tokens: list[int], ended: bool, alpha: float, start: int = BOS) -> float:
+        seq = [start, *tokens] + ([EOS] if ended else [])
         total = sum(self.table[a, b] for a, b in zip(seq, seq[1:]))
         return total / ((5 + len(seq) - 1) / 6) ** alpha
 
 
-def exhaustive(model: Markov, limit: int, alpha: float) -> list[int]:
-    """Best of every output: ending with EOS at any length < limit+1, or cut at the limit."""
+def exhaustive(model: Markov, limit: int, alpha: float, start: int = BOS) -> list[int]:
+    """Best of every output after ``start``: ending with EOS at any length < limit+1, or cut at the limit."""
     best, best_score = None, -np.inf
     for length in range(limit + 1):
         for tokens in itertools.product(WORDS, repeat=length):
             for ended in ([True, False] if length == limit else [True]):
                 if length == limit and ended:
                     continue  # the limit counts EOS: an ended output has at most limit-1 words
-                score = model.score(list(tokens), ended, alpha)
+                score = model.score(list(tokens), ended, alpha, start)
                 if score > best_score:
                     best, best_score = list(tokens), score
     return best
@@ -64,19 +64,24 @@ def test_a_wide_beam_finds_the_exhaustive_best(seed, alpha):
     assert out == [exhaustive(model, 4, alpha)]
 
 
+def greedy(model: Markov, limit: int, last: int = BOS) -> list[int]:
+    """The likeliest token after ``last``, again and again, until EOS or ``limit`` tokens."""
+    expected = []
+    while len(expected) < limit:
+        last = int(np.argmax(model.table[last]))
+        if last == EOS:
+            break
+        expected.append(last)
+    return expected
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_follows_the_most_likely_token(seed):
     model = Markov(seed)
     src = np.array([[7, 7, 7], [7, PAD, PAD]])
     out = search(model, src, SearchOptions(beam=1, max_extra=3))
     for row, limit in zip(out, (6, 4)):
-        expected, last = [], BOS
-        while len(expected) < limit:
-            last = int(np.argmax(model.table[last]))
-            if last == EOS:
-                break
-            expected.append(last)
-        assert row == expected
+        assert row == greedy(model, limit)
 
 
 @pytest.mark.parametrize("beam", [1, 3])
@@ -90,6 +95,15 @@ def test_min_length_forbids_an_early_end(beam):
 
 
 def test_decoder_only_prefix_continues():
+    """Each row continues its own prefix: from its last token (the bigram's only context)."""
     model = Markov(1)
-    out = search(model, None, SearchOptions(beam=2, max_extra=3), prefix=np.array([[BOS, 4], [BOS, 5]]))
+    prefix = np.array([[BOS, 4], [BOS, 5]])
+    out = search(model, None, SearchOptions(beam=2, max_extra=3), prefix=prefix)
     assert len(out) == 2 and all(len(o) <= 3 for o in out)
+    assert search(model, None, SearchOptions(beam=1, max_extra=3), prefix=prefix) == [greedy(model, 3, 4),
+                                                                                     greedy(model, 3, 5)]
+    for alpha in (0.0, 0.6):
+        wide = search(model, None, SearchOptions(beam=200, alpha=alpha, max_extra=3), prefix=prefix)
+        assert wide == [exhaustive(model, 3, alpha, 4), exhaustive(model, 3, alpha, 5)]
+    # the continuations of BOS, 4 and 5 differ (greedy or best): an ignored or swapped prefix shows
+    assert len({(tuple(greedy(model, 3, s)), tuple(exhaustive(model, 3, 0.6, s))) for s in (BOS, 4, 5)}) == 3
