@@ -36,8 +36,7 @@ from bench_decode import cpu_seconds, ct2_maps, ct2_model, vocabulary
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
-from tfspec.backends.torch.training import checkpoint
-from tfspec.cli.train import _run_spec, _weights
+from tfspec.cli.models import run_spec, run_weights
 from tfspec.data import read_split
 from tfspec.data.codecs import TOKENIZER
 from tfspec.evaluate import decode_all
@@ -92,11 +91,11 @@ def main() -> None:
     p.add_argument("--no-int8", dest="int8", action="store_false")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
-    spec, meta = _run_spec(args.run)
+    spec, meta = run_spec(args.run)
     if not ct2_maps(spec):
         sys.exit(f"bench_translate: {spec.name}'s layout is not one ct2_model maps to CTranslate2")
     model = build_module(spec).eval()
-    weights = _weights(args.run, None, checkpoint)
+    weights = run_weights(args.run, None)
     load_weights(model, weights)
     sp = sentencepiece.SentencePieceProcessor(model_file=str(args.run / TOKENIZER))
     pairs = [pr for pr in read_split(args.data or Path(meta["data"]), "test", meta["src"], meta["tgt"])

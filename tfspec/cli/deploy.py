@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from pathlib import Path
 
-from tfspec.cli import interop
+from tfspec.cli.models import model_to_export
 from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
 from tfspec.data.codecs import open_codec
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
 from tfspec.ir import build_graph
 from tfspec.search import SearchOptions
-from tfspec.spec import load_spec
+from tfspec.spec import load_spec, resolve
 
 DEFAULT_OPSET = 18
 MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take a few hundred tokens
@@ -25,7 +26,9 @@ def cmd_export(args) -> int:
             flag = "--opset" if args.opset is not None else "--int8" if args.int8 else "--static-cache"
             raise TfspecError(f"{flag} applies to --format onnx; a Hugging Face checkpoint keeps float weights "
                               "and has no graphs")
-        return interop.export_hf(args)
+        from tfspec.cli.interop import export_hf
+
+        return export_hf(args)
     if args.format == "genai" and (args.int8 or args.static_cache):
         raise TfspecError(f"{'--int8' if args.int8 else '--static-cache'} applies to --format onnx; --format genai "
                           "writes one float graph that onnxruntime-genai drives")
@@ -46,7 +49,7 @@ def cmd_export(args) -> int:
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
-    copied = interop.copy_tokenizer(args.spec, result.directory)
+    copied = _copy_tokenizer(args.spec, result.directory)
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     elif args.format == "genai":
@@ -65,22 +68,6 @@ def cmd_export(args) -> int:
     return 0 if result.ok else 1
 
 
-def model_to_export(spec, args):
-    """The PyTorch module of ``spec`` with ``--weights``, else random weights of ``--seed``."""
-    import torch
-
-    from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights
-
-    torch.manual_seed(args.seed)
-    model = build_module(spec)
-    if args.weights:
-        load_weights(model, args.weights)
-    else:
-        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
-    return model
-
-
 def _print_int8(record: dict) -> None:
     line = f"int8: weights of every MatMul/Gemm quantised ({record['weights']}); float32 parity was checked first"
     if "greedy_tokens" in record:
@@ -96,6 +83,17 @@ def _check_replaceable(output: Path) -> None:
     if output.is_dir() and not ((output / "tfspec.json").is_file() or (output / "genai_config.json").is_file()):
         if any(not p.name.startswith(".") for p in output.iterdir()):
             raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
+
+
+def _copy_tokenizer(spec_ref, output) -> list[str]:
+    """Copy the tokenizer files beside the spec (an imported directory's) into an export, so
+    ``tfspec translate`` and ``generate`` read and write text with the model's own tokenizer."""
+    from tfspec.interop.hf.checkpoint import tokenizer_files
+
+    files = tokenizer_files(resolve(spec_ref).parent)
+    for path in files:
+        shutil.copyfile(path, Path(output) / path.name)
+    return [p.name for p in files]
 
 
 def cmd_translate(args) -> int:
@@ -187,7 +185,11 @@ def register(command) -> None:
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: random init)")
-    interop.add_export_options(c)
+    c.add_argument("--format", choices=["onnx", "hf", "genai"], default="onnx",
+                   help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
+                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
+                        "Mistral, Qwen2, Marian, BART or T5); genai: model.onnx + genai_config.json for "
+                        "onnxruntime-genai (decoder-only specs)")
     c.add_argument("--opset", type=int, default=None, choices=range(17, 24), metavar="N",
                    help=f"ONNX opset, 17-23 (default {DEFAULT_OPSET}); 23 emits the fused Attention op")
     c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")

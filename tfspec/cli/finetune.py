@@ -35,14 +35,12 @@ TOKENIZERS = (HF_TOKENIZER, TOKENIZER)  # what open_codec reads, in its order (M
 
 def pretrained(path: str, data: Path, run: Path) -> tuple[Spec, Path | None, Path]:
     """(spec, weights file or None for random weights, the directory of its tokenizer) of PRETRAINED."""
-    from tfspec.cli.train import _run_spec, _weights
+    from tfspec.cli.models import run_spec, run_weights
 
     directory = Path(path)
     if (directory / "run.json").is_file():
-        from tfspec.backends.torch.training import checkpoint
-
-        spec, _ = _run_spec(directory)
-        weights = _weights(directory, None, checkpoint)
+        spec, _ = run_spec(directory)
+        weights = run_weights(directory, None)
     else:
         spec = load_spec(path)
         weights = directory / "model.safetensors" if directory.is_dir() else None

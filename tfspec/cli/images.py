@@ -47,14 +47,14 @@ def cmd_train(args, manifest: dict) -> int:
 
     from tfspec.backends.torch.images import check_image, image_pairs
     from tfspec.backends.torch.training.trainer import TrainConfig, train, write_config
-    from tfspec.cli.train import _device
+    from tfspec.cli.models import torch_device
     from tfspec.spec import load_spec
 
     spec = load_spec(args.spec)
     check_image(spec, manifest)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device, run, data = _device(args.device), Path(args.out), Path(args.data)
+    device, run, data = torch_device(args.device), Path(args.out), Path(args.data)
     pixels, labels, _ = load_split(data, "train")
     classes = len(manifest["classes"] or [])
     pairs = image_pairs(spec, pixels, labels, classes)
@@ -154,18 +154,17 @@ def _load_model(run: Path, args):
 
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import load_weights
-    from tfspec.backends.torch.training import checkpoint
-    from tfspec.cli.train import _device, _run_spec, _weights
+    from tfspec.cli.models import run_spec, run_weights, torch_device
 
-    spec, meta = _run_spec(run)
+    spec, meta = run_spec(run)
     if "images" not in meta:
         raise TfspecError(f"{run}: not an image run (trained on {meta.get('data', '?')}); train one on a directory "
                           "from `tfspec data images`")
     if args.threads:
         torch.set_num_threads(args.threads)
     model = build_module(spec)
-    load_weights(model, _weights(run, args.checkpoint if run == Path(args.run) else None, checkpoint))
-    return spec, meta, model.to(_device(args.device)).eval()
+    load_weights(model, run_weights(run, args.checkpoint if run == Path(args.run) else None))
+    return spec, meta, model.to(torch_device(args.device)).eval()
 
 
 def cmd_sample(args) -> int:

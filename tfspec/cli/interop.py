@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import sys
-from pathlib import Path
 
 from tfspec.cli.types import out_dir
 from tfspec.spec import load_spec, resolve
@@ -30,7 +28,7 @@ def cmd_import(args) -> int:
 def export_hf(args) -> int:
     """The hf branch of ``tfspec export``: refuse a spec no family computes before building it."""
     from tfspec.backends.torch.checkpoint import weights_of
-    from tfspec.cli.deploy import model_to_export  # deploy imports this module first
+    from tfspec.cli.models import model_to_export
     from tfspec.interop.hf import export_checkpoint, fitting_family
     from tfspec.interop.hf.checkpoint import tokenizer_files
 
@@ -58,17 +56,6 @@ def export_hf(args) -> int:
     return 0 if ok else 1
 
 
-def copy_tokenizer(spec_ref, output) -> list[str]:
-    """Copy the tokenizer files beside the spec (an imported directory's) into an export, so
-    ``tfspec translate`` and ``generate`` read and write text with the model's own tokenizer."""
-    from tfspec.interop.hf.checkpoint import tokenizer_files
-
-    files = tokenizer_files(resolve(spec_ref).parent)
-    for path in files:
-        shutil.copyfile(path, Path(output) / path.name)
-    return [p.name for p in files]
-
-
 def register(command) -> None:
     c = command("import", cmd_import, "turn a Hugging Face checkpoint directory into a spec and tfspec weights",
                 "Read a Hugging Face checkpoint directory (config.json; model.safetensors, its shards with "
@@ -88,11 +75,3 @@ def register(command) -> None:
     c.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
                    help="dtype of the written weights (default float32, whatever the checkpoint holds)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def add_export_options(c) -> None:
-    c.add_argument("--format", choices=["onnx", "hf", "genai"], default="onnx",
-                   help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
-                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
-                        "Mistral, Qwen2, Marian, BART or T5); genai: model.onnx + genai_config.json for "
-                        "onnxruntime-genai (decoder-only specs)")

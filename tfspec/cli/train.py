@@ -14,25 +14,15 @@ import time
 from pathlib import Path
 
 from tfspec.cli import ctc, images
+from tfspec.cli.models import run_spec, run_weights, torch_device
 from tfspec.cli.types import ALPHA, BEAM, POSITIVE, SEED, THREADS, integer, number, out_dir
 from tfspec.data import digits
 from tfspec.data.codecs import TOKENIZER
 from tfspec.data.images import image_manifest
 from tfspec.errors import TfspecError
-from tfspec.spec import Spec, load_spec, spec_from_data
+from tfspec.spec import load_spec
 from tfspec.spec.bounds import MAX_STEPS
-from tfspec.untrusted import file_name, names, read_json
-
-
-
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda" and not torch.cuda.is_available():
-        raise TfspecError("--device cuda: this torch build sees no CUDA device")
-    return torch.device(name)
+from tfspec.untrusted import read_json
 
 
 def cmd_train(args) -> int:
@@ -50,7 +40,7 @@ def cmd_train(args) -> int:
         return ctc.train_on_lines(spec, args, data)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = _device(args.device)
+    device = torch_device(args.device)
     steps = args.steps or (100_000 if args.max_minutes else 1000)
     config = TrainConfig(steps=steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup or 4000,
                          lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
@@ -74,37 +64,12 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _run_spec(run: Path) -> tuple[Spec, dict]:
-    try:
-        meta = read_json(run / "run.json")
-        _check_run(meta)
-        return spec_from_data(meta["spec"], str(run / "run.json")), meta
-    except FileNotFoundError:
-        raise TfspecError(f"{run}: not a training run (no run.json); train one with `tfspec train`") from None
-    except (OSError, ValueError, KeyError) as e:
-        raise TfspecError(f"{run}/run.json: corrupt ({str(e).splitlines()[0]})") from None
-
-
-def _check_run(meta) -> None:
-    """run.json is data: a mapping whose paths and names are strings, the tokenizer a file of
-    the run itself and the classes a list of names (ValueError says which is not)."""
-    if not isinstance(meta, dict):
-        raise ValueError(f"a mapping was expected, not {type(meta).__name__}")
-    for key in ("data", "src", "tgt", "tokenizer"):
-        if key in meta and not isinstance(meta[key], str):
-            raise ValueError(f"{key!r} must be a string, not {type(meta[key]).__name__}")
-    if not file_name(meta.get("tokenizer", TOKENIZER)):
-        raise ValueError("'tokenizer' must name a file in the run directory")
-    if meta.get("classes") is not None and not names(meta["classes"]):
-        raise ValueError("'classes' must be a list of names")
-
-
 def cmd_average(args) -> int:
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.training import checkpoint
 
     run = Path(args.run)
-    spec, _ = _run_spec(run)
+    spec, _ = run_spec(run)
     found = checkpoint.checkpoints(run)
     if len(found) < args.last:
         raise TfspecError(f"{run}: {len(found)} checkpoints, fewer than --last {args.last} (keep more with "
@@ -120,12 +85,11 @@ def cmd_evaluate(args) -> int:
 
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import load_weights
-    from tfspec.backends.torch.training import checkpoint
     from tfspec.data import load_tokenizer, read_split
     from tfspec.search import SearchOptions
 
     run = Path(args.run)
-    spec, meta = _run_spec(run)
+    spec, meta = run_spec(run)
     if "images" in meta:
         return images.cmd_evaluate(args, spec, meta)
     if "objectives" in meta:  # trained on lines of frames
@@ -135,7 +99,7 @@ def cmd_evaluate(args) -> int:
                           "for BLEU to score (its masked-LM loss is in the run's metrics.jsonl)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    weights = _weights(run, args.checkpoint, checkpoint)
+    weights = run_weights(run, args.checkpoint)
     model = build_module(spec)
     load_weights(model, weights)
     tokenizer = load_tokenizer(run / meta.get("tokenizer", TOKENIZER))
@@ -198,25 +162,11 @@ def _record_int8_bleu(export_dir: Path, fp32: dict, int8: dict, split: str) -> N
     write_manifest(export_dir, manifest)
 
 
-def _weights(run: Path, chosen: str | None, checkpoint) -> Path:
-    """The weights to evaluate: --checkpoint, else the average, else the newest checkpoint."""
-    if chosen:
-        path = Path(chosen)
-        return path / "model.safetensors" if path.is_dir() else path
-    if (run / "average.safetensors").is_file():
-        return run / "average.safetensors"
-    found = checkpoint.checkpoints(run)
-    if not found:
-        raise TfspecError(f"{run}: no checkpoints yet")
-    checkpoint.read_meta(found[-1])
-    return found[-1] / "model.safetensors"
-
-
 def _torch_decoder(model, device: str):
     """The KV-cached PyTorch decoder on ``device``: (decoder, where, no export directory)."""
     from tfspec.backends.torch import TorchDecoder
 
-    device = _device(device)
+    device = torch_device(device)
     return TorchDecoder(model.to(device)), f"PyTorch ({device.type.upper()})", None
 
 

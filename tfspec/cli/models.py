@@ -1,0 +1,86 @@
+"""Where commands get their model: a training run's spec (run.json) and the weights to load,
+a spec with ``--weights`` (else random weights of ``--seed``), and the device of ``--device``.
+
+Training, evaluation, sampling, fine-tuning and both export formats share these, so they live
+here rather than in one command's module that the others would have to import.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tfspec.data.codecs import TOKENIZER
+from tfspec.errors import TfspecError
+from tfspec.spec import Spec, spec_from_data
+from tfspec.untrusted import file_name, names, read_json
+
+
+def torch_device(name: str):
+    """The torch device ``--device`` names (auto: CUDA when torch sees one, else the CPU)."""
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TfspecError("--device cuda: this torch build sees no CUDA device")
+    return torch.device(name)
+
+
+def run_spec(run: Path) -> tuple[Spec, dict]:
+    """(spec, run.json) of a training run; a missing or corrupt run.json is the user's error."""
+    try:
+        meta = read_json(run / "run.json")
+        _check_run(meta)
+        return spec_from_data(meta["spec"], str(run / "run.json")), meta
+    except FileNotFoundError:
+        raise TfspecError(f"{run}: not a training run (no run.json); train one with `tfspec train`") from None
+    except (OSError, ValueError, KeyError) as e:
+        raise TfspecError(f"{run}/run.json: corrupt ({str(e).splitlines()[0]})") from None
+
+
+def _check_run(meta) -> None:
+    """run.json is data: a mapping whose paths and names are strings, the tokenizer a file of
+    the run itself and the classes a list of names (ValueError says which is not)."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"a mapping was expected, not {type(meta).__name__}")
+    for key in ("data", "src", "tgt", "tokenizer"):
+        if key in meta and not isinstance(meta[key], str):
+            raise ValueError(f"{key!r} must be a string, not {type(meta[key]).__name__}")
+    if not file_name(meta.get("tokenizer", TOKENIZER)):
+        raise ValueError("'tokenizer' must name a file in the run directory")
+    if meta.get("classes") is not None and not names(meta["classes"]):
+        raise ValueError("'classes' must be a list of names")
+
+
+def run_weights(run: Path, chosen: str | None) -> Path:
+    """The weights of a run to load: ``chosen`` (--checkpoint), else the average, else the
+    newest checkpoint."""
+    from tfspec.backends.torch.training import checkpoint
+
+    if chosen:
+        path = Path(chosen)
+        return path / "model.safetensors" if path.is_dir() else path
+    if (run / "average.safetensors").is_file():
+        return run / "average.safetensors"
+    found = checkpoint.checkpoints(run)
+    if not found:
+        raise TfspecError(f"{run}: no checkpoints yet")
+    checkpoint.read_meta(found[-1])
+    return found[-1] / "model.safetensors"
+
+
+def model_to_export(spec, args):
+    """The PyTorch module of ``spec`` with ``--weights``, else random weights of ``--seed``."""
+    import torch
+
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    torch.manual_seed(args.seed)
+    model = build_module(spec)
+    if args.weights:
+        load_weights(model, args.weights)
+    else:
+        print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
+    return model
