@@ -2,12 +2,30 @@
 
 The public API is small: ``load_spec`` reads and validates a YAML spec, ``build_graph``
 lowers it into the IR every analysis and backend reads.
+
+Its names are imported on first use (PEP 562): the schema needs pydantic and the IR networkx,
+~0.4 s that ``tfspec --version`` and ``--help`` should not pay.
 """
+
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-from tfspec.errors import SpecError, TfspecError  # noqa: E402
-from tfspec.ir import Graph, build_graph  # noqa: E402
-from tfspec.spec import Spec, load_spec  # noqa: E402
+_HOMES = {"Graph": "tfspec.ir", "Spec": "tfspec.spec", "SpecError": "tfspec.errors", "TfspecError": "tfspec.errors",
+          "build_graph": "tfspec.ir", "load_spec": "tfspec.spec"}
+"""Each public name and the module it is imported from."""
 
-__all__ = ["Graph", "Spec", "SpecError", "TfspecError", "build_graph", "load_spec", "__version__"]
+__all__ = [*_HOMES, "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'tfspec' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, for completion in a REPL or notebook."""
+    return sorted(set(globals()) | set(_HOMES))
