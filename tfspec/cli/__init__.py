@@ -1,27 +1,20 @@
-"""The ``tfspec`` command: a thin layer over the public API, one function per subcommand.
+"""The ``tfspec`` command: a thin layer over the public API, each subcommand in a module of this package.
 
 Errors caused by input (specs, files, sizes) print one ``error:`` line each and exit 2.
+Only the module of the subcommand that runs is imported: the spec schema, the IR and the
+backends cost pydantic, networkx and torch, which ``tfspec --version`` and ``--help`` do not need.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
-import time
 import traceback
+from collections.abc import Iterable
 
 from tfspec import __version__
-from tfspec.analysis import analyze_params
-from tfspec.cli import analysis, ctc, data, deploy, finetune, generate, images, interop, train
-from tfspec.cli.tables import millions, render
-from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
-from tfspec.ir import build_graph
-from tfspec.paper import deviation, table3
-from tfspec.spec import Spec, load_spec, resolve, shipped_specs
-
-ABSURD = 10**12  # parameters: beyond any model trained to date; worth a warning before anything allocates
 
 EPILOG = """\
 SPEC is a path to a YAML spec or the name of a shipped one (see `tfspec list`):
@@ -31,212 +24,59 @@ SPEC is a path to a YAML spec or the name of a shipped one (see `tfspec list`):
   tfspec compile big --device meta
 """
 
-
-def cmd_validate(args) -> int:
-    failed = 0
-    for ref in args.specs:
-        try:
-            spec = load_spec(ref)
-            graph = build_graph(spec)
-        except TfspecError as e:
-            failed += 1
-            for line in e.lines():
-                print(f"error: {line}", file=sys.stderr)
-            continue
-        print(f"ok: {resolve(ref)}: {spec.name} ({spec.family}, {graph.num_params:,} parameters)")
-        _warn_if_absurd(graph)
-    return 2 if failed else 0
-
-
-def _warn_if_absurd(graph) -> None:
-    if graph.num_params > ABSURD:
-        print(f"warning: {graph.name} has {graph.num_params:.3g} parameters ({graph.num_params * 4 / 2**40:.1f} "
-              "TiB in float32); analysis works, but nothing this size can be allocated here", file=sys.stderr)
-
-
-def cmd_schema(args) -> int:
-    schema = Spec.model_json_schema()
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "tfspec model spec"
-    print(json.dumps(schema, indent=2))
-    return 0
+COMMANDS = {
+    "validate": ("specs", "check specs and explain what is wrong"),
+    "schema": ("specs", "print the spec JSON Schema (for editor completion and validation)"),
+    "graph": ("specs", "dump the IR graph of a spec (ops, tensors with symbolic shapes, params)"),
+    "report": ("specs", "parameters, FLOPs, paths and training cost, from the IR (no allocation)"),
+    "table3": ("specs", "reproduce the parameter column of the paper's Table 3"),
+    "compile": ("specs", "emit the PyTorch module, check it against the IR, run a step"),
+    "list": ("specs", "list the shipped specs"),
+    "table1": ("analysis", "reproduce the paper's Table 1 from one-layer specs"),
+    "plot": ("analysis", "plot per-layer cost and path length against n (PNG or SVG)"),
+    "export": ("deploy", "write ONNX graphs (or a Hugging Face checkpoint), check them against PyTorch"),
+    "translate": ("deploy", "decode input lines with an exported model (onnxruntime)"),
+    "generate": ("generate", "continue a text prompt with a decoder-only model"),
+    "import": ("interop", "turn a Hugging Face checkpoint directory into a spec and tfspec weights"),
+    "data": ("data", "fetch, prepare and tokenize parallel corpora"),
+    "train": ("train", "train a spec on a parallel corpus with the paper's recipe"),
+    "average": ("train", "average the last k checkpoints of a run (§6.1)"),
+    "evaluate": ("train", "translate a split with beam search and score it with sacrebleu"),
+    "finetune": ("finetune", "add a classification head to a pretrained encoder and train it"),
+    "transcribe": ("ctc", "read the labels in an image or frame array with an exported CTC model"),
+    "sample": ("images", "draw images from an image run and write a PNG grid"),
+}
+"""Each subcommand: the module (in tfspec.cli) whose ``register`` adds it, and its line in
+``tfspec --help``, which lists them in this order without importing any."""
 
 
-def cmd_graph(args) -> int:
-    from tfspec.ir.export import FORMATS
-
-    text = FORMATS[args.format](build_graph(load_spec(args.spec)))
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-def cmd_report(args) -> int:
-    spec = load_spec(args.spec)
-    graph = build_graph(spec)
-    report = analyze_params(graph)
-    costs = "" if args.format == "json" else analysis.report_text(spec, graph, args)  # fails before printing
-    if args.format == "json":
-        print(json.dumps({"name": spec.name, "family": spec.family, "params": report.to_json(),
-                          **analysis.report_json(spec, graph, args), "spec": spec.model_dump(mode="json")},
-                         indent=2))
-        return 0
-    rows = []
-    for section, parts in report.sections.items():
-        subtotal = sum(parts.values())
-        rows.append([section, f"{subtotal:,}", f"{100 * subtotal / report.total:.1f}%"])
-        rows += [[f"  {part}", f"{n:,}", ""] for part, n in parts.items()]
-    rows.append(["total", f"{report.total:,}", "100.0%"])
-    kv = f" ({spec.num_kv_heads} key/value)" if spec.num_kv_heads != spec.heads else ""
-    dims = (f"{spec.family}; d_model {spec.d_model}, heads {spec.heads}{kv}, d_k {spec.d_k}, d_v {spec.d_v}, "
-            f"d_ff {spec.d_ff}; " + ", ".join(f"{n} {s.num_layers} layers" for n, s in spec.stacks))
-    heading = f"{spec.name}: {report.total:,} parameters ({millions(report.total)})"
-    if args.format == "markdown":
-        print(f"### {heading}\n\n{dims}\n")
-    else:
-        print(f"{heading}\n{dims}\n")
-    print(render(["component", "parameters", "share"], rows, args.format), end="")
-    shared_depth = {}  # layers.K.<role> = layers.0.<role>: one line per universal stack, else per role
-    for use, owner in report.tied.items():
-        stack, _, rest = use.partition(".layers.")
-        index, _, role = rest.partition(".")
-        if rest and owner == f"{stack}.layers.0.{role}" and index.isdigit():
-            universal = getattr(spec, stack).shared  # else one parameter per stack (T5's relative bias)
-            shared_depth.setdefault((stack, None if universal else role), set()).add(int(index))
-        else:
-            print(f"\ntied: {use} = {owner}", end="")
-    for (stack, role), indices in shared_depth.items():
-        what = " (shared across depth)" if role is None else f": {role}"
-        print(f"\ntied: {stack} layers {min(indices)}-{max(indices)} = {stack} layer 0{what}", end="")
-    if report.tied:
-        print()
-    ref = spec.reference
-    if ref and ref.params_millions:
-        print(f"\n{ref.source}{f' ({ref.row})' if ref.row else ''}: {ref.params_millions:g}M; "
-              f"tfspec {millions(report.total)} ({deviation(report.total, ref.params_millions):+.1%})")
-    print(costs, end="")
-    _warn_if_absurd(graph)
-    return 0
-
-
-def cmd_table3(args) -> int:
-    rows = table3()
-    if args.format == "json":
-        print(json.dumps([{"spec": r.spec, "row": r.row, **r.fields, "params": r.params,
-                           "paper_millions": r.paper_millions, "deviation": r.deviation} for r in rows], indent=2))
-        return 0
-    keys = list(rows[0].fields)
-    table = [[r.row, *r.fields.values(), millions(r.params), r.paper_millions and f"{r.paper_millions:g}M",
-              _signed(r.deviation, "{:+.1%}"), _signed(r.implied_extra_vocab, "{:+,.0f}"), r.spec] for r in rows]
-    print(render(["row", *keys, "tfspec", "paper", "deviation", "extra vocab", "spec"], table, args.format), end="")
-    gaps = [r.implied_extra_vocab for r in rows if r.paper_millions and r.row != "big"]
-    print(f"\nThe paper's counts for the base family sit above tfspec's by what {min(gaps):,.0f}-{max(gaps):,.0f} "
-          f"(mean {sum(gaps) / len(gaps):,.0f}) more d_model-wide vocabulary rows would add: the gap scales with "
-          "d_model, as if its vocabulary were ~4k tokens larger than 37000. tfspec prints its own count and "
-          "does not fudge the formula.")
-    return 0
-
-
-def _signed(value: float | None, fmt: str) -> str:
-    return "" if value is None else fmt.format(value)
-
-
-def cmd_compile(args) -> int:
-    import torch
-
-    from tfspec.backends.torch import build_module
-
-    spec = load_spec(args.spec)
-    graph = build_graph(spec)
-    started = time.perf_counter()
-    model = build_module(graph, device=args.device)
-    built = time.perf_counter() - started
-    counted = sum(p.numel() for p in model.parameters())
-    status = 0 if counted == graph.num_params else 1
-    print(f"{spec.name}: {len(graph.nx)} IR ops -> PyTorch module on {args.device} in {built:.2f}s")
-    print(f"parameters: IR {graph.num_params:,}, module {counted:,} ({'DIFFERENT' if status else 'equal'})")
-    if args.device == "meta":
-        return status
-    gen = torch.Generator().manual_seed(0)
-    vocab = spec.vocab
-    tokens = [torch.randint(4, vocab.size if port == "src" else vocab.tgt_size, (args.batch, args.length),
-                            generator=gen).to(args.device) for port in ("src", "tgt") if port in graph.ports]
-    started = time.perf_counter()
-    if "frames" in graph.ports:  # feature vectors in: random frames, random labels to score
-        frames = torch.randn(args.batch, args.length, spec.frames.features, generator=gen).to(args.device)
-        lengths = torch.full((args.batch,), args.length, device=args.device)
-        logits = model.run({"frames": frames, "lengths": lengths})["logits"]
-        tokens = [torch.randint(0, logits.shape[-1], logits.shape[:2], generator=gen).to(args.device)]
-    else:
-        logits = model(*tokens)
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[-1].flatten())
-    loss.backward()
-    print(f"forward + backward on a random batch {args.batch} x {args.length}: logits {tuple(logits.shape)}, "
-          f"loss {loss.item():.3f} (uniform would be {torch.log(torch.tensor(float(logits.shape[-1]))):.3f}), "
-          f"{time.perf_counter() - started:.2f}s")
-    return status
-
-
-def cmd_list(args) -> int:
-    root = shipped_specs()
-    rows = []
-    for path in sorted(root.rglob("*.yaml")):
-        spec = load_spec(path)
-        rows.append([str(path.relative_to(root).with_suffix("")), spec.family, millions(build_graph(spec).num_params),
-                     spec.description or (spec.reference.source + f" ({spec.reference.row})" if spec.reference else "")])
-    print(render(["name", "family", "params", "about"], rows), end="")
-    return 0
-
-
-def parser() -> argparse.ArgumentParser:
+def parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
+    """The command line with every subcommand listed and ``commands`` complete: their modules
+    are imported to add their arguments (``main`` passes only the one it runs)."""
     p = argparse.ArgumentParser(
         prog="tfspec", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Compile declarative Transformer specs (YAML) into a graph IR, analyse it, and emit "
                     "PyTorch modules.")
     p.add_argument("--version", action="version", version=f"tfspec {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    listed = {name: sub.add_parser(name, help=line, description=line) for name, (_, line) in COMMANDS.items()}
 
-    def command(name, fn, help_text, description=None):
-        c = sub.add_parser(name, help=help_text, description=description or help_text)
+    def command(name, fn, description=None):
+        c = listed[name]
         c.set_defaults(fn=fn)
+        c.description = description or c.description
         return c
 
-    c = command("validate", cmd_validate, "check specs and explain what is wrong",
-                "Validate specs: every problem is printed as FILE:LINE: FIELD: message, and the exit status "
-                "is 2 if any spec is invalid.")
-    c.add_argument("specs", nargs="+", metavar="SPEC")
-    command("schema", cmd_schema, "print the spec JSON Schema (for editor completion and validation)")
-    c = command("graph", cmd_graph, "dump the IR graph of a spec (ops, tensors with symbolic shapes, params)")
-    c.add_argument("spec", metavar="SPEC")
-    c.add_argument("--format", choices=["json", "dot", "mermaid"], default="json")
-    c.add_argument("-o", "--output", type=out_file, help="write here instead of standard output")
-    c = command("report", cmd_report, "parameters, FLOPs, paths and training cost, from the IR (no allocation)")
-    c.add_argument("spec", metavar="SPEC")
-    c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
-    analysis.add_report_options(c)
-    c = command("table3", cmd_table3, "reproduce the parameter column of the paper's Table 3")
-    c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
-    c = command("compile", cmd_compile, "emit the PyTorch module, check it against the IR, run a step",
-                "Build the PyTorch module of a spec, check its parameters equal the IR's, and run one forward "
-                "and backward pass on random tokens. --device meta builds shapes only (any size).")
-    c.add_argument("spec", metavar="SPEC")
-    c.add_argument("--device", default="cpu", help="cpu, cuda or meta (default: cpu)")
-    c.add_argument("--batch", type=integer(1, 4096), default=2, help="sequences in the random batch (default: 2)")
-    c.add_argument("--length", type=POSITIVE, default=16, help="tokens per sequence (default: 16)")
-    command("list", cmd_list, "list the shipped specs")
-    analysis.register(command)
-    deploy.register(command)
-    generate.register(command)
-    interop.register(command)
-    data.register(command)
-    train.register(command)
-    finetune.register(command)
-    ctc.register(command)
-    images.register(command)
+    for module in dict.fromkeys(COMMANDS[name][0] for name in commands):
+        importlib.import_module(f"tfspec.cli.{module}").register(command)
     return p
+
+
+def _named(argv: list[str]) -> list[str]:
+    """The subcommand on the line, if it is one: its first word that is not an option (tfspec's
+    own options take no value)."""
+    name = next((word for word in argv if not word.startswith("-")), None)
+    return [name] if name in COMMANDS else []
 
 
 BUG = 70  # EX_SOFTWARE: tfspec itself failed; input errors exit 2
@@ -246,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. The exception boundary: whatever input can cause (a bad spec, file or
     size, an unreadable path, a full disk, memory) ends as ``error:`` lines and exit 2; anything
     else is a bug in tfspec and keeps its traceback, under a line that says so."""
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(_named(argv)).parse_args(argv)
     try:
         return args.fn(args)
     except TfspecError as e:

@@ -32,8 +32,8 @@ def add_report_options(c) -> None:
 
 
 def register(command) -> None:
-    """Add ``table1`` and ``plot`` through the CLI's ``command(name, fn, help, description)``."""
-    c = command("table1", cmd_table1, "reproduce the paper's Table 1 from one-layer specs",
+    """Add ``table1`` and ``plot`` through the CLI's ``command(name, fn, description)``."""
+    c = command("table1", cmd_table1,
                 "Derive Table 1 (complexity per layer, sequential operations, maximum path length) from the "
                 "one-layer specs in specs/table1 and print each cell beside the paper's, with exact counts at "
                 "--n and --d.")
@@ -43,7 +43,7 @@ def register(command) -> None:
     c.add_argument("--measure", action="store_true",
                    help="also time one layer of each kind on this machine (GPU when present; ~1-2 min on a "
                         "laptop CPU) and fit the growth exponents of time in n and in d")
-    c = command("plot", cmd_plot, "plot per-layer cost and path length against n (PNG or SVG)",
+    c = command("plot", cmd_plot,
                 "Draw per-layer FLOPs against n, with the n = d crossover of §4, and the measured growth of "
                 "the maximum path length, for the layer kinds of SPEC or of Table 1. Needs matplotlib "
                 "(pip install 'tfspec[plot]').")

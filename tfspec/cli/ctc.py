@@ -214,7 +214,7 @@ def register_data(action) -> None:
 
 
 def register(command) -> None:
-    c = command("transcribe", cmd_transcribe, "read the labels in an image or frame array with an exported CTC model",
+    c = command("transcribe", cmd_transcribe,
                 "Run an exported CTC model (`tfspec export` of a spec with frames and a ctc head, or RUN/onnx of "
                 "`tfspec train` on digit lines) on INPUT and print the decoded text: a .npy array of (frames, "
                 "features) numbers (loaded without pickle), or a greyscale image as high as the model's features, "

@@ -147,7 +147,7 @@ def cmd_code_switch(args) -> int:
 
 
 def register(command) -> None:
-    c = command("data", lambda args: c.print_help() or 2, "fetch, prepare and tokenize parallel corpora",
+    c = command("data", lambda args: c.print_help() or 2,
                 "Parallel text for `tfspec train`.\n" + LAYOUT)
     c.formatter_class, c.epilog = argparse.RawDescriptionHelpFormatter, EXAMPLES
     sub = c.add_subparsers(dest="data_command", metavar="ACTION")

@@ -173,7 +173,7 @@ def _read(source: str | None) -> list[str]:
 
 
 def register(command) -> None:
-    c = command("export", cmd_export, "write ONNX graphs (or a Hugging Face checkpoint), check them against PyTorch",
+    c = command("export", cmd_export,
                 "Emit the model's ONNX graphs straight from the IR into DIR: model.onnx (full sequences), "
                 "encoder.onnx and decoder.onnx (one decoding step with a KV cache), plus tfspec.json. Runs "
                 "onnx.checker and a parity check against the PyTorch backend; exit status 1 if parity fails. "
@@ -204,7 +204,7 @@ def register(command) -> None:
                         "against the growing-cache step graph. On CPU the growing cache stays faster")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--no-check", action="store_true", help="skip the parity check (onnxruntime or transformers)")
-    c = command("translate", cmd_translate, "decode input lines with an exported model (onnxruntime)",
+    c = command("translate", cmd_translate,
                 "Read lines (token ids, or text when DIR has a sentencepiece tokenizer.model) from FILE or "
                 "standard input and print one output line each. Empty lines stay empty; lines longer than the "
                 "model's positions are cut with a warning. Output length is limited to input length + 50.")

@@ -180,7 +180,7 @@ def _print_results(results: dict, spec: Spec, train: int) -> None:
 
 
 def register(command) -> None:
-    c = command("finetune", cmd_finetune, "add a classification head to a pretrained encoder and train it",
+    c = command("finetune", cmd_finetune,
                 "Fine-tune an encoder-only model to label texts or their words. PRETRAINED: a `tfspec train` run "
                 "of an encoder-only spec (masked LM), a `tfspec import` directory (BERT), or a spec (random "
                 "weights, tokenizer trained on DATA). DATA: {train,dev,test}.txt with aligned .labels files: one "

@@ -80,7 +80,7 @@ def _sampling(args) -> Sampling | None:
 
 
 def register(command) -> None:
-    c = command("generate", cmd_generate, "continue a text prompt with a decoder-only model",
+    c = command("generate", cmd_generate,
                 "Continue --prompt with a decoder-only model: DIR is an imported checkpoint (spec.yaml, "
                 "model.safetensors; the PyTorch backend) or its ONNX export (onnxruntime). The prompt and the "
                 "output go through DIR's tokenizer (tokenizer.json, or tfspec's tokenizer.model). Greedy by "

@@ -219,7 +219,7 @@ def add_evaluate_options(c) -> None:
 
 
 def register(command) -> None:
-    c = command("sample", cmd_sample, "draw images from an image run and write a PNG grid",
+    c = command("sample", cmd_sample,
                 "Autoregressive sampling from a run trained on `tfspec data images`: each intensity drawn from "
                 "the model's softmax over the levels (divided by --temperature; 0 takes the most likely), "
                 "one token per step through the KV cache. For class-labelled runs (digits) the grid has one "

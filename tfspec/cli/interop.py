@@ -57,7 +57,7 @@ def export_hf(args) -> int:
 
 
 def register(command) -> None:
-    c = command("import", cmd_import, "turn a Hugging Face checkpoint directory into a spec and tfspec weights",
+    c = command("import", cmd_import,
                 "Read a Hugging Face checkpoint directory (config.json; model.safetensors, its shards with "
                 "model.safetensors.index.json, or pytorch_model.bin read with weights_only) and write "
                 "OUT_DIR/spec.yaml, OUT_DIR/model.safetensors (tfspec parameter names, as export --weights and "

@@ -202,7 +202,7 @@ def _stale(manifest: Path, weights: Path, static: bool = False) -> bool:
 
 
 def register(command) -> None:
-    c = command("train", cmd_train, "train a spec on a parallel corpus with the paper's recipe",
+    c = command("train", cmd_train,
                 "Train with §5 of the paper: length-grouped batches of --batch-tokens tokens, Adam (0.9, 0.98, "
                 "1e-9), the warm-up / inverse-square-root rate of eq. 3, dropout and label smoothing from the spec. "
                 "Encoder-decoder specs learn to translate SRC to TGT, decoder-only specs to continue TGT text, "
@@ -236,10 +236,10 @@ def register(command) -> None:
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
     c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    c = command("average", cmd_average, "average the last k checkpoints of a run (§6.1)")
+    c = command("average", cmd_average)
     c.add_argument("run", metavar="RUN")
     c.add_argument("--last", type=integer(1, 10**6), default=5, help="how many (default 5; the paper: 5 base, 20 big)")
-    c = command("evaluate", cmd_evaluate, "translate a split with beam search and score it with sacrebleu",
+    c = command("evaluate", cmd_evaluate,
                 "Beam search (beam 4, alpha 0.6, max length source + 50, §6.1) with the run's averaged weights "
                 "(else its newest checkpoint), detokenised, scored with sacrebleu BLEU and chrF. --backend onnx "
                 "exports the weights and decodes with onnxruntime: the same search, the same tokens. On an image run "
