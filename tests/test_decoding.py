@@ -153,7 +153,8 @@ def test_graphs_built_at_run_time_use_the_exported_ir_version(tmp_path, monkeypa
     from tfspec.backends.onnx.static import StaticDecoder
 
     spec = shrunk("tiny")
-    export(build_module(spec).eval(), tmp_path / "onnx", parity=False, static_cache=True)
+    module = build_module(spec).eval()
+    export(module, tmp_path / "onnx", parity=False, static_cache=True)
     exported = {onnx.load(str(p), load_external_data=False).ir_version for p in (tmp_path / "onnx").glob("*.onnx")}
     built, session = [], ort.InferenceSession
     monkeypatch.setattr(ort, "InferenceSession", lambda model, *a, **k: (
@@ -162,7 +163,9 @@ def test_graphs_built_at_run_time_use_the_exported_ir_version(tmp_path, monkeypa
     model = OnnxModel(tmp_path / "onnx", device="cpu")
     decoder = model.decoder()
     decoder.select(decoder.start(src), np.array([1]), cross=True)  # the first sentence ends: its source goes
-    search(StaticDecoder(model, capture=False, first_length=1), src, SearchOptions(beam=3, max_extra=3))
+    options = SearchOptions(beam=3, max_extra=3)
+    ours = search(StaticDecoder(model, capture=False, first_length=1), src, options)
+    assert ours == search(TorchDecoder(module), src, options)
     assert len(built) == 2 and len(exported) == 1
     assert {onnx.load_from_string(b).ir_version for b in built} == exported
 

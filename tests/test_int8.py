@@ -22,7 +22,7 @@ pytest.importorskip("onnxruntime")
 
 
 def test_export_int8(cli, tmp_path):
-    torch.manual_seed(0)
+    torch.manual_seed(3)  # weights whose int8 greedy tokens differ in part of two sentences (76/96, 6/8)
     model = build_module(load_spec("tiny")).eval()
     save_weights(model, tmp_path / "w.safetensors")
     code, out, err = cli("export", "tiny", "--weights", tmp_path / "w.safetensors", "-o", tmp_path / "m", "--int8")
@@ -39,7 +39,7 @@ def test_export_int8(cli, tmp_path):
     tokens, sentences = int((int8 == fp32).sum()), int((int8 == fp32).all(1).sum())
     assert (record["greedy_tokens_equal"], record["sentences_equal"], record["sentences"]) == (tokens, sentences, 8)
     assert f"parity inputs: {tokens}/96 ({sentences}/8 sentences" in out
-    assert 0 < sentences < 8  # these weights flip some tokens: a miscount cannot hide
+    assert 0 < sentences < 8 and tokens != 12 * sentences  # some tokens differ, not whole sentences: miscounts show
     for file in manifest["graphs"].values():
         ops = [n.op_type for n in onnx.load(str(tmp_path / "m" / file)).graph.node]
         assert "MatMulInteger" in ops and "Gemm" not in ops  # every weight matrix quantised

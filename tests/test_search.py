@@ -75,6 +75,19 @@ def greedy(model: Markov, limit: int, last: int = BOS) -> list[int]:
     return expected
 
 
+def test_the_length_penalty_counts_eos():
+    """Two outputs, by hand: EOS at once (log-prob -1, |Y| = 1) or word 3 then EOS (|Y| = 2).
+    GNMT's ((5 + |Y|) / 6)^alpha at alpha 1 divides them by 1 and 7/6."""
+    model = Markov(0)
+    model.table[:] = -np.inf
+    model.table[BOS, EOS], model.table[BOS, 3], model.table[3, EOS] = -1.0, -0.59, -0.59
+    options = SearchOptions(beam=2, alpha=1.0, max_extra=3)
+    assert search(model, np.array([[7]]), options) == [[]]  # -1 > -1.18 / (7/6) = -1.011 (|Y| without EOS: -1.2 < -1.18)
+    model.table[3, EOS] = -0.55
+    assert search(model, np.array([[7]]), options) == [[3]]  # -1.10 / (7/6) = -0.943 > -1
+    assert search(model, np.array([[7]]), SearchOptions(beam=2, alpha=0.0, max_extra=3)) == [[]]  # raw: -1 > -1.1
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_follows_the_most_likely_token(seed):
     model = Markov(seed)
