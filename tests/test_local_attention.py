@@ -200,9 +200,14 @@ def test_local_2d_onnx_equals_pytorch(causal, opset, tmp_path):
         assert_onnx_equals_pytorch(model, onnx_model, causal, n)
 
 
+HEIGHT, WIDTH, CHANNELS = 6, 10, 3
+"""Not square: a model that swaps rows and columns (or reads the raster column by column) differs."""
+
+
 def image_spec(**changes) -> Spec:
-    """8 x 8 RGB images of 16 levels; local 2D then local 1D layers, the 2D width from the image."""
-    spec = {"name": "image", "family": "decoder-only", "image": {"height": 8, "width": 8, "channels": 3, "levels": 16},
+    """6 x 10 RGB images of 16 levels; local 2D then local 1D layers, the 2D width from the image."""
+    spec = {"name": "image", "family": "decoder-only",
+            "image": {"height": HEIGHT, "width": WIDTH, "channels": CHANNELS, "levels": 16},
             "vocab": {"size": 17, "pad_id": 16, "bos_id": 16, "eos_id": 16, "unk_id": 16}, "d_model": 32,
             "heads": 2, "d_ff": 64, "dropout": 0.0, "positional": {"kind": "none"},
             "decoder": {"groups": [
@@ -217,10 +222,10 @@ def test_image_model_is_causal():
     """Changing a later intensity never changes an earlier position's distribution."""
     torch.manual_seed(0)
     model = build_module(image_spec()).eval()
-    tokens = torch.randint(0, 16, (2, 8 * 8 * 3))
+    tokens = torch.randint(0, 16, (2, HEIGHT * WIDTH * CHANNELS))
     with torch.no_grad():
         logits = model(tokens)
-        for j in (0, 5, 24, 100, 191):
+        for j in (0, 5, 24, 100, 179):
             changed = tokens.clone()
             changed[:, j] = (tokens[:, j] + 1) % 16
             moved = model(changed)
@@ -229,24 +234,34 @@ def test_image_model_is_causal():
 
 
 def test_image_positions_are_row_column_and_channel_embeddings(tmp_path):
-    """Parameters count the three tables; ONNX equals PyTorch on whole and partial images."""
+    """Position p of the raster (row, column, channel) adds rows[r] + columns[c] + channels[k]
+    (Image Transformer §3.1), written here from numpy's row-major unravelling; parameters count
+    the three tables; ONNX equals PyTorch on whole and partial images."""
     from tfspec.analysis.params import analyze_params
 
     spec = image_spec()
     torch.manual_seed(0)
     model = build_module(spec).eval()
     params = dict(model.named_parameters())
-    assert [tuple(params[f"decoder.pos.{axis}"].shape) for axis in ("rows", "columns", "channels")] == \
-        [(8, 32), (8, 32), (3, 32)]
+    tables = [params[f"decoder.pos.{axis}"] for axis in ("rows", "columns", "channels")]
+    assert [tuple(t.shape) for t in tables] == [(HEIGHT, 32), (WIDTH, 32), (CHANNELS, 32)]
+    added = []  # what the position module adds to its input (ctx, x)
+    hook = model.get_submodule("decoder.pos").register_forward_hook(lambda _, args, out: added.append(out - args[1]))
+    with torch.no_grad():
+        model(torch.randint(0, 16, (2, HEIGHT * WIDTH * CHANNELS)))
+    hook.remove()
+    r, c, k = np.unravel_index(np.arange(HEIGHT * WIDTH * CHANNELS), (HEIGHT, WIDTH, CHANNELS))
+    expected = tables[0][r] + tables[1][c] + tables[2][k]
+    assert torch.allclose(added[0], expected.expand_as(added[0]), atol=1e-6)
     assert analyze_params(model.graph).total == sum(p.numel() for p in model.parameters())
     onnx_model = exported(model, tmp_path)
-    for n in (192, 100):
+    for n in (HEIGHT * WIDTH * CHANNELS, 100):
         tokens = torch.randint(0, 16, (2, n))
         with torch.no_grad():
             expected = model(tokens).numpy()
         assert np.abs(onnx_model.logits(tgt=tokens.numpy()) - expected).max() < 1e-4, n
     with pytest.raises(Exception, match="longer than the image"):
-        model(torch.randint(0, 16, (1, 193)))
+        model(torch.randint(0, 16, (1, HEIGHT * WIDTH * CHANNELS + 1)))
 
 
 @pytest.mark.parametrize("changes,message", [

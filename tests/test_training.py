@@ -78,6 +78,40 @@ def test_loss_goes_down_and_resume_reproduces_the_same_losses(tmp_path):
     assert losses(half) == full  # bit for bit: weights, Adam moments, RNG and data position restored
 
 
+def test_an_accumulated_step_has_the_gradient_of_all_its_tokens(tmp_path, monkeypatch):
+    """Three accumulated batches of unequal token counts make one step whose gradient is that of
+    the label-smoothed loss (§5.4) summed over every target token of the three and divided by
+    their count: computed here pair by pair, without batches or padding, from the same weights."""
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.training import trainer
+    from tfspec.backends.torch.training.batches import make_batches
+
+    pairs, spec = copy_task(16), small_spec(dropout=0.0)
+    config = TrainConfig(steps=1, batch_tokens=60, accum=3, warmup=4, save_every=1, log_every=1)
+    assert [sum(len(pairs.tgt[i]) - 1 for i in b) for b in make_batches(pairs, 60)] == [36, 47, 27]  # all of them
+    stepped = []
+
+    class Recording(torch.optim.Adam):
+        def step(self, closure=None):
+            stepped.append([p.grad.clone() for group in self.param_groups for p in group["params"]])
+            return super().step(closure)
+
+    monkeypatch.setattr(trainer, "adam", lambda params, fused=False: Recording(params, lr=0.0))
+    train(spec, pairs, tmp_path, config, torch.device("cpu"), progress=False)
+    torch.manual_seed(config.seed)  # the trainer's initial weights
+    model = build_module(spec)
+    total = sum(len(t) - 1 for t in pairs.tgt)
+    for src, tgt in zip(pairs.src, pairs.tgt):
+        src, tgt = (torch.from_numpy(x.astype(np.int64))[None] for x in (src, tgt))
+        logits = model(src, tgt[:, :-1])[0]
+        loss = torch.nn.functional.cross_entropy(logits, tgt[0, 1:], label_smoothing=spec.label_smoothing,
+                                                 reduction="sum")
+        (loss / total).backward()
+    assert len(stepped) == 1 and spec.label_smoothing > 0
+    for got, p in zip(stepped[0], model.parameters(), strict=True):
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-7)
+
+
 def test_averaging_and_corrupt_checkpoints(tmp_path):
     pairs, spec = copy_task(), small_spec()
     train(spec, pairs, tmp_path, CONFIG, torch.device("cpu"), progress=False)

@@ -96,6 +96,7 @@ def cmd_finetune(args) -> int:
     spec, weights, tokenizer = pretrained(args.pretrained, data, run)
     codec = open_codec(tokenizer, spec.vocab)
     spec = with_head(spec, task, len(names), args.pooling, args.dropout)
+    torch.manual_seed(args.seed)  # the new head's weights: --seed decides them, not whatever ran before
     model = build_module(spec)
     if weights is not None:
         unused = load_body(model, read_weights(weights), str(weights))
