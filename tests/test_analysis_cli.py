@@ -21,9 +21,21 @@ def test_new_commands_explain_themselves(command, capsys):
     assert exit_.value.code == 0 and "Table 1" in capsys.readouterr().out
 
 
+def base_flops(n: int, d: int = 512, d_ff: int = 2048) -> tuple[int, int, int]:
+    """(one self-attention, one FFN, the whole forward pass) of the base model at length n, by hand:
+    2 FLOPs per multiply-add, every attention score counted (dense, masked ones too). Attention =
+    W^Q, W^K, W^V, W^O (8 n d^2) + scores and weighted values (4 n^2 d), cross-attention the same
+    with m = n keys; FFN 4 n d d_ff; the 37000-way projection 2 n d V; 6 + 6 layers."""
+    attention, ffn = 8 * n * d * d + 4 * n * n * d, 4 * n * d * d_ff
+    return attention, ffn, 6 * (attention + ffn) + 6 * (2 * attention + ffn) + 2 * n * d * 37000
+
+
 def test_report_text_has_flops_paths_and_paper_cost(cli):
     code, out, _ = cli("report", "base", "--n", "32")
     assert code == 0 and "forward FLOPs at n = 32" in out and "training (forward + backward = 3 x forward)" in out
+    forward = base_flops(32)[2]
+    shown = f"forward: {forward:.3g} FLOPs per sequence, {forward / 32:.3g} per token"  # 4.07e9, not 4.07e+09
+    assert shown.replace("e+0", "e") in out
     assert "encoder: 12 sub-layers, 12 sequential operations, longest path 12 hops at n = 32" in out
     assert "training cost: 100,000 steps x 25,000 tokens" in out
     assert "paper, Table 2 (base, 100,000 steps): 3.3e18" in out
@@ -41,9 +53,11 @@ def test_report_json_carries_table1_measures_per_layer(cli):
     assert attention["sequential_ops"] == {"class": "O(1)", "at_n": 1}
     assert attention["max_path_length"] == {"class": "O(1)", "at_n": 1}
     assert layers["decoder", "ffn"]["max_path_length"]["class"] is None  # position-wise
+    one_attention, one_ffn, forward = base_flops(40)
+    assert attention["forward_flops"] == one_attention and layers["decoder", "ffn"]["forward_flops"] == one_ffn
     flops = report["flops"]
-    assert flops["forward_per_sequence"] == sum(r["count"] * r["forward_flops"] for r in report["layers"])
-    assert flops["training_per_sequence"] == 3 * flops["forward_per_sequence"]
+    assert flops["forward_per_sequence"] == forward
+    assert flops["training_per_sequence"] == 3 * forward  # the backward pass: twice the forward's products
     cost = report["training_cost"]
     assert cost["steps"] == 1000 and cost["sequences_per_step"] == 100
     assert cost["total_flops"] == pytest.approx(1000 * 100 * flops["training_per_sequence"])

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import math
 
 import jsonschema
 import pytest
+import torch
+import torch.nn.functional as F
 import yaml
 
 from tfspec import build_graph, load_spec
+from tfspec.backends.torch import build_module
 from tfspec.cli import parser
 from tests.conftest import SPECS
+from tests.test_params import PAPER_MILLIONS, closed_form
 
 COMMANDS = ["validate", "schema", "graph", "report", "table3", "compile", "list"]
 
@@ -48,42 +53,69 @@ def test_graph_json_is_consistent(cli, spec):
     for node in dump["nodes"]:
         for param in node["params"].values():
             assert param in dump["params"]
-    assert dump["num_params"] == sum(p["numel"] for p in dump["params"].values())
+    assert all(p["numel"] == math.prod(p["shape"]) for p in dump["params"].values())
+    assert dump["num_params"] == sum(p["numel"] for p in dump["params"].values()) == closed_form(load_spec(spec))
     d = load_spec(spec).d_model
     assert shapes[dump["ports"]["memory"]] == ["B", "S", d]
     assert shapes[dump["ports"]["logits"]][:2] == ["B", "T"]
 
 
 def test_graph_dot_and_mermaid(cli, tmp_path):
+    # tiny's tensors counted by hand: per stack, tokens -> embedding -> positions -> dropout (3); per post-norm
+    # sub-layer, x -> f -> dropout, x and the dropout -> add -> norm (5), cross-attention also reads the
+    # memory (6); the decoder's output -> projection (1). Two layers in each stack.
+    edges = 3 + 2 * (5 + 5) + 3 + 2 * (5 + 6 + 5) + 1
     code, out, _ = cli("graph", "tiny", "--format", "dot")
-    assert code == 0 and out.startswith('digraph "tiny"') and out.count("->") == build_graph(load_spec("tiny")).nx.number_of_edges()
+    assert code == 0 and out.startswith('digraph "tiny"') and out.count("->") == edges
     code, _, _ = cli("graph", "tiny", "--format", "mermaid", "-o", tmp_path / "g.mmd")
-    assert code == 0 and (tmp_path / "g.mmd").read_text().startswith("flowchart TD")
+    text = (tmp_path / "g.mmd").read_text()
+    assert code == 0 and text.startswith("flowchart TD") and text.count("-->") == edges
 
 
 def test_report_json_and_markdown(cli):
+    d, d_ff = 512, 2048  # by hand: biased projections, a gain and a bias per LayerNorm, one shared matrix
+    attention, ffn, norm = 4 * (d * d + d), 2 * d * d_ff + d_ff + d, 2 * d
+    encoder, decoder = 6 * (attention + ffn + 2 * norm), 6 * (2 * attention + ffn + 3 * norm)
     code, out, _ = cli("report", "base", "--format", "json")
     report = json.loads(out)
-    assert code == 0 and report["name"] == "transformer-base" and report["params"]["total"] == 63_082_496
     parts = report["params"]
-    assert parts["embeddings"]["total"] + parts["encoder"]["total"] + parts["decoder"]["total"] == 63_082_496
-    assert parts["encoder"]["ffn"] == 6 * (2 * 512 * 2048 + 2048 + 512)
+    assert code == 0 and report["name"] == "transformer-base" and parts["total"] == 37000 * d + encoder + decoder
+    assert (parts["embeddings"]["total"], parts["encoder"]["total"], parts["decoder"]["total"]) == (37000 * d, encoder,
+                                                                                                    decoder)
+    assert (parts["encoder"]["ffn"], parts["encoder"]["norm"]) == (6 * ffn, 6 * 2 * norm)
+    assert parts["decoder"]["attention"] == 6 * 2 * attention
+    code, out, _ = cli("report", "table3/E1", "--format", "json")  # learned positions: two 1024 x 512 tables
+    embeddings = json.loads(out)["params"]["embeddings"]
+    assert code == 0 and embeddings == {"embedding": 37000 * d, "positional": 2 * 1024 * d, "total": 39048 * d}
     code, out, _ = cli("report", "base", "--format", "markdown")
-    assert code == 0 and "| component | parameters | share |" in out
+    assert code == 0 and "| component | parameters | share |" in out and f"| encoder | {encoder:,} |" in out
 
 
 def test_table3_command(cli):
+    """Each row's count against the closed form, its paper figure against Table 3 as printed."""
     code, out, _ = cli("table3", "--format", "json")
     rows = json.loads(out)
     assert code == 0 and len(rows) == 20
-    assert all(abs(r["deviation"]) <= 0.07 for r in rows if r["paper_millions"])
+    for r in rows:
+        assert r["params"] == closed_form(load_spec(r["spec"])) and r["paper_millions"] == PAPER_MILLIONS.get(r["spec"])
+        if r["paper_millions"]:
+            assert r["deviation"] == pytest.approx(r["params"] / 1e6 / r["paper_millions"] - 1)
+            assert abs(r["deviation"]) <= 0.07
     code, out, _ = cli("table3")
     assert code == 0 and "does not fudge" in out
 
 
 def test_compile_runs_a_training_step(cli):
+    torch.manual_seed(0)
     code, out, _ = cli("compile", "tiny")
-    assert code == 0 and "(equal)" in out and "forward + backward" in out
+    count = f"{closed_form(load_spec('tiny')):,}"
+    assert code == 0 and f"parameters: IR {count}, module {count} (equal)" in out and "forward + backward" in out
+    torch.manual_seed(0)  # the same weights, batch (2 x 16) and dropout through the library
+    model = build_module(load_spec("tiny"))
+    generator = torch.Generator().manual_seed(0)
+    src, tgt = (torch.randint(4, 1000, (2, 16), generator=generator) for _ in range(2))
+    loss = F.cross_entropy(model(src, tgt).flatten(0, 1), tgt.flatten())
+    assert f"loss {loss.item():.3f} (uniform would be {math.log(1000):.3f})" in out
 
 
 def test_list_names_every_shipped_spec(cli):

@@ -152,8 +152,19 @@ def test_table1_measure_runs_from_the_cli_and_plots(cli, monkeypatch, tmp_path):
     code, out, _ = cli("table1", "--measure")
     assert code == 0
     assert "measured on" in out and "n: measured" in out
-    for label in ("Self-Attention (restricted)", "Recurrent", "Convolutional (separable)"):
-        assert label in out.split("measured on")[1]
+    # Each row: the paper's class, its degrees in n and d (by hand), and exponents that are the slopes
+    # of the printed times' logs over the 3 lengths (recomputed here, within the rounding of the print).
+    degrees = {"Self-Attention": ("O(n²·d)", 2, 1), "Recurrent": ("O(n·d²)", 1, 2),
+               "Convolutional": ("O(k·n·d²)", 1, 2), "Self-Attention (restricted)": ("O(r·n·d)", 1, 1),
+               "Convolutional (contiguous)": ("O(k·n·d²)", 1, 2),
+               "Convolutional (separable)": ("O(k·n·d + n·d²)", 1, 2)}
+    rows = [line for line in out.split("measured on")[-1].splitlines() if line.split("  ")[0] in degrees]
+    assert len(rows) == len(degrees)
+    for line in rows:
+        label, complexity, in_n, fitted_n, in_d, _, _, *ms = [c.strip() for c in line.split("  ") if c.strip()]
+        assert (complexity, int(in_n), int(in_d)) == degrees[label], line
+        slope = np.polyfit(np.log([64, 128, 256]), np.log([float(t) for t in ms]), 1)[0]
+        assert float(fitted_n) == pytest.approx(slope, abs=0.03), line
     pytest.importorskip("matplotlib")
     measured = analysis._measure(False)
     monkeypatch.setattr(analysis, "_measure", lambda verbose: measured)

@@ -21,6 +21,9 @@ CASES = {
     "malformed_yaml": ("vocab: 1000\nd_model: [64\n", ["spec.yaml:", "malformed YAML"]),
     "top_level_list": ("- 1\n- 2\n", ["spec.yaml:1", "must be a YAML mapping"]),
     "specials_only": (GOOD.replace("vocab: 1000", "vocab: 4"), ["spec.yaml:1: vocab.size", "no room for ordinary"]),
+    "one_ordinary_token": (GOOD.replace("vocab: 1000", "vocab: 5"), ["spec.yaml:1: vocab.size", "at least 6"]),
+    "zero_layers": (GOOD.replace("{layers: 2, block: [self", "{layers: 0, block: [self"),
+                    ["spec.yaml:5", "encoder.layers", "greater than or equal to 1"]),
     "unknown_key": (GOOD + "dmodel: 512\n", ["spec.yaml:7", "dmodel", "did you mean 'd_model'"]),
     "unknown_nested_key": (GOOD.replace("{layers: 2, block: [self", "{layer: 2, block: [self"),
                            ["spec.yaml:5", "encoder.layer", "did you mean 'layers'"]),
@@ -128,10 +131,19 @@ def test_all_problems_reported_together(cli, write_spec):
     assert code == 2 and "d_ff" in err and "d_model" in err
 
 
+def good_params(d: int) -> int:
+    """GOOD's parameters by hand at d_model d: biased projections, a gain and a bias per LayerNorm,
+    source and target embeddings of 1000 rows (the projection shares the target's)."""
+    attention, ffn, norm = 4 * (d * d + d), 2 * d * 128 + 128 + d, 2 * d
+    return 2 * 1000 * d + 2 * (attention + ffn + 2 * norm) + 2 * (2 * attention + ffn + 3 * norm)
+
+
 def test_absurd_size_warns_and_compile_refuses_before_allocating(cli, write_spec):
     path = write_spec(GOOD.replace("d_model: 64", "d_model: 1048576").replace("heads: 4", "heads: 4"))
     code, out, err = cli("validate", path)
-    assert code == 0 and "warning" in err and "parameters" in err
+    count = good_params(1048576)
+    assert code == 0 and "warning" in err and f"{count:,} parameters" in out
+    assert f"{count:.3g} parameters ({count * 4 / 2**40:.1f} TiB in float32)" in err
     code, out, err = cli("compile", path)
     assert code == 2 and "more than" in err and "--device meta" in err
 
@@ -144,4 +156,4 @@ def test_cli_process_prints_no_traceback(write_spec):
 
 def test_good_spec_validates(cli, write_spec):
     code, out, err = cli("validate", write_spec(GOOD))
-    assert code == 0 and out.startswith("ok: ") and err == ""
+    assert code == 0 and out.startswith("ok: ") and f"{good_params(64):,} parameters" in out and err == ""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
-from tfspec.analysis.table1 import table1
+from tfspec.analysis.table1 import MEASURES, table1
 from tfspec.paper import TABLE1
 
 # Vaswani et al. 2017, Table 1, as printed (complexity per layer, sequential operations, maximum
@@ -56,13 +57,41 @@ def test_exact_counts_by_hand(rows):
     assert rows["Self-Attention (restricted)"].path == 32  # ceil(127 / 4)
 
 
+def by_hand(n: int, d: int) -> dict[str, tuple[int, int, int, int]]:
+    """(FLOPs of Table 1's terms, of the whole layer, sequential operations, maximum path length) of
+    each row's spec at n and d, counted by hand (2 FLOPs per multiply-add): attention's scores and
+    weighted values, 2 * pairs * d each, plus 8 n d^2 for W^Q, W^K, W^V and W^O; an LSTM's 4 gates over
+    [x, h]; k = 3 taps; dilated kernels (dilation 3^l) connect n positions in ceil(log_3 n) layers."""
+    dilated = math.ceil(math.log(n, 3) - 1e-9)
+    pairs = n * 9 - 4 * 5  # restricted, r = 4: |i - j| <= 4
+    return {"Self-Attention": (4 * n * n * d, 4 * n * n * d + 8 * n * d * d, 1, 1),
+            "Recurrent": (16 * n * d * d, 16 * n * d * d, n, n),
+            "Convolutional": (6 * n * d * d, 6 * n * d * d, 1, dilated),
+            "Self-Attention (restricted)": (4 * pairs * d, 4 * pairs * d + 8 * n * d * d, 1, math.ceil((n - 1) / 4)),
+            "Convolutional (contiguous)": (6 * n * d * d, 6 * n * d * d, 1, n - 1),
+            "Convolutional (separable)": (6 * n * d + 2 * n * d * d, 6 * n * d + 2 * n * d * d, 1, dilated)}
+
+
 def test_table1_command(cli):
+    """Every cell the command prints against the paper, every exact count against a hand count."""
+    cells = {label: dict(zip(MEASURES, values)) for label, values in PAPER.items()} | SECTION4
     code, out, _ = cli("table1")
     assert code == 0 and "16/16 cells match the paper" in out and "✗" not in out
+    lines = {}
+    for line in out.split("cells match")[0].splitlines():  # the cells, not the exact counts below
+        lines[line.split("  ")[0]] = line
+    for label, expected in cells.items():
+        assert all(f"{cell} ✓" in lines[label] for cell in expected.values()), lines[label]
     code, out, _ = cli("table1", "--n", "64", "--d", "256", "--format", "json")
     data = json.loads(out)
-    assert code == 0 and len(data) == 6 and all(r["at"]["d"] == 256 for r in data)
-    assert data[0]["at"]["flops"] == 4 * 64 * 64 * 256
+    assert code == 0 and [r["layer_type"] for r in data] == [row.label for row in TABLE1]
+    hand = by_hand(64, 256)
+    for r in data:
+        for measure, cell in cells[r["layer_type"]].items():
+            assert r[measure]["tfspec"] == r[measure]["paper"] == cell and r[measure]["match"], (r, measure)
+        at = r["at"]
+        assert (at["n"], at["d"]) == (64, 256)
+        assert (at["flops"], at["layer_flops"], at["sequential_ops"], at["max_path_length"]) == hand[r["layer_type"]]
     code, out, _ = cli("table1", "--format", "markdown")
     assert code == 0 and "| layer type | complexity | paper |" in out
 

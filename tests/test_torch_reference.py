@@ -106,7 +106,8 @@ def test_base_shape_matches_nn_transformer(write_spec, final_norm):
 
 
 def test_pre_norm_encoder_matches_norm_first_layers(write_spec):
-    """Pre-norm with the final norm equals nn.TransformerEncoder(norm_first=True) + LayerNorm."""
+    """Pre-norm with the final norm equals nn.TransformerEncoder(norm_first=True) + LayerNorm, with
+    a norm epsilon (0.1) far from the default, so that one ignored would show."""
     path = write_spec("""
         family: encoder-only
         vocab: 500
@@ -115,12 +116,14 @@ def test_pre_norm_encoder_matches_norm_first_layers(write_spec):
         d_ff: 128
         dropout: 0.0
         norm: pre
+        norm_eps: 0.1
         encoder: {layers: 3, block: [self_attention, ffn]}
     """)
     torch.manual_seed(0)
     model = build_module(load_spec(path)).eval()
-    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, norm_first=True)
-    ref = torch.nn.TransformerEncoder(layer, 3, norm=torch.nn.LayerNorm(64), enable_nested_tensor=False).eval()
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True, norm_first=True,
+                                             layer_norm_eps=0.1)
+    ref = torch.nn.TransformerEncoder(layer, 3, norm=torch.nn.LayerNorm(64, eps=0.1), enable_nested_tensor=False).eval()
     with torch.no_grad():
         for i in range(3):
             ours, theirs = model.get_submodule(f"encoder.layers.{i}"), ref.layers[i]

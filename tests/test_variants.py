@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from tfspec import build_graph, load_spec
+from tfspec.analysis.flops import analyze_flops
+from tfspec.analysis.paths import stack_paths
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.attention import rotary
 from tfspec.backends.torch.model import RunContext
@@ -199,15 +201,15 @@ def test_adaptive_computation_time_follows_graves():
 
 
 def test_universal_stack_shares_one_layer_across_depth():
-    shared = load_spec("zoo/universal")
-    graph = build_graph(shared)
+    graph = build_graph(load_spec("zoo/universal"))
     one_step = graph.params["encoder.layers.0.ffn.w_1"]
     assert graph.tied()["encoder.layers.5.ffn.w_1"] == one_step.name
-    unshared = Spec.model_validate(shared.model_dump() | {"encoder": {"layers": 1, "block": ["self_attention", "ffn"]},
-                                                          "decoder": {"layers": 1, "block": [
-                                                              "causal_self_attention", "cross_attention", "ffn"]}})
-    act_units = 2 * (512 + 1)
-    assert graph.num_params == build_graph(unshared).num_params + act_units
+    # By hand: one encoder layer and one decoder layer of the base model (biased projections, post-norm:
+    # no final norm), one halting unit w·s + b per stack, and the one shared 37000 x 512 embedding.
+    d, d_ff = 512, 2048
+    attention, ffn, norm = 4 * (d * d + d), 2 * d * d_ff + d_ff + d, 2 * d
+    one_layer_each = (attention + ffn + 2 * norm) + (2 * attention + ffn + 3 * norm)
+    assert graph.num_params == 37000 * d + one_layer_each + 2 * (d + 1)
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -217,9 +219,14 @@ def test_every_shipped_spec_has_a_complete_report(name, cli):
     code, out, _ = cli("report", name, "--format", "json")
     assert code == 0
     report = json.loads(out)
-    assert report["params"]["total"] == build_graph(load_spec(name)).num_params
-    assert report["flops"]["forward_per_sequence"] > 0
+    spec = load_spec(name)
+    assert report["params"]["total"] == sum(p.numel() for p in build_module(spec, device="meta").parameters())
+    assert report["flops"]["forward_per_sequence"] == analyze_flops(build_graph(spec), 25).forward > 0  # default n
     for row in report["layers"]:
         if row["layer"] not in ("projection", "pooler", "act", "dense"):  # ops that are not layer kinds
             assert row["complexity"].startswith("O(") and row["sequential_ops"]["class"], row
-    assert set(report["paths"]) == {stack for stack, _ in load_spec(name).stacks}
+    assert set(report["paths"]) == {stack for stack, _ in spec.stacks}
+    for stack, layers in spec.stacks:
+        paths = stack_paths([layer.resolved(spec) for _, layer in layers.sublayers()], 25)
+        assert (report["paths"][stack]["max_path_length"], report["paths"][stack]["reach"]) == (paths.longest,
+                                                                                              paths.reach)
