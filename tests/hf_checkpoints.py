@@ -12,35 +12,58 @@ VOCAB, POSITIONS = 100, 40
 GPT2_EOS = VOCAB - 1  # <|endoftext|> is GPT-2's last id
 
 
+def perturb(model: torch.nn.Module, std: float = 0.2, **spread: float) -> torch.nn.Module:
+    """``model`` with every trainable parameter redrawn far from transformers' initialisation.
+
+    At init (matrices ~N(0, 0.02), biases 0, norm gains 1) pre-activations stay near 0.1, where
+    exact GELU and its tanh form agree to 1e-7, attention is nearly uniform and a dropped bias
+    adds the zero it would have added: a wrong activation, bias, epsilon or position scheme
+    passes any tolerance. Norm gains (the 1-D weights) are drawn around 1, the rest around 0,
+    with ``std``, or ``spread[key]`` for parameters whose name contains ``key``. Frozen
+    parameters (Marian's sinusoids) are left as they are."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                scale = next((s for key, s in spread.items() if key in name), std)
+                p.normal_(1.0 if p.dim() == 1 and name.endswith("weight") else 0.0, scale)
+    return model
+
+
 def make_config(kind: str, **changes):
+    """Tiny GPT-2 or BERT configurations; epsilons off their defaults (and far above rounding,
+    given perturbed weights), so that an importer ignoring the field computes something else."""
     import transformers
 
     if kind == "gpt2":
         return transformers.GPT2Config(vocab_size=VOCAB, n_positions=POSITIONS, n_embd=32, n_layer=2, n_head=4,
-                                       bos_token_id=GPT2_EOS, eos_token_id=GPT2_EOS, **changes)
+                                       bos_token_id=GPT2_EOS, eos_token_id=GPT2_EOS, layer_norm_epsilon=1e-3,
+                                       **changes)
     return transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   intermediate_size=64, max_position_embeddings=POSITIONS, **changes)
+                                   intermediate_size=64, max_position_embeddings=POSITIONS, layer_norm_eps=1e-3,
+                                   **changes)
 
 
 ARCHITECTURES = {"gpt2": "GPT2LMHeadModel", "bert": "BertModel", "bert-mlm": "BertForMaskedLM"}
 
 
 def save_checkpoint(kind: str, path: Path, dtype: torch.dtype = torch.float32, pickled: bool = False,
-                    **save) -> torch.nn.Module:
-    """A random ``kind`` model saved to ``path`` in ``dtype``; returns it in float32 (eval mode)."""
+                    tf_names: bool = False, **save) -> torch.nn.Module:
+    """A random ``kind`` model saved to ``path`` in ``dtype``; returns it in float32 (eval mode).
+    ``tf_names`` (pickled only): LayerNorm parameters named gamma and beta, as in checkpoints
+    converted from TensorFlow."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()  # its bars would mix with the CLI's stderr
     torch.manual_seed(0)
-    model = getattr(transformers, ARCHITECTURES[kind])(make_config(kind.removesuffix("-mlm"))).eval()
-    with torch.no_grad():  # BERT's and GPT-2's init leaves biases and norms at 0/1: make them matter
-        for name, p in model.named_parameters():
-            if p.dim() == 1:
-                p.normal_(0.0 if "bias" in name else 1.0, 0.2)
+    model = perturb(getattr(transformers, ARCHITECTURES[kind])(make_config(kind.removesuffix("-mlm"))).eval())
     saved = model.to(dtype)  # in place: the model returned holds the values written
     if pickled:
         saved.config.save_pretrained(path)
-        torch.save(saved.state_dict(), path / "pytorch_model.bin")
+        state = saved.state_dict()
+        if tf_names:
+            state = {k.replace("LayerNorm.weight", "LayerNorm.gamma").replace("LayerNorm.bias", "LayerNorm.beta"): v
+                     for k, v in state.items()}
+        torch.save(state, path / "pytorch_model.bin")
     else:
         saved.save_pretrained(path, **save)
     return model.float()

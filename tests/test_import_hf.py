@@ -1,8 +1,9 @@
 """``tfspec import``: Hugging Face checkpoints in, checked against transformers and onnxruntime.
 
 Each case saves a small random transformers model (single file, shards, float16, bfloat16,
-pytorch_model.bin), imports it through the CLI and compares tfspec's PyTorch backend, then the
-exported ONNX graphs, with what transformers computes from the same files.
+pytorch_model.bin, TensorFlow's LayerNorm names), every weight far from its initialisation,
+imports it through the CLI and compares tfspec's PyTorch backend, then the exported ONNX
+graphs, with what transformers computes from the same files.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_checkpoints import ARCHITECTURES, GPT2_EOS, padded_batch, reference, save_checkpoint
+from hf_checkpoints import ARCHITECTURES, GPT2_EOS, make_config, padded_batch, reference, save_checkpoint
 from tfspec import load_spec
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
@@ -29,6 +30,7 @@ CASES = {
     "bert-sharded": ("bert", {"max_shard_size": "30KB"}),
     "bert-fp16": ("bert", {"dtype": torch.float16}),
     "bert-mlm": ("bert-mlm", {}),
+    "bert-tf-names": ("bert", {"pickled": True, "tf_names": True}),
 }
 
 
@@ -135,4 +137,5 @@ def test_import_copies_tokenizer_files_and_names_special_tokens(cli, tmp_path):
     spec = load_spec(tmp_path / "out")
     assert spec.name == "my-bert"
     assert (spec.vocab.unk_id, spec.vocab.bos_id, spec.vocab.eos_id, spec.vocab.mask_id) == (2, 3, 4, 5)
-    assert np.isclose(spec.norm_eps, 1e-12) and spec.reference.source.startswith("Hugging Face checkpoint my-bert")
+    assert np.isclose(spec.norm_eps, make_config("bert").layer_norm_eps)
+    assert spec.reference.source.startswith("Hugging Face checkpoint my-bert")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from hf_checkpoints import perturb
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.search import SearchOptions, search
@@ -19,7 +20,8 @@ transformers = pytest.importorskip("transformers")
 
 SMALL = {"vocab_size": 120, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
-         "bos_token_id": 1, "eos_token_id": 2}
+         "bos_token_id": 1, "eos_token_id": 2, "rms_norm_eps": 1e-3}
+"""rms_norm_eps off its default, so that an importer ignoring it computes something else."""
 CASES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "llama-llama3-rope": ("LlamaConfig", "LlamaForCausalLM", {"rope_parameters": {
@@ -34,11 +36,7 @@ CASES = {
 def save(case: str, path, **save_options):
     config_class, model_class, extra = CASES[case]
     torch.manual_seed(0)
-    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**SMALL | extra)).eval()
-    with torch.no_grad():  # norms start at 1 and biases at 0: make them matter
-        for name, p in model.named_parameters():
-            if p.dim() == 1:
-                p.normal_(0.0 if "bias" in name else 1.0, 0.2)
+    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**SMALL | extra)).eval())
     model.save_pretrained(path, **save_options)
     return model
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from hf_checkpoints import perturb
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.search import SearchOptions, search
@@ -47,11 +48,9 @@ def save(case: str, path: Path, **options):
     config_class, model_class, fields = CASES[case]
     transformers.utils.logging.disable_progress_bar()
     torch.manual_seed(0)
-    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**fields)).eval()
-    with torch.no_grad():  # far from the init (tiny weights, zero biases), so every weight matters
-        for name, p in [*model.named_parameters(), ("final_logits_bias", model.final_logits_bias)]:
-            if p.requires_grad or name == "final_logits_bias":  # not Marian's sinusoids (frozen)
-                p.normal_(1.0 if "norm" in name and name.endswith("weight") else 0.0, 0.2)
+    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**fields)).eval())
+    with torch.no_grad():  # a buffer, which transformers initialises to zeros
+        model.final_logits_bias.normal_(0.0, 0.2)
     model.save_pretrained(path, **options)
     return model
 

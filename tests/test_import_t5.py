@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from hf_checkpoints import perturb
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.layers.relative_bias import bucket_table
@@ -25,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 VOCAB, PAD, EOS = 90, 0, 1
 SMALL = dict(vocab_size=VOCAB, d_model=32, d_kv=6, d_ff=48, num_layers=2, num_heads=4,
              relative_attention_num_buckets=8, relative_attention_max_distance=12, pad_token_id=PAD,
-             eos_token_id=EOS, decoder_start_token_id=PAD)
+             eos_token_id=EOS, decoder_start_token_id=PAD, layer_norm_epsilon=1e-3)  # epsilon off its default
 CASES = {"t5": SMALL | {"feed_forward_proj": "relu"},
          "t5-v1_1": SMALL | {"feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
          # transformers' generate fails on stacks of unequal depth (its cache has num_layers layers)
@@ -41,9 +42,7 @@ def save(case: str, path: Path):
     if not CASES[case].get("tie_word_embeddings", True):  # as v1.1 checkpoints are: an lm_head of its own
         model.lm_head.weight = torch.nn.Parameter(torch.empty_like(model.shared.weight))
         model.config.tie_word_embeddings = False
-    with torch.no_grad():  # far from the init, so that every weight, the bias tables included, matters
-        for name, p in model.named_parameters():
-            p.normal_(1.0 if "layer_norm" in name else 0.0, 1.0 if "relative_attention_bias" in name else 0.2)
+    perturb(model, relative_attention_bias=1.0)  # the bias tables wide, so that every bucket matters
     model.save_pretrained(path)
     return model
 

@@ -1,9 +1,11 @@
 """GPT-2 and BERT written as specs against Hugging Face transformers' implementations of them.
 
 The shipped specs (specs/zoo) at reduced sizes, with transformers' randomly initialised weights
-copied in (no download): hidden states, logits and the pooled output must agree. This checks
-what the parameter counts cannot: activation, norm placement and epsilon, learned positions,
-segment embeddings, the embedding LayerNorm, the pooler and the tied output head.
+copied in (no download), every one redrawn far from the init (``hf_checkpoints.perturb``: at
+init scale exact GELU and its tanh form agree to 1e-7 and biases are zero): hidden states,
+logits and the pooled output must agree. This checks what the parameter counts cannot:
+activation, norm placement and epsilon, biases, learned positions, segment embeddings, the
+embedding LayerNorm, the pooler and the tied output head.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from hf_checkpoints import perturb
 from tfspec import load_spec
 from tfspec.backends.torch import build_module
 from tfspec.spec import Spec
@@ -34,7 +37,7 @@ def test_gpt2_matches_transformers():
     config = transformers.GPT2Config(vocab_size=100, n_positions=40, n_embd=32, n_layer=2, n_head=4, n_inner=64,
                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     torch.manual_seed(0)
-    ref = transformers.GPT2LMHeadModel(config).eval()
+    ref = perturb(transformers.GPT2LMHeadModel(config).eval())
     ours = build_module(spec).eval()
     h = ref.transformer
     weights = {"decoder.embed.weight": h.wte.weight, "output.weight": h.wte.weight, "decoder.pos.weight": h.wpe.weight,
@@ -61,7 +64,7 @@ def test_bert_matches_transformers():
                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, hidden_act="gelu",
                                      layer_norm_eps=1e-12)
     torch.manual_seed(0)
-    ref = transformers.BertModel(config, add_pooling_layer=True).eval()
+    ref = perturb(transformers.BertModel(config, add_pooling_layer=True).eval())
     ours = build_module(spec).eval()
     e = ref.embeddings
     weights = {"encoder.embed.weight": e.word_embeddings.weight, "output.weight": e.word_embeddings.weight,
@@ -107,10 +110,7 @@ def test_bert_masked_lm_head_matches_transformers():
                                      attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12)
     torch.manual_seed(0)
     ref = transformers.BertForMaskedLM(config).eval()
-    ours = build_module(spec).eval()
-    with torch.no_grad():
-        for p in ours.parameters():  # the head's bias starts at zero in both: make it matter
-            p.normal_(0, 0.2)
+    ours = perturb(build_module(spec).eval())  # the head's bias starts at zero in both: make it matter
     e, a, layer, head = ref.bert.embeddings, ref.bert.encoder.layer[0].attention, ref.bert.encoder.layer[0], ref.cls.predictions
     pairs = {"encoder.embed.weight": e.word_embeddings.weight, "encoder.pos.weight": e.position_embeddings.weight,
              "encoder.segment.weight": e.token_type_embeddings.weight, "encoder.embed_norm.weight": e.LayerNorm.weight,
