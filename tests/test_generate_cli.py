@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from hf_checkpoints import perturb
 from tfspec.data import read_split, sample_dir
 from tfspec.data.codecs import open_codec
 from tfspec.search import Sampling, SearchOptions, _Picker, search
@@ -53,10 +54,7 @@ def model_of(kind: str, vocab: int):
                                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                           bos_token_id=1, eos_token_id=2)
         model = transformers.LlamaForCausalLM(config)
-    with torch.no_grad():  # far from the init, so every weight matters
-        for name, p in model.named_parameters():
-            p.normal_(1.0 if ("norm" in name or "ln_" in name) and name.endswith("weight") else 0.0, 0.2)
-    return model.eval()
+    return perturb(model).eval()
 
 
 def saved_model(kind: str, path):
@@ -100,23 +98,69 @@ def test_greedy_tokens_and_text_equal_transformers(imported, cli):
     assert len(want) - len(prompt) > 10 and "PyTorch" in err  # real generation was compared
 
 
-def test_onnx_export_generates_the_same(imported, cli, tmp_path):
+@pytest.fixture(scope="module")
+def onnx_dir(imported, tmp_path_factory):
+    """The import's ONNX export, written by ``tfspec export --no-check``."""
+    from tfspec.cli import main
+
+    kind, directory = imported[:2]
+    out = tmp_path_factory.mktemp(f"{kind}-onnx")
+    assert main(["export", str(directory), "--weights", str(directory / "model.safetensors"), "-o", str(out),
+                 "--no-check"]) == 0
+    return out
+
+
+def test_onnx_export_generates_the_same(imported, onnx_dir, cli):
     kind, directory, model, tokenizer = imported
-    code, out, err = cli("export", directory, "--weights", directory / "model.safetensors", "-o", tmp_path / "onnx",
-                         "--no-check")
-    assert code == 0, err
-    code, out, err = cli("generate", tmp_path / "onnx", "--prompt", PROMPT, "--max-new-tokens", "20")
+    code, out, err = cli("generate", onnx_dir, "--prompt", PROMPT, "--max-new-tokens", "20")
     assert code == 0 and "onnxruntime" in err, err
     assert out.rstrip("\n") == tokenizer.decode(expected(model, tokenizer, 20), skip_special_tokens=True)
 
 
 def test_sampling_is_reproducible_and_top_k_1_is_greedy(imported, cli):
     directory = imported[1]
-    runs = [cli("generate", directory, "--prompt", PROMPT, "--sample", *extra)[1]
+    short = ("--prompt", PROMPT, "--max-new-tokens", "20")
+    runs = [cli("generate", directory, *short, "--sample", *extra)[1]
             for extra in ([], ["--seed", "0"], ["--top-k", "1", "--temperature", "5"],
                           ["--seed", "7", "--temperature", "1.5", "--top-p", "0.9"])]
-    greedy = cli("generate", directory, "--prompt", PROMPT)[1]
+    greedy = cli("generate", directory, *short)[1]
     assert runs[0] == runs[1] and runs[2] == greedy and runs[3] != greedy
+
+
+def library_model(directory):
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    model = build_module(load_spec(directory)).eval()
+    load_weights(model, directory / "model.safetensors")
+    return model
+
+
+@torch.no_grad()
+def mass_before(model, prefix: list[int], drawn: list[int], temperature: float = 1.0) -> torch.Tensor:
+    """For each drawn token, the probability transformers' ``model`` gives the tokens likelier
+    than it at that step (softmax(logits / temperature)): under top-p it must stay below p."""
+    logits = model(torch.tensor([prefix + drawn])).logits[0, len(prefix) - 1:-1] / temperature
+    probs = torch.softmax(logits, -1)
+    chosen = probs[torch.arange(len(drawn)), torch.tensor(drawn)]
+    return torch.where(probs > chosen[:, None], probs, 0.0).sum(-1)
+
+
+def test_sampled_text_is_the_library_draw_inside_transformers_nucleus(imported, cli):
+    """--sample --seed 7 --temperature 1.5 --top-p 0.9 prints what ``search`` draws with those
+    options, and each drawn token lies in the nucleus of transformers' distribution at that
+    temperature (the likeliest tokens holding 0.9 of the probability)."""
+    from tfspec.backends.torch import TorchDecoder
+
+    kind, directory, model, tokenizer = imported
+    code, out, err = cli("generate", directory, "--prompt", PROMPT, "--sample", "--seed", "7", "--temperature", "1.5",
+                         "--top-p", "0.9", "--max-new-tokens", "20")
+    assert code == 0, err
+    prompt = tokenizer(PROMPT).input_ids
+    options = SearchOptions(beam=1, max_extra=20, max_length=20, sampling=Sampling(temperature=1.5, top_p=0.9, seed=7))
+    drawn = search(TorchDecoder(library_model(directory)), None, options, prefix=np.array([prompt]))[0]
+    assert out.rstrip("\n") == tokenizer.decode(prompt + drawn, skip_special_tokens=True)
+    assert len(drawn) > 5 and (mass_before(model, prompt, drawn, 1.5) < 0.9).all()
 
 
 def test_picker_draws_as_temperature_top_k_and_top_p_say():
@@ -142,14 +186,21 @@ def test_sampling_options_need_sample_and_encoder_decoders_are_refused(imported,
     assert code == 2 and "generate continues prompts with decoder-only models" in err
 
 
-def test_search_samples_through_any_decoder(imported):
-    from tfspec.backends.torch import TorchDecoder, build_module
-    from tfspec.backends.torch.checkpoint import load_weights
+def test_search_samples_through_any_decoder(imported, onnx_dir):
+    """The same draws through the PyTorch and the ONNX decoder, each among transformers' five
+    likeliest tokens at its step (top_k 5)."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.backends.torch import TorchDecoder
 
-    directory = imported[1]
-    model = build_module(load_spec(directory))
-    load_weights(model, directory / "model.safetensors")
+    _, directory, reference, _ = imported
+    model = library_model(directory)
     prefix = np.array([[5, 6, 7], [8, 9, 10]])
     options = SearchOptions(beam=1, max_extra=8, sampling=Sampling(seed=3, top_k=5))
     first = search(TorchDecoder(model), None, options, prefix)
     assert first == search(TorchDecoder(model), None, options, prefix) and len(first) == 2
+    assert search(OnnxModel(onnx_dir, device="cpu").decoder(), None, options, prefix) == first
+    for row, drawn in zip(prefix.tolist(), first):
+        with torch.no_grad():
+            likeliest = reference(torch.tensor([row + drawn])).logits[0, len(row) - 1:-1].topk(5).indices
+        assert all(token in likeliest[i] for i, token in enumerate(drawn))
+    assert sum(map(len, first)) > 8  # more than one step was drawn and compared
