@@ -93,6 +93,13 @@ def test_error_in_inherited_field_points_at_the_base_file(cli, write_spec):
     assert code == 2 and "parent.yaml:4: d_ff" in err
 
 
+def test_error_in_overridden_field_points_at_the_child(cli, write_spec):
+    write_spec(GOOD, "parent.yaml")
+    path = write_spec("extends: parent.yaml\nheads: 2\nd_ff: -5\n", "child.yaml")
+    code, _, err = cli("validate", path)
+    assert code == 2 and "child.yaml:3: d_ff" in err and "parent.yaml" not in err
+
+
 def _alias_bomb() -> str:
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
