@@ -211,9 +211,22 @@ def test_prepare_errors_are_one_line_each_on_the_cli(tmp_path, cli):
 
 
 def test_cli_stats_prints_counts_and_the_copy_baseline(cli):
+    """Each split's row counts what its files hold (counted here); the baseline is sacrebleu's
+    BLEU and chrF of the test sources taken as their own translations."""
+    import sacrebleu
+
     code, out, _ = cli("data", "stats", sample_dir(), "--verify")
-    assert code == 0 and "2,000" in out and "copy-the-source baseline on test: BLEU" in out and "nrefs:1" in out
-    assert "all files match" in out
+    assert code == 0 and "nrefs:1" in out and "all files match" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()}
+    for split in SPLITS:
+        en, de = (lines(sample_dir(), f"{split}.{side}") for side in ("en", "de"))
+        documents = len(set(lines(sample_dir(), f"{split}.docs")))
+        words = [sum(len(line.split()) for line in side) for side in (en, de)]
+        assert rows[split] == [f"{len(en):,}", f"{documents:,}", f"{words[0]:,}", f"{words[1]:,}",
+                               f"{words[0] / len(en):.1f}"], split
+    sources, targets = lines(sample_dir(), "test.en"), [lines(sample_dir(), "test.de")]
+    bleu, chrf = sacrebleu.corpus_bleu(sources, targets).score, sacrebleu.corpus_chrf(sources, targets).score
+    assert f"copy-the-source baseline on test: BLEU {bleu:.1f}, chrF {chrf:.1f} (" in out
 
 
 @pytest.mark.parametrize("change", [{"src": None}, {"tgt": 5}, {"src": "../en"}, {"files": []}, {"splits": 3}],

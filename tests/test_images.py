@@ -143,6 +143,22 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
+def bits_by_hand(weights, pixels, prefixes) -> float:
+    """-log2 p(x) per intensity (§4 of the Image Transformer), one image at a time: the model
+    reads [prefix, x_0 .. x_{n-2}] and position i gives x_i's softmax over the 17 levels."""
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    model = build_module(Spec.model_validate(__import__("yaml").safe_load(TINY))).eval()
+    load_weights(model, weights)
+    nats = 0.0
+    with torch.no_grad():
+        for image, prefix in zip(pixels, prefixes):
+            x = torch.from_numpy(image.reshape(-1).astype(np.int64))
+            logits = model(torch.cat([torch.tensor([int(prefix)]), x[:-1]])[None])[0, :, :17].double()
+            nats -= torch.log_softmax(logits, -1)[torch.arange(len(x)), x].sum().item()
+    return nats / pixels.size / math.log(2)
+
+
 def test_digits_train_evaluate_sample(digits, tmp_path, capsys):
     from PIL import Image
 
@@ -169,6 +185,10 @@ def test_digits_train_evaluate_sample(digits, tmp_path, capsys):
     spread = test[[0, len(test) // 2, len(test) - 1]]  # --limit spreads over the split: first, middle, last
     assert limited["images"] == 3
     assert limited["baselines"]["per-position histogram (train)"][0] == f"{histogram_bits(train, spread, 17):.3f}"
+    spread_labels = test_labels[[0, len(test) // 2, len(test) - 1]]
+    assert limited["models"][str(out)]["bits_per_dim"] == pytest.approx(
+        [bits_by_hand(out / "checkpoints" / "step-0000030" / "model.safetensors", spread, prefixes) for prefixes in
+         ([17] * 3, 18 + spread_labels)], rel=1e-5)
     code, _, err = run(capsys, "sample", out, "-o", tmp_path / "grid.png", "--count", 3, "--quiet", "--threads", 1)
     assert code == 0, err
     images = np.load(tmp_path / "grid.npy", allow_pickle=False)

@@ -7,8 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
+import sacrebleu
 
 ARGS = ["--steps", "12", "--batch-tokens", "600", "--warmup", "6", "--lr-scale", "2", "--save-every", "4",
         "--log-every", "1", "--threads", "1", "--quiet"]
@@ -64,9 +67,46 @@ def test_sigterm_saves_a_checkpoint_first(tmp_path):
     assert list((run / "checkpoints").glob("step-*"))
 
 
+def held_out_pairs(run, n: int) -> list[tuple[str, str]]:
+    """The first n test pairs of the corpus the run trained on (evaluate --limit n scores them)."""
+    from tfspec.data import read_split
+
+    return read_split(Path(json.loads((run / "run.json").read_text())["data"]), "test")[:n]
+
+
+def searched_one_at_a_time(run, sources: list[str], beam: int, max_extra: int) -> list[str]:
+    """The library's own beam search (§6.1: GNMT penalty 0.6) on the averaged weights, one
+    unpadded source at a time, tokenised and detokenised by sentencepiece itself."""
+    import sentencepiece
+
+    from tfspec.backends.torch import TorchDecoder, build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.search import SearchOptions, search
+    from tfspec.spec import spec_from_data
+
+    spec = spec_from_data(json.loads((run / "run.json").read_text())["spec"], "run")
+    load_weights(model := build_module(spec), run / "average.safetensors")
+    decoder, sp = TorchDecoder(model), sentencepiece.SentencePieceProcessor(model_file=str(run / "tokenizer.model"))
+    options = SearchOptions(beam=beam, alpha=0.6, max_extra=max_extra, max_length=spec.positional.max_len - 1)
+    out = []
+    for source in sources:
+        ids = sp.encode(source)[:spec.positional.max_len - 1] + [spec.vocab.eos_id]
+        out.append(sp.decode([t for t in search(decoder, np.array([ids]), options)[0] if t != decoder.eos]))
+    return out
+
+
 def test_average_and_evaluate_on_both_backends(cli, trained):
+    """average writes the mean of the last checkpoints (by hand); evaluate's hypotheses are the
+    library's search on those weights, and its BLEU and chrF are sacrebleu's on them."""
+    from safetensors.numpy import load_file
+
     code, out, err = cli("average", trained, "--last", "3")
     assert code == 0 and "step-0000004, step-0000008, step-0000012" in out
+    chosen = [load_file(trained / "checkpoints" / f"step-{s:07d}" / "model.safetensors") for s in (4, 8, 12)]
+    averaged = load_file(trained / "average.safetensors")
+    assert averaged.keys() == chosen[0].keys()
+    for name, value in averaged.items():
+        assert np.allclose(value, sum(c[name].astype(np.float64) for c in chosen) / 3, rtol=1e-6, atol=1e-7), name
     scores = {}
     for backend in ("torch", "onnx"):
         code, out, err = cli("evaluate", trained, "--backend", backend, "--limit", "40", "--beam", "2",
@@ -76,7 +116,14 @@ def test_average_and_evaluate_on_both_backends(cli, trained):
         scores[backend] = json.loads((trained / "eval" / f"test.{backend}.json").read_text())
     hyp = {b: (trained / "eval" / f"test.{b}.hyp").read_text() for b in scores}
     assert hyp["torch"] == hyp["onnx"] and hyp["torch"].strip()  # the same search, the same words
-    assert scores["torch"]["bleu"] == scores["onnx"]["bleu"]
+    pairs = held_out_pairs(trained, 40)
+    hypotheses = hyp["torch"].splitlines()
+    assert hypotheses == searched_one_at_a_time(trained, [s for s, _ in pairs], beam=2, max_extra=8)
+    references = [[t for _, t in pairs]]
+    for result in scores.values():
+        assert result["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, references).score, 2)
+        assert result["chrf"] == round(sacrebleu.corpus_chrf(hypotheses, references).score, 2)
+        assert result["sentences"] == 40 and result["weights"].endswith("average.safetensors")
 
 
 def test_evaluate_exports_again_after_a_format_change(cli, trained):
@@ -124,6 +171,10 @@ def test_int8_bleu_beside_float32(cli, trained):
     assert code == 0, err
     fp32, int8 = (json.loads((trained / "eval" / f"test.{b}.json").read_text()) for b in ("onnx", "onnx-int8"))
     assert f"int8 vs float32 on test: BLEU {int8['bleu']:.2f} vs {fp32['bleu']:.2f}" in out
+    references = [[t for _, t in held_out_pairs(trained, 40)]]
+    for backend, result in (("onnx", fp32), ("onnx-int8", int8)):  # sacrebleu's scores of what each wrote
+        hypotheses = (trained / "eval" / f"test.{backend}.hyp").read_text().splitlines()
+        assert result["bleu"] == round(sacrebleu.corpus_bleu(hypotheses, references).score, 2), backend
     assert fp32["weights"] == int8["weights"] and fp32["weights"].endswith(".safetensors")
     recorded = next((trained / "onnx").glob("*-int8/tfspec.json"))
     bleu = json.loads(recorded.read_text())["int8"]["bleu"]
