@@ -22,16 +22,14 @@ def test_batches_by_examples_and_tokens():
         batches(lengths, 2, "sentences")
 
 
-@pytest.mark.parametrize("beam", [1, 2])
 @pytest.mark.parametrize("size,kind", [(3, "examples"), (30, "tokens")])
-def test_batched_decoding_equals_one_at_a_time(size, kind, beam):
-    """Each output equals decoding that source alone with the same search (in a batch, the
-    shortest source reaches its length limit first, so rows end before later ones)."""
+def test_batched_decoding_equals_one_at_a_time(size, kind):
+    """Each output equals decoding that source alone with the same search."""
     torch.manual_seed(0)
     decoder = TorchDecoder(build_module(load_spec("tiny")).eval())
     rng = np.random.default_rng(0)
     sources = [list(rng.integers(4, 1000, n)) + [2] if n else [] for n in (3, 0, 8, 1, 5)]
-    options = SearchOptions(beam=beam, max_extra=3)
+    options = SearchOptions(beam=2, max_extra=3)
     outputs = decode_all(decoder, sources, options, size, batch_type=kind)
     for source, output in zip(sources, outputs):
         alone = search(decoder, np.array([source]), options)[0] if source else []

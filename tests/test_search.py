@@ -107,6 +107,34 @@ def test_min_length_forbids_an_early_end(beam):
     assert search(model, np.array([[7]]), SearchOptions(beam=beam)) == [[]]
 
 
+class Copier:
+    """Copies its source, token by token, then EOS (log-prob -0.1; every other token -5): the
+    state is each row's source, so a row continuing another row's state copies the wrong one."""
+
+    bos, eos, pad = BOS, EOS, PAD
+
+    def start(self, src):
+        return src, 0
+
+    def step(self, state, tokens, k):
+        src, t = state
+        copied = src[:, t] if t < src.shape[1] else np.full(len(src), EOS)
+        logp = np.full((len(src), 10), -5.0)
+        logp[np.arange(len(src)), np.where(copied == PAD, EOS, copied)] = -0.1
+        ids = np.argsort(-logp, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(logp, ids, 1), ids, (src, t + 1)
+
+    def select(self, state, rows, cross):
+        return state[0][rows], state[1]
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_rows_keep_their_own_state_when_others_end(beam):
+    """The first sentence ends first: the rows that go on must keep their own state and outputs."""
+    src = np.array([[4, EOS, PAD, PAD, PAD], [3, 4, 5, 9, EOS], [5, 3, 8, EOS, PAD]])
+    assert search(Copier(), src, SearchOptions(beam=beam)) == [[4], [3, 4, 5, 9], [5, 3, 8]]
+
+
 def test_decoder_only_prefix_continues():
     """Each row continues its own prefix: from its last token (the bigram's only context)."""
     model = Markov(1)
