@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tfspec.backends.torch import build_module
+from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.backends.torch.images import image_pairs, intensity_log_probs, prefix_ids, sample_images
 from tfspec.cli import main
 from tfspec.data.image_baselines import class_histogram_bits, histogram_bits, uniform_bits
@@ -146,8 +147,6 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 def bits_by_hand(weights, pixels, prefixes) -> float:
     """-log2 p(x) per intensity (§4 of the Image Transformer), one image at a time: the model
     reads [prefix, x_0 .. x_{n-2}] and position i gives x_i's softmax over the 17 levels."""
-    from tfspec.backends.torch.checkpoint import load_weights
-
     model = build_module(Spec.model_validate(__import__("yaml").safe_load(TINY))).eval()
     load_weights(model, weights)
     nats = 0.0
@@ -193,6 +192,10 @@ def test_digits_train_evaluate_sample(digits, tmp_path, capsys):
     assert code == 0, err
     images = np.load(tmp_path / "grid.npy", allow_pickle=False)
     assert images.shape == (33, 8, 8, 1) and images.max() <= 16
+    model = build_module(Spec.model_validate(__import__("yaml").safe_load(TINY)))
+    load_weights(model, out / "checkpoints" / "step-0000030" / "model.safetensors")
+    prefixes = np.array([18 + k for k in range(10) for _ in range(3)] + [17] * 3)  # a row per class, then bos
+    assert np.array_equal(images, sample_images(model, prefixes, temperature=1.0, seed=0))  # --seed's default
     png = np.asarray(Image.open(tmp_path / "grid.png"))
     zoom, cell = 4, 33  # 32 // 8; cell pitch 8 * 4 + 1 gap
     assert png.shape == (11 * cell + 1, 3 * cell + 1)

@@ -105,4 +105,9 @@ MUTANTS = [
          file="backends/torch/images.py",
          old="return nats / flat.numel() / math.log(2)", new="return nats / flat.numel()",
          tests=["tests/test_images.py::test_digits_train_evaluate_sample"]),
+    dict(name="sample's class rows interleave the classes (np.tile for np.repeat)",
+         file="tfspec/cli/images.py",
+         old="labels = np.repeat(np.arange(len(classes)), count)",
+         new="labels = np.tile(np.arange(len(classes)), count)",
+         tests=["tests/test_images.py::test_digits_train_evaluate_sample"]),
 ]
