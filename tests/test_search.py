@@ -82,7 +82,8 @@ def test_the_length_penalty_counts_eos():
     model.table[:] = -np.inf
     model.table[BOS, EOS], model.table[BOS, 3], model.table[3, EOS] = -1.0, -0.59, -0.59
     options = SearchOptions(beam=2, alpha=1.0, max_extra=3)
-    assert search(model, np.array([[7]]), options) == [[]]  # -1 > -1.18 / (7/6) = -1.011 (|Y| without EOS: -1.2 < -1.18)
+    # -1 > -1.18 / (7/6) = -1.011; were |Y| to leave EOS out: -1 / (5/6) = -1.2 < -1.18
+    assert search(model, np.array([[7]]), options) == [[]]
     model.table[3, EOS] = -0.55
     assert search(model, np.array([[7]]), options) == [[3]]  # -1.10 / (7/6) = -0.943 > -1
     assert search(model, np.array([[7]]), SearchOptions(beam=2, alpha=0.0, max_extra=3)) == [[]]  # raw: -1 > -1.1
