@@ -202,6 +202,15 @@ def number(config: dict, key: str, where: str, kind=int, default=None):
     return value
 
 
+def end_ids(config: dict, where: str, default) -> dict:
+    """``eos_id``, and ``eos_ids`` when the config lists several, from ``eos_token_id``: one id
+    or a list (Llama 3.1 Instruct's three), whose first is the one tfspec appends and writes."""
+    value = config.get("eos_token_id", default)
+    listed = [number({"eos_token_id": v}, "eos_token_id", where) for v in (value if isinstance(value, list) and value
+                                                                           else [value])]
+    return {"eos_id": listed[0], **({"eos_ids": listed} if len(set(listed)) > 1 else {})}
+
+
 def eos_token_id(vocab) -> int | list[int]:
     """``eos_token_id`` as transformers configurations write it: the id, or every id that ends
     a sequence with ``eos_id`` first (Llama 3.1 Instruct's list)."""

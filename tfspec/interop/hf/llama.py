@@ -14,8 +14,8 @@ and llama3 are refused by name. ``export --format hf`` writes the classic fields
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, eos_token_id, number,
-                                     register)
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
+                                     number, register)
 
 ROPE_TYPES = ("default", "llama3")
 
@@ -188,8 +188,8 @@ def _vocab(c: dict, where: str) -> dict:
     only tells transformers which positions the attention mask hides, and tfspec finds padding
     by id, so </s> as padding would hide the </s> an input ends with (e5-mistral's last token)."""
     bos, eos = c.get("bos_token_id"), c.get("eos_token_id")
-    stops = [number({"eos_token_id": e}, "eos_token_id", where) for e in eos] if isinstance(eos, list) else []
-    eos = stops[0] if stops else eos
+    ends = end_ids(c, where, None) if eos not in (None, []) else {}
+    eos = ends.get("eos_id")
     bos = bos if bos is not None else eos if eos is not None else 0
     eos = eos if eos is not None else bos
     ids = {"bos_id": number({"bos_token_id": bos}, "bos_token_id", where),
@@ -199,4 +199,4 @@ def _vocab(c: dict, where: str) -> dict:
         pad = bos if bos == eos else 0
     unk = pad if pad not in (bos, eos) or bos == eos else 0
     return {"size": number(c, "vocab_size", where, default=32000), **ids, "pad_id": pad, "unk_id": unk,
-            **({"eos_ids": stops} if len(stops) > 1 else {})}
+            **({"eos_ids": ends["eos_ids"]} if "eos_ids" in ends else {})}
