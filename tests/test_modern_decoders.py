@@ -82,7 +82,7 @@ def transformers_weights(ref, spec: Spec) -> dict[str, torch.Tensor]:
     weights |= _norm("decoder.norm", m.norm)
     for i, layer in enumerate(m.layers):
         p, a, mlp = f"decoder.layers.{i}.", layer.self_attn, layer.mlp
-        attn = p + spec.decoder.block[0].stem  # self_attn, or local_attn for a sliding window
+        attn = p + spec.decoder.block[0].stem  # self_attn, a sliding window's too
         projections = (a.q_proj, a.k_proj, a.v_proj)
         weights |= {f"{attn}.w_qkv": torch.cat([x.weight for x in projections]), f"{attn}.w_o": a.o_proj.weight,
                     p + "ffn.w_1": mlp.gate_proj.weight, p + "ffn.w_3": mlp.up_proj.weight,

@@ -24,6 +24,8 @@ class Decoder(Protocol):
     bos: int
     eos: int
     pad: int
+    eos_ids: tuple[int, ...]
+    """Every id that ends a hypothesis (``eos`` among them); optional, ``(eos,)`` when absent."""
 
     def start(self, src: np.ndarray | None) -> Any:
         """Encode int64 ``src`` (B, S) (None for decoder-only models): the initial state."""
@@ -99,18 +101,24 @@ def _limits(decoder, src, prefix, options) -> np.ndarray:
     return np.maximum(limits, max(options.min_length, 1))
 
 
+def stop_ids(decoder) -> np.ndarray:
+    """Every token id that ends a hypothesis: ``eos`` and any other ``eos_ids`` (Llama 3.1
+    Instruct ends a turn with <|eot_id|> as well as <|end_of_text|>)."""
+    return np.array(sorted({decoder.eos, *getattr(decoder, "eos_ids", ())}), dtype=np.int64)
+
+
 def _banned(decoder, t: int, min_length: int) -> list[int]:
-    """Tokens step ``t`` may not choose: eos before ``min_length``, and the padding token when
-    decoding starts from it (Marian, T5: it is never a word; Marian's configurations forbid it
-    with bad_words_ids, its embedding being a row added at conversion)."""
-    banned = [decoder.eos] if t < min_length else []
+    """Tokens step ``t`` may not choose: the end-of-sequence ids before ``min_length``, and the
+    padding token when decoding starts from it (Marian, T5: it is never a word; Marian's
+    configurations forbid it with bad_words_ids, its embedding being a row added at conversion)."""
+    banned = stop_ids(decoder).tolist() if t < min_length else []
     return banned + [decoder.pad] if decoder.bos == decoder.pad != decoder.eos else banned
 
 
 def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[int]]:
     """The likeliest token at each step, or the one ``pick`` draws."""
-    batch = len(prefix)
-    out: list[list[int]] = [[] for _ in range(batch)]
+    batch, stops = len(prefix), stop_ids(decoder)
+    out, lengths = np.zeros((batch, int(limits.max())), dtype=np.int64), np.zeros(batch, dtype=np.int64)
     alive, tokens = np.arange(batch), prefix
     for t in range(int(limits.max())):
         banned = _banned(decoder, t, min_length)
@@ -119,10 +127,9 @@ def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[
             best = ids[np.arange(len(ids)), np.argmax(~np.isin(ids, banned), axis=1)]
         else:
             best = pick(np.where(np.isin(ids, banned), -np.inf, values), ids)
-        ended = best == decoder.eos
-        for row, token, end in zip(alive, best, ended):
-            if not end:
-                out[row].append(int(token))
+        ended = np.isin(best, stops)
+        out[alive, t] = best
+        lengths[alive[~ended]] = t + 1
         ended |= t + 1 >= limits[alive]
         if ended.any():
             keep = np.flatnonzero(~ended)
@@ -131,8 +138,7 @@ def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[
             state = decoder.select(state, keep, cross=True)
             alive, best = alive[keep], best[keep]
         tokens = best[:, None]
-    return out
-
+    return [row[:n].tolist() for row, n in zip(out, lengths)]
 
 class _Picker:
     """Draws one token per row from top-k log-probabilities (``Sampling``)."""
@@ -155,49 +161,91 @@ class _Picker:
         return ids[np.arange(len(ids)), np.minimum(drawn, (probs > 0).sum(1) - 1)]
 
 
+@dataclass
+class Step:
+    """What one beam step decides for n sentences of k hypotheses (every field an array)."""
+
+    rows: np.ndarray
+    """(n, k) which of the sentence's k hypotheses each new one extends."""
+    tokens: np.ndarray
+    """(n, k) the token it adds."""
+    scores: np.ndarray
+    """(n, k) its summed log-probability; -inf for a dead filler that keeps the shape."""
+    ended: np.ndarray
+    """(n,) hypotheses that finished at this step (by end of sequence, or by the length limit)."""
+    best: np.ndarray
+    """(n,) the best length-penalised score among them (-inf when none)."""
+    best_row: np.ndarray
+    """(n,) the hypothesis it came from."""
+    best_token: np.ndarray
+    """(n,) the token it adds, or -1 when it ends by end of sequence (which is not kept)."""
+    going: np.ndarray
+    """(n,) whether the sentence goes on (fewer than k finished, under its limit, a word left)."""
+
+
+def beam_step(scores: np.ndarray, values: np.ndarray, ids: np.ndarray, stops: np.ndarray, finished: np.ndarray,
+              at_limit: np.ndarray, penalty: float) -> Step:
+    """One step of beam search for n sentences at once, in fixed-shape array operations only
+    (what an in-graph search spells with TopK, Gather and Where): ``scores`` (n, k) of the
+    hypotheses, their next-token candidates ``values``/``ids`` (n * k, w), the end-of-sequence
+    ``stops``, hypotheses already ``finished`` (n,), sentences ``at_limit`` (n,) and the length
+    penalty of the new length. Of the 2k best extensions, in order, each end of sequence met
+    before the k-th word finishes a hypothesis and the first k words go on (fairseq's rule)."""
+    n, k = scores.shape
+    candidates = (scores.reshape(-1, 1) + values).reshape(n, -1)  # (n, k * w)
+    order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
+    top = np.take_along_axis(candidates, order, 1)
+    rows, tokens = order // values.shape[1], np.take_along_axis(ids.reshape(n, -1), order, 1)
+    valid, ends = top > -np.inf, np.isin(tokens, stops)
+    word = valid & ~ends
+    before = np.cumsum(word, 1) - word  # words ranked above each candidate
+    closing, chosen = valid & ends & (before < k), word & (before < k)
+    # Finished in the order the search meets them: ends of sequence, then words cut by the limit.
+    done = np.concatenate([closing, chosen & at_limit[:, None]], 1)
+    finals = np.where(done, np.concatenate([top, top], 1) / penalty, -np.inf)
+    first = np.argmax(finals, 1)  # the first of equal bests, as a running maximum keeps it
+    at = first % (2 * k)
+    pick = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen words first, in order
+    count = chosen.sum(1)
+    filler = np.arange(k)[None] >= count[:, None]
+    pick = np.where(filler, np.take_along_axis(pick, np.maximum(count - 1, 0)[:, None], 1), pick)
+    line = np.arange(n)
+    return Step(rows=np.take_along_axis(rows, pick, 1), tokens=np.take_along_axis(tokens, pick, 1),
+                scores=np.where(filler, -np.inf, np.take_along_axis(top, pick, 1)), ended=done.sum(1),
+                best=finals[line, first], best_row=rows[line, at],
+                best_token=np.where(first < 2 * k, -1, tokens[line, at]),
+                going=(finished + done.sum(1) < k) & ~at_limit & (count > 0))
+
+
 def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
-    batch, k, alpha = len(prefix), options.beam, options.alpha
+    """Beam search over ``beam_step``; sentences that stop leave the batch (their rows are no
+    longer decoded), which changes no result."""
+    batch, k = len(prefix), options.beam
     state = decoder.select(state, np.repeat(np.arange(batch), k), cross=True)
-    tokens = np.repeat(prefix, k, axis=0)
-    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), batch)  # only the first copy starts
-    hyps = np.zeros((batch * k, 0), dtype=np.int64)
-    finished: list[list[tuple[float, list[int]]]] = [[] for _ in range(batch)]
+    tokens, stops = np.repeat(prefix, k, axis=0), stop_ids(decoder)
+    scores = np.tile(np.array([0.0] + [-np.inf] * (k - 1)), (batch, 1))  # only the first copy starts
+    hyps = np.zeros((batch, k, 0), dtype=np.int64)
+    finished, best = np.zeros(batch, dtype=np.int64), np.full(batch, -np.inf)
+    results: list[list[int]] = [[] for _ in range(batch)]
     alive = np.arange(batch)
     for t in range(int(limits.max())):
         banned = _banned(decoder, t, options.min_length)
-        width = 2 * k + len(banned)  # 2k candidates per row always leave k that do not end
-        values, ids, state = decoder.step(state, tokens, width)
-        width = values.shape[1]  # fewer when the vocabulary is smaller
+        values, ids, state = decoder.step(state, tokens, 2 * k + len(banned))  # 2k always leave k words
         if banned:
             values = np.where(np.isin(ids, banned), -np.inf, values)
-        n = len(alive)
-        candidates = (scores[:, None] + values).reshape(n, k * width)
-        order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
-        rows, next_tokens, next_scores, keep = [], [], [], []
-        for i, sentence in enumerate(alive):
-            chosen = []
-            for j in order[i]:
-                score = candidates[i, j]
-                if score == -np.inf or len(chosen) == k:
-                    break
-                row, token = i * k + j // width, int(ids[i * k + j // width, j % width])
-                if token == decoder.eos:
-                    finished[sentence].append((score / length_penalty(t + 1, alpha), hyps[row].tolist()))
-                else:
-                    chosen.append((row, token, score))
-            if t + 1 >= limits[sentence]:  # out of length: the survivors end here
-                finished[sentence] += [(s / length_penalty(t + 1, alpha), hyps[r].tolist() + [tok])
-                                       for r, tok, s in chosen]
-            if len(finished[sentence]) >= k or t + 1 >= limits[sentence] or not chosen:
-                continue
-            chosen += [chosen[-1][:2] + (-np.inf,)] * (k - len(chosen))  # dead fillers keep the shape
-            keep.append(i)
-            for row, token, score in chosen:
-                rows.append(row), next_tokens.append(token), next_scores.append(score)
-        if not keep:
+        step = beam_step(scores, values, ids, stops, finished[alive], t + 1 >= limits[alive],
+                         length_penalty(t + 1, options.alpha))
+        line = np.arange(len(alive))
+        for i in np.flatnonzero(step.best > best[alive]):
+            kept = hyps[i, step.best_row[i]].tolist()
+            results[alive[i]] = kept + ([int(step.best_token[i])] if step.best_token[i] >= 0 else [])
+        best[alive] = np.maximum(best[alive], step.best)
+        finished[alive] += step.ended
+        keep = np.flatnonzero(step.going)
+        if not keep.size:
             break
-        rows = np.array(rows)
-        state = decoder.select(state, rows, cross=len(keep) < n)
-        hyps = np.concatenate([hyps[rows], np.array(next_tokens)[:, None]], axis=1)
-        scores, tokens, alive = np.array(next_scores), np.array(next_tokens)[:, None], alive[keep]
-    return [max(f, key=lambda h: h[0])[1] if f else [] for f in finished]
+        hyps = np.concatenate([hyps[line[:, None], step.rows], step.tokens[..., None]], axis=2)[keep]
+        rows = (keep[:, None] * k + step.rows[keep]).reshape(-1)
+        state = decoder.select(state, rows, cross=len(keep) < len(alive))
+        scores, tokens, alive = step.scores[keep], step.tokens[keep].reshape(-1, 1), alive[keep]
+    return results

@@ -47,6 +47,7 @@ class OnnxDecoder:
     def __init__(self, model):
         vocab = model.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
+        self.eos_ids = vocab.stop_ids
         self.model, self.session = model, model.sessions["decoder"]
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         outputs = {o.name: o for o in self.session.get_outputs()}

@@ -31,6 +31,7 @@ from onnx import TensorProto
 
 from tfspec import __version__
 from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import eos_token_id
 from tfspec.ir import Graph
 
 from .builder import Builder
@@ -151,7 +152,8 @@ def genai_config(graph: Graph, inputs: list[str]) -> dict:
                "num_attention_heads": attention[0]["heads"], "num_hidden_layers": len(attention),
                "num_key_value_heads": attention[0]["kv_heads"]}
     return {"model": {"bos_token_id": vocab.bos_id, "context_length": context, "decoder": decoder,
-                      "eos_token_id": vocab.eos_id, "pad_token_id": vocab.pad_id, "type": runtime_type(graph),
+                      "eos_token_id": eos_token_id(vocab),
+                      "pad_token_id": vocab.pad_id, "type": runtime_type(graph),
                       "vocab_size": graph.node(graph.ports["logits"]).attrs["vocab"]},
             "search": {"diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
                        "max_length": context, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,

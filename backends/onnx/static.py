@@ -56,6 +56,7 @@ class StaticDecoder:
     def __init__(self, model, capture: bool, first_length: int = FIRST_LENGTH):
         vocab = model.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
+        self.eos_ids = vocab.stop_ids
         self.model, self.session, self.capture = model, model.static_session(), capture
         self.first_length = first_length
         self.inputs = {i.name: i for i in self.session.get_inputs()}

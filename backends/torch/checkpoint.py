@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from tfspec.errors import TfspecError
+from tfspec.ir.names import upgrade
 
 from .model import TorchModel
 
@@ -59,7 +60,7 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 def load_weights(model: TorchModel, path: str | Path) -> None:
     """Copy the file's tensors into ``model``, refusing any mismatch with the spec."""
-    tensors = read_weights(path)
+    tensors = upgrade(read_weights(path), model.graph)  # a file written by tfspec 0.1.0 too
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
     aliases = set(model.graph.tied())  # a full state_dict repeats tied matrices under these names
     found = {name: tuple(t.shape) for name, t in tensors.items() if name not in aliases}

@@ -15,6 +15,7 @@ class TorchDecoder:
         self.model = model.eval()
         vocab = model.graph.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
+        self.eos_ids = vocab.stop_ids
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 from tfspec.ir.graph import Graph
+from tfspec.ir.names import sublayer_names
 from tfspec.spec.schema import Spec, Stack
 
 SEQ = {"encoder": "S", "decoder": "T"}
@@ -132,19 +133,15 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
 
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
     """N layers of residual sub-layers, then the final norm pre-norm stacks need."""
-    stems: dict[tuple[int, str], int] = {}
     halting = current = None
-    for index, layer in stack.sublayers():
-        seen = stems.get((index, layer.stem), 0)
-        stems[index, layer.stem] = seen + 1
+    for (index, layer), name in zip(stack.sublayers(), sublayer_names(stack, {})):
         prefix = f"{b.stack}.layers.{index}."
         if stack.shared and index != current:  # a new step of a universal stack
             current, b.share = index, (prefix, f"{b.stack}.layers.0.") if index else None
             step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
                 "step": index, "positions": b.spec.positional.kind == "sinusoidal",
                 "layout": b.spec.positional.layout})
-        name = prefix + layer.stem + (f"_{seen}" if seen else "")
-        x = _residual(b, layer, name, x)
+        x = _residual(b, layer, f"{b.stack}.{name}", x)
         if stack.act is not None and layer is stack.block[-1]:  # the step's last sub-layer: update the halting state
             inputs = [step_input, x] + ([halting] if halting is not None else [])
             halting = b.op(f"{prefix}act", "act", inputs, component="act",

@@ -34,7 +34,7 @@ class Local1dSelfAttention(Attention):
     """Query blocks of ``block`` positions, each attending to itself and ``memory`` positions before it."""
 
     kind: Literal["local_1d_self_attention"] = "local_1d_self_attention"
-    stem: ClassVar[str] = "local_attn"
+    stem: ClassVar[str] = "self_attn"
     block: Positions
     """l_q: consecutive positions per query block (the paper's 1D models use 256)."""
     memory: Reach = 0

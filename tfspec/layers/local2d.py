@@ -39,7 +39,7 @@ class Local2dSelfAttention(Attention):
     """Query blocks of h x w image positions attending to the memory block around them."""
 
     kind: Literal["local_2d_self_attention"] = "local_2d_self_attention"
-    stem: ClassVar[str] = "local_attn"
+    stem: ClassVar[str] = "self_attn"
     block: tuple[Positions, Positions]
     """[h, w]: rows and columns (positions) of a query block (the paper: 8 x 32 with channels)."""
     memory: tuple[Reach, Reach] = (0, 0)

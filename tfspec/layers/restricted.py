@@ -22,7 +22,7 @@ class RestrictedSelfAttention(Attention):
     """Local self-attention over the window [i - r, i + r] (or [i - r, i] when causal)."""
 
     kind: Literal["restricted_self_attention"] = "restricted_self_attention"
-    stem: ClassVar[str] = "local_attn"
+    stem: ClassVar[str] = "self_attn"
     r: Positions
     """Neighbourhood radius: each query sees keys at distance <= r (window of 2r + 1)."""
     causal: bool = False

@@ -49,6 +49,10 @@ class Vocab(SpecModel):
     bos_id: TokenId = 1
     eos_id: TokenId = 2
     unk_id: TokenId = 3
+    eos_ids: list[TokenId] | None = Field(None, min_length=1, max_length=64)
+    """Every id that ends a sequence when generated, besides eos_id: decoding stops on any
+    (Llama 3.1 Instruct ends with <|end_of_text|>, <|eom_id|> or <|eot_id|>). eos_id stays the
+    one tfspec appends to sources and writes; None: eos_id alone."""
     mask_id: TokenId | None = None
     """The [MASK] token of masked-LM training (encoder-only specs); None: ``tfspec train``
     uses unk_id."""
@@ -64,7 +68,7 @@ class Vocab(SpecModel):
             raise field_error("target_size", f"a shared vocabulary has one size, but size is {self.size} "
                               f"and target_size {self.target_size}; drop target_size or set shared: false")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id, "unk_id": self.unk_id}
-        for key, value in (ids | {"mask_id": self.mask_id or 0}).items():
+        for key, value in (ids | {"mask_id": self.mask_id or 0, "eos_ids": max(self.eos_ids or [0])}).items():
             if value >= min(self.size, self.tgt_size):
                 raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
         # Padding is found by id, so it needs its own, except in GPT-2's convention of one token
@@ -75,6 +79,11 @@ class Vocab(SpecModel):
             raise field_error("pad_id", f"pad_id must differ from eos_id (or all four ids be one token, as "
                               f"GPT-2's <|endoftext|>), got {ids}")
         return self
+
+    @property
+    def stop_ids(self) -> tuple[int, ...]:
+        """The ids that end a generated sequence: eos_id and eos_ids, sorted."""
+        return tuple(sorted({self.eos_id, *(self.eos_ids or ())}))
 
     @property
     def starts_with_pad(self) -> bool:
@@ -443,7 +452,7 @@ class Spec(SpecModel):
         data = self.model_dump(mode="json", exclude={"name", "description", "extends", "reference"})
         data |= {"kv_heads": self.num_kv_heads, "final_norm": self.uses_final_norm,
                  "biases": {p: self.has_bias(p) for p in Biases.model_fields}}
-        data["vocab"]["target_size"] = self.vocab.tgt_size
+        data["vocab"] |= {"target_size": self.vocab.tgt_size, "eos_ids": list(self.vocab.stop_ids)}
         for name, stack in self.stacks:
             data[name] = stack.canonical()
         return data

@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tfspec.errors import TfspecError
+from tfspec.ir.names import upgrade
 from tfspec.untrusted import read_json, whole
 
 from ..checkpoint import load_weights, weights_of
@@ -107,7 +108,7 @@ def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None)
     """Restore ``model`` (and ``optimizer``) from a checkpoint; return its state and RNG states."""
     meta = read_meta(path)
     load_weights(model, path / "model.safetensors")
-    tensors = load_file(str(path / "optimizer.safetensors"))
+    tensors = upgrade(load_file(str(path / "optimizer.safetensors")), model.graph)  # AdamW's, by 0.1.0's names too
     if optimizer is not None:
         params = dict(model.named_parameters())
         for name, p in params.items():

@@ -202,6 +202,22 @@ def number(config: dict, key: str, where: str, kind=int, default=None):
     return value
 
 
+def end_ids(config: dict, where: str, default) -> dict:
+    """``eos_id``, and ``eos_ids`` when the config lists several, from ``eos_token_id``: one id
+    or a list (Llama 3.1 Instruct's three), whose first is the one tfspec appends and writes."""
+    value = config.get("eos_token_id", default)
+    listed = [number({"eos_token_id": v}, "eos_token_id", where) for v in (value if isinstance(value, list) and value
+                                                                           else [value])]
+    return {"eos_id": listed[0], **({"eos_ids": listed} if len(set(listed)) > 1 else {})}
+
+
+def eos_token_id(vocab) -> int | list[int]:
+    """``eos_token_id`` as transformers configurations write it: the id, or every id that ends
+    a sequence with ``eos_id`` first (Llama 3.1 Instruct's list)."""
+    rest = [i for i in vocab.stop_ids if i != vocab.eos_id]
+    return [vocab.eos_id, *rest] if rest else vocab.eos_id
+
+
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "silu": "silu", "swish": "silu"}
 """transformers' activation names (``ACT2FN``) that are exactly one of tfspec's."""

@@ -14,7 +14,8 @@ and llama3 are refused by name. ``export --format hf`` writes the classic fields
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import ACTIVATION_NAMES, Family, Rule, Source, _show, activation, number, register
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
+                                     number, register)
 
 ROPE_TYPES = ("default", "llama3")
 
@@ -129,7 +130,7 @@ class Llama(Family):
                   "num_key_value_heads": spec.num_kv_heads, "hidden_act": ACTIVATION_NAMES.get(spec.activation, spec.activation),
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
-                  "eos_token_id": v.eos_id, "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
+                  "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
         if pos.scaling is not None:
             config["rope_scaling"] = {"rope_type": "llama3", **pos.scaling.model_dump(exclude={"type"})}
         return config | self._config_biases(spec)
@@ -187,7 +188,8 @@ def _vocab(c: dict, where: str) -> dict:
     only tells transformers which positions the attention mask hides, and tfspec finds padding
     by id, so </s> as padding would hide the </s> an input ends with (e5-mistral's last token)."""
     bos, eos = c.get("bos_token_id"), c.get("eos_token_id")
-    eos = eos[0] if isinstance(eos, list) and eos else eos
+    ends = end_ids(c, where, None) if eos not in (None, []) else {}
+    eos = ends.get("eos_id")
     bos = bos if bos is not None else eos if eos is not None else 0
     eos = eos if eos is not None else bos
     ids = {"bos_id": number({"bos_token_id": bos}, "bos_token_id", where),
@@ -196,4 +198,5 @@ def _vocab(c: dict, where: str) -> dict:
     if pad is None or (pad == eos and bos != eos):  # padding with </s> would hide every </s> of an input
         pad = bos if bos == eos else 0
     unk = pad if pad not in (bos, eos) or bos == eos else 0
-    return {"size": number(c, "vocab_size", where, default=32000), **ids, "pad_id": pad, "unk_id": unk}
+    return {"size": number(c, "vocab_size", where, default=32000), **ids, "pad_id": pad, "unk_id": unk,
+            **({"eos_ids": ends["eos_ids"]} if "eos_ids" in ends else {})}

@@ -14,8 +14,8 @@ matrices in the checkpoint, stacked into ``w_qkv`` (cross-attention: key and val
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, norm_rules, number,
-                                     register)
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
+                                     norm_rules, number, register)
 
 LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
              "static_position_embeddings", "classif_dropout", "extra_pos_embeddings")
@@ -106,15 +106,14 @@ class Marian(Family):
         if c.get("decoder_vocab_size") not in (None, size):
             raise TfspecError(f"{where}: decoder_vocab_size: {_show(c['decoder_vocab_size'])} is not supported; "
                               f"tfspec imports {self.title} with one vocabulary (vocab_size {size})")
-        eos = c.get("eos_token_id", d["eos_token_id"])
+        ends = end_ids(c, where, d["eos_token_id"])
         ids = {"pad_id": number(c, "pad_token_id", where, default=d["pad_token_id"]),
                "bos_id": number(c, "decoder_start_token_id", where, default=d["decoder_start_token_id"]),
-               "eos_id": number({"eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}, "eos_token_id",
-                                where)}
+               "eos_id": ends["eos_id"]}
         unk = source.vocabulary.get("<unk>")
         if not isinstance(unk, int) or not 0 <= unk < size:
             unk = next(i for i in range(size) if i not in ids.values())
-        return {"size": size, "shared": True, **ids, "unk_id": unk}
+        return {"size": size, "shared": True, **ids, "unk_id": unk, **ends}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("shared.weight",))]
@@ -142,7 +141,7 @@ class Marian(Family):
                 "activation_function": ACTIVATION_NAMES[spec.activation], "dropout": spec.dropout,
                 "attention_dropout": spec.attention_dropout, "activation_dropout": spec.activation_dropout,
                 "max_position_embeddings": spec.positional.max_len, "scale_embedding": spec.embed_scale,
-                "pad_token_id": v.pad_id, "eos_token_id": v.eos_id, "decoder_start_token_id": v.bos_id,
+                "pad_token_id": v.pad_id, "eos_token_id": eos_token_id(v), "decoder_start_token_id": v.bos_id,
                 "is_encoder_decoder": True, "tie_word_embeddings": True, **self.exported}
 
     exported = {"share_encoder_decoder_embeddings": True}

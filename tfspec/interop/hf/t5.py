@@ -20,7 +20,8 @@ both. transformers 5 reads the scaling from ``scale_decoder_outputs`` (or, absen
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import ACTIVATIONS, Family, Rule, Source, _show, number, register
+from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, number,
+                                     register)
 
 ATTENTION = 1.0
 """T5's attention scale: q·k unscaled, the 1 / sqrt(d_k) folded into the initialisation."""
@@ -89,7 +90,7 @@ class T5(Family):
                 "n_positions": pos.max_len, "dropout_rate": spec.dropout, "layer_norm_epsilon": spec.norm_eps,
                 "feed_forward_proj": projection, "tie_word_embeddings": spec.ties_output,
                 "scale_decoder_outputs": spec.output_scale != 1.0, "is_encoder_decoder": True,
-                "pad_token_id": v.pad_id, "eos_token_id": v.eos_id, "decoder_start_token_id": v.bos_id}
+                "pad_token_id": v.pad_id, "eos_token_id": eos_token_id(v), "decoder_start_token_id": v.bos_id}
 
 
 def _positional(c: dict, where: str) -> dict:
@@ -161,11 +162,10 @@ def _vocab(source: Source) -> dict:
     unk the tokenizer's <unk> (only tokenizers read it), else the first id that is none of them."""
     c, where = source.config, source.where
     size = number(c, "vocab_size", where, default=32128)
-    eos = c.get("eos_token_id", 1)
     pad = number(c, "pad_token_id", where, default=0)
-    ids = {"pad_id": pad, "bos_id": number(c, "decoder_start_token_id", where, default=pad),
-           "eos_id": number({"eos_token_id": eos[0] if isinstance(eos, list) and eos else eos}, "eos_token_id", where)}
+    ends = end_ids(c, where, 1)
+    ids = {"pad_id": pad, "bos_id": number(c, "decoder_start_token_id", where, default=pad), "eos_id": ends["eos_id"]}
     unk = source.vocabulary.get("<unk>")
     if not isinstance(unk, int) or not 0 <= unk < size:
         unk = next(i for i in range(size) if i not in ids.values())
-    return {"size": size, "shared": True, **ids, "unk_id": unk}
+    return {"size": size, "shared": True, **ids, "unk_id": unk, **ends}
