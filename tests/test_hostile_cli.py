@@ -99,12 +99,11 @@ def test_corrupt_tokenizer(cli, exported, tmp_path):
 
 def test_file_system_errors_are_one_line(monkeypatch, capsys):
     """What the file system says about a path (full, denied, too long) is input, not a bug."""
-    import tfspec.cli as cli_module
 
     def full(ref):
         raise OSError(errno.ENOSPC, "No space left on device", "out/model.onnx")
 
-    monkeypatch.setattr(cli_module, "load_spec", full)
+    monkeypatch.setattr("tfspec.cli.specs.load_spec", full)
     assert main(["validate", "base"]) == 2
     assert capsys.readouterr().err == "error: out/model.onnx: No space left on device\n"
 

@@ -121,7 +121,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch, capsys, write_spec):
     def broken(spec):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(cli_module, "build_graph", broken)
+    monkeypatch.setattr("tfspec.cli.specs.build_graph", broken)
     code = main(["validate", str(write_spec(GOOD))])
     err = capsys.readouterr().err
     assert code == cli_module.BUG and "Traceback" in err and "ZeroDivisionError" in err and "this is a bug" in err
