@@ -203,3 +203,22 @@ def _shipped(name):
     from tests.conftest import SPECS
 
     return SPECS / name
+
+
+def test_an_imported_directory_exports_its_own_weights(cli, tmp_path):
+    """`tfspec export DIR` on what `tfspec import` wrote takes DIR/model.safetensors (it exported
+    random weights unless --weights was given): the graphs compute transformers' logits."""
+    from hf_checkpoints import padded_batch, save_checkpoint
+
+    from tfspec.backends.onnx import OnnxModel
+
+    original = save_checkpoint("gpt2", tmp_path / "hf")
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "imported", "--quiet")[0] == 0
+    code, out, err = cli("export", tmp_path / "imported", "-o", tmp_path / "onnx")
+    assert code == 0, out + err
+    assert "model.safetensors (the directory's own" in err and "randomly initialised" not in err
+    tokens, keep = padded_batch("gpt2")
+    with torch.no_grad():
+        want = original(input_ids=tokens).logits.numpy()
+    got = OnnxModel(tmp_path / "onnx").logits(tgt=tokens.numpy())
+    assert abs(got - want)[keep.numpy()].max() < 1e-4

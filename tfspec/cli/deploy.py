@@ -184,7 +184,8 @@ def register(command) -> None:
                 "unchanged, for decoder-only specs with causal self-attention.")
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
-    c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: random init)")
+    c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: SPEC/model.safetensors "
+                   "when SPEC is a directory holding one, as `tfspec import` writes; else random init)")
     c.add_argument("--format", choices=["onnx", "hf", "genai"], default="onnx",
                    help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
                         "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "

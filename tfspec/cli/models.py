@@ -71,7 +71,9 @@ def run_weights(run: Path, chosen: str | None) -> Path:
 
 
 def model_to_export(spec, args):
-    """The PyTorch module of ``spec`` with ``--weights``, else random weights of ``--seed``."""
+    """The PyTorch module of ``spec`` with ``--weights``, else the weights of the directory the
+    spec came from (``tfspec import`` writes spec.yaml beside model.safetensors), else random
+    weights of ``--seed``."""
     import torch
 
     from tfspec.backends.torch import build_module
@@ -79,6 +81,10 @@ def model_to_export(spec, args):
 
     torch.manual_seed(args.seed)
     model = build_module(spec)
+    own = Path(args.spec) / "model.safetensors"
+    if not args.weights and Path(args.spec).is_dir() and own.is_file():
+        print(f"weights: {own} (the directory's own; --weights picks others)", file=sys.stderr)
+        args.weights = own
     if args.weights:
         load_weights(model, args.weights)
     else:
