@@ -89,6 +89,21 @@ def test_the_length_penalty_counts_eos():
     assert search(model, np.array([[7]]), SearchOptions(beam=2, alpha=0.0, max_extra=3)) == [[]]  # raw: -1 > -1.1
 
 
+def test_a_sentence_stops_once_beam_hypotheses_have_finished():
+    """fairseq's early stop, by hand (beam 2, alpha 1.5): BOS -> 3 (p .5) or 4 (p .4); then 3 -> EOS
+    (.5) or 5 (.45), 4 -> EOS (.6) or 3 (.35); 5 -> EOS (.99). Step 2's four best extensions are
+    3 EOS (-1.39), 4 EOS (-1.43), 3 5 (-1.49), 4 3 (-1.97): two hypotheses end before the second
+    word, so the sentence stops with [3] (-1.39 / (7/6)^1.5 = -1.10), though [3, 5] would score
+    -1.50 / (8/6)^1.5 = -0.97 had the search gone on (the exhaustive best)."""
+    model = Markov(0)
+    model.table[:] = -np.inf
+    for (a, b), p in {(BOS, 3): .5, (BOS, 4): .4, (3, EOS): .5, (3, 5): .45, (4, EOS): .6, (4, 3): .35,
+                      (5, EOS): .99}.items():
+        model.table[a, b] = np.log(p)
+    assert exhaustive(model, 4, 1.5) == [3, 5]
+    assert search(model, np.array([[7, 7]]), SearchOptions(beam=2, alpha=1.5, max_extra=2)) == [[3]]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_greedy_follows_the_most_likely_token(seed):
     model = Markov(seed)
