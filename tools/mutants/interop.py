@@ -1,0 +1,147 @@
+"""Mutants in the checkpoint families (tfspec/interop) and the published-model specs they
+produce: each a bug a reader of a config.json or a weight map could plausibly make."""
+
+IMPORT_HF = "tests/test_import_hf.py::test_import_matches_transformers"
+EXPORT_HF = "tests/test_export_hf.py"
+LLAMA = "tests/test_import_llama.py::test_imported_llama_family_matches_transformers"
+SEQ2SEQ = "tests/test_import_seq2seq.py::test_logits_match_transformers"
+T5 = "tests/test_import_t5.py::test_logits_match_transformers"
+
+MUTANTS = [
+    # GELU: exact erf form and GPT-2's tanh form differ by up to 5e-4, visible only away from init scale.
+    dict(name="GPT-2 zoo spec uses exact GELU instead of its tanh form",
+         file="specs/zoo/gpt2.yaml", old="activation: gelu_tanh", new="activation: gelu",
+         tests=["tests/test_published.py"]),
+    dict(name="BERT zoo spec uses the tanh GELU instead of the exact one",
+         file="specs/zoo/bert-base.yaml", old="activation: gelu", new="activation: gelu_tanh",
+         tests=["tests/test_published.py"]),
+    dict(name="GPT-2 importer hard-codes exact GELU",
+         file="tfspec/interop/hf/gpt2.py",
+         old='"activation": activation(c, "activation_function", where, "gelu_new"),',
+         new='"activation": "gelu",',
+         tests=[f"{IMPORT_HF}[gpt2]", f"{IMPORT_HF}[gpt2-bf16]"]),
+    dict(name="transformers' gelu_new read as exact GELU",
+         file="tfspec/interop/hf/family.py", old='"gelu_new": "gelu_tanh"', new='"gelu_new": "gelu"',
+         tests=[f"{IMPORT_HF}[gpt2]", f"{T5}[t5-v1_1]"]),
+    dict(name="T5's gated-gelu read as exact GELU",
+         file="tfspec/interop/hf/t5.py", old='name = "gelu_new" if value == "gated-gelu"',
+         new='name = "gelu" if value == "gated-gelu"', tests=[f"{T5}[t5-v1_1]"]),
+
+    # Biases. An importer cannot lose one silently (its plan refuses a checkpoint tensor no rule
+    # takes, and transformers loads an export's tensors under either prefix), so these are where
+    # a bias can go: the backend computing the published models, which starts them at zero.
+    dict(name="BERT pooler drops its bias",
+         file="backends/torch/layers.py", old="F.linear(x[:, 0], self.w_pool, self.b_pool)",
+         new="F.linear(x[:, 0], self.w_pool)", tests=["tests/test_published.py::test_bert_matches_transformers"]),
+    dict(name="feed-forward output bias dropped",
+         file="backends/torch/layers.py", old='return F.linear(h, self.w_2, getattr(self, "b_2", None))',
+         new="return F.linear(h, self.w_2)", tests=["tests/test_published.py::test_gpt2_matches_transformers"]),
+    dict(name="GPT-2 export leaves the output head untied (transformers draws a random lm_head)",
+         file="tfspec/interop/hf/gpt2.py",
+         old='"pad_token_id": None if vocab.pad_id == vocab.eos_id else vocab.pad_id, "tie_word_embeddings": True}',
+         new='"pad_token_id": None if vocab.pad_id == vocab.eos_id else vocab.pad_id, "tie_word_embeddings": False}',
+         tests=[f"{EXPORT_HF}::test_round_trip_gives_the_original_outputs[gpt2]"]),
+
+    # Epsilons read from another family's field name: the default stands in for the checkpoint's.
+    dict(name="GPT-2 layer_norm_epsilon read under BERT's name (default 1e-5 used)",
+         file="tfspec/interop/hf/gpt2.py", old='number(c, "layer_norm_epsilon", where, float, 1e-5)',
+         new='number(c, "layer_norm_eps", where, float, 1e-5)', tests=[f"{IMPORT_HF}[gpt2]"]),
+    dict(name="BERT layer_norm_eps read under GPT-2's name (default 1e-12 used)",
+         file="tfspec/interop/hf/bert.py", old='number(c, "layer_norm_eps", where, float, 1e-12)',
+         new='number(c, "layer_norm_epsilon", where, float, 1e-12)', tests=[f"{IMPORT_HF}[bert]"]),
+    dict(name="Llama rms_norm_eps read under another name (default 1e-6 used)",
+         file="tfspec/interop/hf/llama.py", old='number(c, "rms_norm_eps", where, float, 1e-6)',
+         new='number(c, "layer_norm_eps", where, float, 1e-6)', tests=[f"{LLAMA}[llama-options0]"]),
+    dict(name="T5 layer_norm_epsilon ignored (default 1e-6 used)",
+         file="tfspec/interop/hf/t5.py", old='"norm_eps": number(c, "layer_norm_epsilon", where, float, 1e-6)',
+         new='"norm_eps": 1e-6', tests=[f"{T5}[t5]"]),
+
+    # BERT's weight map.
+    dict(name="BERT's two LayerNorms of a layer swapped",
+         file="tfspec/interop/hf/bert.py",
+         old='''*norm_rules(ours + "self_attn_norm", theirs + "attention.output.LayerNorm"),
+                      *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),
+                      *_dense(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "output.dense"),
+                      *norm_rules(ours + "ffn_norm", theirs + "output.LayerNorm")]''',
+         new='''*norm_rules(ours + "self_attn_norm", theirs + "output.LayerNorm"),
+                      *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),
+                      *_dense(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "output.dense"),
+                      *norm_rules(ours + "ffn_norm", theirs + "attention.output.LayerNorm")]''',
+         tests=[f"{IMPORT_HF}[bert]"]),
+    dict(name="BERT query and key stacked in the wrong order",
+         file="tfspec/interop/hf/bert.py", old='for part in ("query", "key", "value")',
+         new='for part in ("key", "query", "value")', tests=[f"{IMPORT_HF}[bert]"]),
+    dict(name="TensorFlow-converted BERT: LayerNorm gamma and beta swapped",
+         file="tfspec/interop/hf/bert.py",
+         old='.replace(".LayerNorm.gamma", ".LayerNorm.weight").replace(".LayerNorm.beta", ".LayerNorm.bias")',
+         new='.replace(".LayerNorm.gamma", ".LayerNorm.bias").replace(".LayerNorm.beta", ".LayerNorm.weight")',
+         tests=[f"{IMPORT_HF}[bert-tf-names]"]),
+
+    # Llama, Mistral, Qwen2.
+    dict(name="Llama's gate and up projections swapped",
+         file="tfspec/interop/hf/llama.py",
+         old='''Rule(f"{ours}ffn.w_1", (f"{theirs}mlp.gate_proj.weight",)),
+                      Rule(f"{ours}ffn.w_3", (f"{theirs}mlp.up_proj.weight",)),''',
+         new='''Rule(f"{ours}ffn.w_1", (f"{theirs}mlp.up_proj.weight",)),
+                      Rule(f"{ours}ffn.w_3", (f"{theirs}mlp.gate_proj.weight",)),''',
+         tests=[f"{LLAMA}[llama-options0]"]),
+    dict(name="Llama's input_layernorm and post_attention_layernorm swapped",
+         file="tfspec/interop/hf/llama.py",
+         old='''(f"{theirs}input_layernorm.weight",)),
+                      Rule(f"{ours}{attn}.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat", rows),
+                      Rule(f"{ours}{attn}.w_o", (f"{theirs}self_attn.o_proj.weight",)),
+                      Rule(f"{ours}ffn_norm.weight", (f"{theirs}post_attention_layernorm.weight",)),''',
+         new='''(f"{theirs}post_attention_layernorm.weight",)),
+                      Rule(f"{ours}{attn}.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat", rows),
+                      Rule(f"{ours}{attn}.w_o", (f"{theirs}self_attn.o_proj.weight",)),
+                      Rule(f"{ours}ffn_norm.weight", (f"{theirs}input_layernorm.weight",)),''',
+         tests=[f"{LLAMA}[llama-options0]"]),
+    dict(name="kv_heads read from num_attention_heads",
+         file="tfspec/interop/hf/llama.py", old='"kv_heads": number(c, "num_key_value_heads", where, default=heads),',
+         new='"kv_heads": heads,', tests=[f"{LLAMA}[llama-options0]"]),
+    dict(name="Mistral's sliding window off by one (r = w)",
+         file="tfspec/interop/hf/llama.py", old='"r": window - 1, "causal": True}',
+         new='"r": window, "causal": True}', tests=[f"{LLAMA}[mistral-window-options2]"]),
+    dict(name="rope_theta ignored (10000 used)",
+         file="tfspec/interop/hf/llama.py", old='"base": number(rope, "rope_theta", where, float)}',
+         new='"base": 10000.0}', tests=[f"{LLAMA}[llama-llama3-rope-options1]"]),
+    dict(name="Llama 3 rope scaling's original context read from max_position_embeddings",
+         file="tfspec/interop/hf/llama.py", old='rope, "original_max_position_embeddings", inside)}',
+         new='c, "max_position_embeddings", inside)}', tests=[f"{LLAMA}[llama-llama3-rope-options1]"]),
+
+    # T5.
+    dict(name="T5's gated feed-forward: activated and linear branches swapped",
+         file="tfspec/interop/hf/t5.py", old='(("w_1", "wi_0"), ("w_3", "wi_1"))',
+         new='(("w_1", "wi_1"), ("w_3", "wi_0"))',
+         tests=[f"{T5}[t5-v1_1]"]),
+    dict(name="T5's attention left scaled by 1/sqrt(d_k)",
+         file="tfspec/interop/hf/t5.py", old='attention = {"scale": ATTENTION}', new="attention = {}",
+         tests=[f"{T5}[t5]"]),
+    dict(name="T5's tied output not scaled by d_model^-0.5",
+         file="tfspec/interop/hf/t5.py", old='"output_scale": d_model ** -0.5 if scaled else 1.0',
+         new='"output_scale": 1.0', tests=[f"{T5}[t5]"]),
+    dict(name="T5's relative_attention_max_distance off by one",
+         file="tfspec/interop/hf/t5.py", old='number(c, "relative_attention_max_distance", where, default=128)',
+         new='number(c, "relative_attention_max_distance", where, default=128) - 1', tests=[f"{T5}[t5]"]),
+
+    # export --format hf.
+    dict(name="export names exact GELU gelu_new (the tanh form) in config.json",
+         file="tfspec/interop/hf/family.py", old='ACTIVATION_NAMES = {"gelu": "gelu",',
+         new='ACTIVATION_NAMES = {"gelu": "gelu_new",',
+         tests=[f"{EXPORT_HF}::test_round_trip_gives_the_original_outputs[bert]"]),
+    dict(name="export splits a stacked q/k/v matrix back in reverse order",
+         file="tfspec/interop/hf/family.py", old="return dict(zip(self.hf, np.split(",
+         new="return dict(zip(self.hf[::-1], np.split(",
+         tests=[f"{EXPORT_HF}::test_round_trip_gives_the_original_outputs[bert]"]),
+
+    # Marian and BART.
+    dict(name="BART's learned-position offset folded into the table size (positions read from row 0)",
+         file="tfspec/interop/hf/bart.py", old='"max_len": max_len, "offset": POSITION_OFFSET}',
+         new='"max_len": max_len + POSITION_OFFSET}', tests=[f"{SEQ2SEQ}[bart-options2]"]),
+    dict(name="Marian's scale_embedding ignored",
+         file="tfspec/interop/hf/marian.py", old='"embed_scale": self._flag(c, "scale_embedding", where)',
+         new='"embed_scale": False', tests=[f"{SEQ2SEQ}[marian-options0]"]),
+    dict(name="Marian's sinusoids interleaved instead of [sines | cosines]",
+         file="tfspec/interop/hf/marian.py", old='"layout": "halves"', new='"layout": "interleaved"',
+         tests=[f"{SEQ2SEQ}[marian-options0]"]),
+]
