@@ -144,4 +144,13 @@ MUTANTS = [
     dict(name="Marian's sinusoids interleaved instead of [sines | cosines]",
          file="tfspec/interop/hf/marian.py", old='"layout": "halves"', new='"layout": "interleaved"',
          tests=[f"{SEQ2SEQ}[marian-options0]"]),
+    dict(name="import keeps only the first id of a listed eos_token_id",
+         file="tfspec/interop/hf/family.py",
+         old='return {"eos_id": listed[0], **({"eos_ids": listed} if len(set(listed)) > 1 else {})}',
+         new='return {"eos_id": listed[0]}',
+         tests=["tests/test_stop_ids.py"]),
+    dict(name="export writes eos_id alone, dropping the other end ids",
+         file="tfspec/interop/hf/family.py", old="return [vocab.eos_id, *rest] if rest else vocab.eos_id",
+         new="return vocab.eos_id",
+         tests=["tests/test_stop_ids.py::test_export_hf_writes_the_list_back"]),
 ]
