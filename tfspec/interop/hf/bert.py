@@ -25,6 +25,8 @@ class Bert(Family):
     title = "BERT"
     architectures = {"BertModel": "", "BertForMaskedLM": "bert.", "BertForPreTraining": "bert."}
     export_architecture = "BertModel"
+    masked_lm = "BertForMaskedLM"
+    """The architecture export writes for a spec with the masked-LM head."""
     heads = ("cls.",)
     mapped = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
@@ -36,12 +38,14 @@ class Bert(Family):
                **dict.fromkeys(("directionality", "pooler_fc_size", "pooler_num_attention_heads",
                                 "pooler_num_fc_layers", "pooler_size_per_head", "pooler_type"),
                                "left over from the TensorFlow release; transformers' BERT reads none of them")}
+    vocab_default = 30522
+    """The configuration class's vocab_size, for a config.json that leaves it out."""
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
-        mlm = source.architecture in ("BertForMaskedLM", "BertForPreTraining")
-        pooler = source.architecture == "BertModel" and (source.names is None or "pooler.dense.weight" in source.names)
-        size = number(c, "vocab_size", where, default=30522)
+        mlm = self.architectures[source.architecture] != ""  # the base model's tensors sit under a head's prefix
+        pooler = not mlm and (source.names is None or "pooler.dense.weight" in source.names)
+        size = number(c, "vocab_size", where, default=self.vocab_default)
         segments = number(c, "type_vocab_size", where, default=2)
         if segments < 1:
             raise TfspecError(f"{where}: type_vocab_size must be at least 1: BERT always adds token type embeddings")
@@ -53,13 +57,16 @@ class Bert(Family):
                 "dropout": number(c, "hidden_dropout_prob", where, float, 0.1),
                 "attention_dropout": number(c, "attention_probs_dropout_prob", where, float, 0.1),
                 "label_smoothing": 0.0,
-                "positional": {"kind": "learned", "max_len": number(c, "max_position_embeddings", where, default=512)},
+                "positional": self._positional(c, where),
                 "segments": segments, "embed_norm": True,
                 "pooler": pooler, "head_transform": mlm, "output_bias": mlm, "norm": "post",
                 "norm_eps": number(c, "layer_norm_eps", where, float, 1e-12), "final_norm": False,
                 "tie_embeddings": "output", "embed_scale": False,
                 "encoder": {"layers": number(c, "num_hidden_layers", where, default=12),
                             "block": ["self_attention", "ffn"]}}
+
+    def _positional(self, c: dict, where: str) -> dict:
+        return {"kind": "learned", "max_len": number(c, "max_position_embeddings", where, default=512)}
 
     def _special_ids(self, source: Source, size: int) -> dict:
         """pad from the config (it masks keys); the others only name tokens for training and
@@ -95,11 +102,13 @@ class Bert(Family):
                       *norm_rules(ours + "ffn_norm", theirs + "output.LayerNorm")]
         if spec.pooler:
             rules += _dense("encoder.pooler.w_pool", "encoder.pooler.b_pool", "pooler.dense")
-        if spec.head_transform:
-            rules += [*_dense("head.dense.weight", "head.dense.bias", "cls.predictions.transform.dense"),
-                      *norm_rules("head.norm", "cls.predictions.transform.LayerNorm"),
-                      Rule("output.bias", ("cls.predictions.bias",))]
-        return rules
+        return rules + (self._head_rules() if spec.head_transform else [])
+
+    def _head_rules(self) -> list[Rule]:
+        """The masked-LM head: dense, LayerNorm and the output's bias (its matrix is the embedding)."""
+        return [*_dense("head.dense.weight", "head.dense.bias", "cls.predictions.transform.dense"),
+                *norm_rules("head.norm", "cls.predictions.transform.LayerNorm"),
+                Rule("output.bias", ("cls.predictions.bias",))]
 
     def dropped(self, architecture: str) -> dict[str, str]:
         dropped = {"embeddings.position_ids": "a buffer of position indices, not a weight"}
@@ -113,23 +122,24 @@ class Bert(Family):
         if reason := super().structure(spec):
             return reason
         if spec.segments < 1:
-            return "BERT always adds segment (token type) embeddings: set segments: 1 or more"
+            return f"{self.title} always adds segment (token type) embeddings: set segments: 1 or more"
         if spec.pooler and spec.head_transform:
-            return "transformers' BertForMaskedLM has no pooler: drop pooler or head_transform"
+            return f"transformers' {self.masked_lm} has no pooler: drop pooler or head_transform"
         if not (spec.pooler or spec.head_transform):
-            return "transformers' BertModel always has a pooler: set pooler: true (or head_transform for BertForMaskedLM)"
+            return (f"transformers' {self.export_architecture} always has a pooler: set pooler: true (or "
+                    f"head_transform for {self.masked_lm})")
         return None
 
     def architecture_for(self, spec) -> str:
-        return "BertForMaskedLM" if spec.head_transform else "BertModel"
+        return self.masked_lm if spec.head_transform else self.export_architecture
 
     def outputs(self, architecture: str) -> dict[str, str]:
-        if architecture == "BertModel":
+        if architecture == self.export_architecture:
             return {"memory": "last_hidden_state", "pooled": "pooler_output"}
         return {"logits": "logits"}
 
     def config(self, spec) -> dict:
-        return {"architectures": [self.architecture_for(spec)], "model_type": "bert",
+        return {"architectures": [self.architecture_for(spec)], "model_type": self.model_type,
                 "vocab_size": spec.vocab.size, "hidden_size": spec.d_model, "num_hidden_layers": spec.encoder.num_layers,
                 "num_attention_heads": spec.heads, "intermediate_size": spec.d_ff,
                 "hidden_act": ACTIVATION_NAMES[spec.activation], "hidden_dropout_prob": spec.dropout,
