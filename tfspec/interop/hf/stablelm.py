@@ -1,0 +1,74 @@
+"""StableLM (``model_type: stablelm``): transformers' StableLmForCausalLM and StableLmModel as
+tfspec specs (stabilityai/stablelm-3b-4e1t, stablelm-2-1_6b, stablelm-zephyr-3b).
+
+Llama (``llama.py``) with three differences: LayerNorms with a shift (``layer_norm_eps``) in
+place of RMSNorms; rotary positions on the first ``partial_rotary_factor`` of each head's
+features (0.25 by default; ``positional.fraction``, rotate-half within those features as
+transformers' ``rotary_ndims``), the rest passed through; and biases on the query, key and value
+projections when ``use_qkv_bias`` (stablelm-2-1_6b), never on the output or the MLP. Refused by
+name: ``use_parallel_residual`` (attention and MLP both read one norm and add in parallel, as
+GPT-NeoX) and ``qk_layernorm`` (a LayerNorm per head on queries and keys, stablelm-2-12b): the
+spec language has neither. Defaults are StableLmConfig's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.llama import Llama
+from tfspec.interop.hf.t5 import _flag
+
+PARTIAL_ROTARY = 0.25
+"""StableLmConfig's partial_rotary_factor when a configuration leaves it out."""
+
+
+@register
+class StableLm(Llama):
+    model_type = "stablelm"
+    title = "StableLM"
+    architectures = {"StableLmForCausalLM": "model.", "StableLmModel": ""}
+    export_architecture = "StableLmForCausalLM"
+    mapped = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "hidden_act", "max_position_embeddings", "layer_norm_eps", "rope_parameters",
+              "rope_theta", "rope_scaling", "partial_rotary_factor", "use_qkv_bias", "tie_word_embeddings",
+              "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout", "hidden_dropout")
+    required = {"use_parallel_residual": (False,), "qk_layernorm": (False,)}
+    ignored = {}
+    defaults = {"vocab_size": 50304, "hidden_size": 2560, "intermediate_size": 6912, "num_hidden_layers": 32,
+                "num_attention_heads": 32, "max_position_embeddings": 4096, "bos_token_id": 0, "eos_token_id": 0}
+    """StableLmConfig's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = self.defaults | source.config, source.where
+        qkv = _flag(c, "use_qkv_bias", where, False)
+        return super().spec_data(replace(source, config=c)) | {
+            "norm_type": "layer", "norm_eps": number(c, "layer_norm_eps", where, float, 1e-5),
+            "dropout": number(c, "hidden_dropout", where, float, 0.0),
+            "biases": {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False}}
+
+    def _rotary(self, c: dict, where: str) -> dict:
+        """Llama's rotary settings, with the fraction from ``rope_parameters`` (transformers 5),
+        else from the top-level ``partial_rotary_factor`` (transformers 4 files), else 0.25."""
+        rope = c.get("rope_parameters") or {}
+        if isinstance(rope, dict):  # anything else is Llama's to refuse
+            c = c | {"rope_parameters": {"partial_rotary_factor": c.get("partial_rotary_factor", PARTIAL_ROTARY),
+                                         **rope}}
+        return super()._rotary(c, where)
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        return with_shifts(super().rules(spec, architecture))
+
+    def config(self, spec) -> dict:
+        """Llama's fields this family shares, and its own (written the transformers 4 way, which
+        transformers 5 reads too)."""
+        shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
+        return shared | {"layer_norm_eps": spec.norm_eps, "partial_rotary_factor": spec.positional.fraction,
+                         "use_qkv_bias": spec.has_bias("q"), "hidden_dropout": spec.dropout,
+                         "use_parallel_residual": False, "qk_layernorm": False}
+
+
+def with_shifts(rules: list[Rule]) -> list[Rule]:
+    """``rules`` and, beside each norm's gain, its shift (``.bias``): LayerNorm where Llama has RMSNorm."""
+    return rules + [Rule(r.ir.removesuffix("weight") + "bias", (r.hf[0].removesuffix("weight") + "bias",))
+                    for r in rules if r.ir.endswith("norm.weight")]
