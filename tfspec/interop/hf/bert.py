@@ -140,8 +140,9 @@ class Bert(Family):
 
     def config(self, spec) -> dict:
         return {"architectures": [self.architecture_for(spec)], "model_type": self.model_type,
-                "vocab_size": spec.vocab.size, "hidden_size": spec.d_model, "num_hidden_layers": spec.encoder.num_layers,
-                "num_attention_heads": spec.heads, "intermediate_size": spec.d_ff,
+                "vocab_size": spec.vocab.size, "hidden_size": spec.d_model,
+                "num_hidden_layers": spec.encoder.num_layers, "num_attention_heads": spec.heads,
+                "intermediate_size": spec.d_ff,
                 "hidden_act": ACTIVATION_NAMES[spec.activation], "hidden_dropout_prob": spec.dropout,
                 "attention_probs_dropout_prob": spec.attention_dropout,
                 "max_position_embeddings": spec.positional.max_len, "type_vocab_size": spec.segments,
