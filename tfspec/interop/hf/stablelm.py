@@ -6,9 +6,9 @@ place of RMSNorms; rotary positions on the first ``partial_rotary_factor`` of ea
 features (0.25 by default; ``positional.fraction``, rotate-half within those features as
 transformers' ``rotary_ndims``), the rest passed through; and biases on the query, key and value
 projections when ``use_qkv_bias`` (stablelm-2-1_6b), never on the output or the MLP. Refused by
-name: ``use_parallel_residual`` (attention and MLP both read one norm and add in parallel, as
-GPT-NeoX) and ``qk_layernorm`` (a LayerNorm per head on queries and keys, stablelm-2-12b): the
-spec language has neither. Defaults are StableLmConfig's.
+name, both stablelm-2-12b's: ``use_parallel_residual`` (attention and MLP read one norm and are
+added in parallel, as in GPT-NeoX) and ``qk_layernorm`` (a LayerNorm per head on queries and
+keys): the spec language has neither. Defaults are StableLmConfig's.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ two-matrix MLP (``c_fc``, ``c_proj``: not gated, tanh GELU by default) and, when
 biases on every projection; the output is tied to the embedding by default. Its
 ``residual_dropout`` is tfspec's ``dropout``. Defaults are Starcoder2Config's, whose
 ``bos_token_id``/``eos_token_id`` (50256, GPT-2's) lie outside its own 49152-token vocabulary:
-such a configuration is refused by name; the published ones use 0.
+such a configuration is refused (naming bos_id); the published ones use 0.
 """
 
 from __future__ import annotations

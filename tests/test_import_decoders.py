@@ -1,0 +1,175 @@
+"""`tfspec import` of OPT, StarCoder2 and StableLM checkpoints against transformers: small random
+models (every weight perturbed) written by ``save_pretrained``, imported through the CLI; logits
+of the PyTorch backend and of the exported ONNX graph equal transformers' at the real tokens of a
+right-padded batch, 20 greedy tokens equal ``generate``'s, the default configuration counts
+what transformers counts, and import -> ``export --format hf`` -> ``from_pretrained`` gives the
+original logits back."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from hf_checkpoints import perturb
+from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.backends.torch.checkpoint import load_weights
+from tfspec.search import SearchOptions, search
+from tfspec.spec import load_spec
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB, PAD = 120, 1
+SHAPE = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+         "max_position_embeddings": 40}
+CASES = {
+    # relu, offset positions, biases; pad 1 and </s> 2 as in the published configs
+    "opt": ("OPTConfig", "OPTForCausalLM", {"ffn_dim": 96, "pad_token_id": PAD, "bos_token_id": 2,
+                                            "eos_token_id": 2}),
+    # a 6-token window, grouped-query attention, biased LayerNorms and MLP; eps off its default
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {
+        "intermediate_size": 96, "num_key_value_heads": 2, "sliding_window": 6, "norm_epsilon": 1e-3,
+        "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": PAD}),
+    # rotary on 4 of 16 features per head (the default factor, 0.25), q/k/v biases, an untied output
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", {
+        "intermediate_size": 96, "num_key_value_heads": 2, "use_qkv_bias": True, "layer_norm_eps": 1e-3,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 500.0}, "bos_token_id": 0, "eos_token_id": 3,
+        "pad_token_id": PAD}),
+}
+
+
+def save(case: str, path):
+    """A random ``case`` model written to ``path``; returns it (eval mode)."""
+    config_class, model_class, fields = CASES[case]
+    transformers.utils.logging.disable_progress_bar()
+    torch.manual_seed(0)
+    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**SHAPE | fields)).eval())
+    model.save_pretrained(path)
+    return model
+
+
+def padded_batch():
+    """Tokens (3, 13), row 1 right-padded after 8 tokens, and the mask of real tokens."""
+    tokens = torch.randint(5, VOCAB, (3, 13), generator=torch.Generator().manual_seed(1))
+    tokens[1, 8:] = PAD
+    return tokens, tokens != PAD
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
+    from tfspec.backends.onnx import OnnxModel
+
+    ref, ours = save(case, tmp_path / "hf"), tmp_path / "ours"
+    code, _, err = cli("import", tmp_path / "hf", "-o", ours, "--quiet")
+    assert code == 0, err
+    model = build_module(load_spec(ours)).eval()
+    load_weights(model, ours / "model.safetensors")
+    tokens, keep = padded_batch()
+    with torch.no_grad():
+        want = ref(input_ids=tokens, attention_mask=keep.long()).logits
+        torch.testing.assert_close(model(tokens)[keep], want[keep], atol=1e-4, rtol=0)
+    code, out, err = cli("export", ours, "--weights", ours / "model.safetensors", "-o", tmp_path / "onnx")
+    assert code == 0, out + err
+    onnx = OnnxModel(tmp_path / "onnx", device="cpu")
+    np.testing.assert_allclose(onnx.logits(tgt=tokens.numpy())[keep], want[keep].numpy(), atol=1e-4, rtol=0)
+    prompt = tokens[[0, 2], :4]
+    expected = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, min_new_tokens=20,
+                            do_sample=False)[:, 4:].tolist()
+    assert PAD not in sum(expected, [])  # tfspec finds padding by id: a generated pad would be hidden
+    options = SearchOptions(beam=1, max_length=20, min_length=20, max_extra=20)
+    assert search(TorchDecoder(model), None, options, prefix=prompt.numpy()) == expected
+    assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected  # the KV-cached step graph
+
+
+def test_opt_checkpoint_with_base_model_names(cli, tmp_path):
+    """The published OPT checkpoints (facebook/opt-125m ..) say OPTForCausalLM but hold OPTModel's
+    tensors (``decoder.*``, no ``model.`` prefix, no lm_head): they import as the tied model."""
+    ref = save("opt", tmp_path / "causal")
+    ref.model.save_pretrained(tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text()) | {"architectures": ["OPTForCausalLM"]}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    model = build_module(load_spec(tmp_path / "ours")).eval()
+    load_weights(model, tmp_path / "ours" / "model.safetensors")
+    tokens, keep = padded_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens)[keep], ref(tokens).logits[keep], atol=1e-4, rtol=0)
+
+
+DEFAULTS = {"opt": ("OPTConfig", "OPTForCausalLM", {}),
+            # Starcoder2Config's ids (50256, GPT-2's) lie outside its 49152-token vocabulary; the published
+            # starcoder2 configurations use 0
+            "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {"bos_token_id": 0, "eos_token_id": 0}),
+            "stablelm": ("StableLmConfig", "StableLmForCausalLM", {})}
+"""Each family's default configuration: the shapes of facebook/opt-125m, bigcode/starcoder2-3b, stablelm-3b-4e1t."""
+
+
+@pytest.mark.parametrize("family", DEFAULTS)
+def test_default_config_counts_as_transformers(family, cli, tmp_path):
+    config_class, model_class, changes = DEFAULTS[family]
+    config = getattr(transformers, config_class)(**changes)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    with torch.device("meta"):
+        counted = sum(p.numel() for p in getattr(transformers, model_class)(config).parameters())
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == counted
+
+
+@pytest.mark.parametrize("case", CASES)
+@torch.no_grad()
+def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
+    original = save(case, tmp_path / "original")
+    imported, exported = tmp_path / "imported", tmp_path / "exported"
+    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
+    code, out, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                         "-o", exported)
+    assert code == 0 and "parity: ok" in out, out + err
+    assert json.loads((exported / "config.json").read_text())["architectures"] == [CASES[case][1]]
+    tokens, keep = padded_batch()
+    got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(tokens).logits
+    torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("case,change,needle", [
+    ("opt", {"do_layer_norm_before": False}, "do_layer_norm_before: false is not supported"),
+    ("opt", {"word_embed_proj_dim": 32}, "word_embed_proj_dim: 32 is not supported"),
+    ("opt", {"enable_bias": "yes"}, "enable_bias must be true or false"),
+    ("opt", {"moe_experts": 8}, "unknown field moe_experts"),
+    ("stablelm", {"use_parallel_residual": True}, "use_parallel_residual: true is not supported"),
+    ("stablelm", {"qk_layernorm": True}, "qk_layernorm: true is not supported"),
+    ("stablelm", {"partial_rotary_factor": "quarter", "rope_parameters": None},
+     "partial_rotary_factor must be a number"),
+    ("stablelm", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.1}},
+     "fraction) = int(16 x 0.1) = 1 must be even"),
+    ("starcoder2", {"hidden_act": "gelu_fast"}, "hidden_act: \"gelu_fast\" is not supported"),
+    ("starcoder2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
+     "rope type \"yarn\" is not supported"),
+    ("starcoder2", {"bos_token_id": 50256, "eos_token_id": 50256}, "bos_id (50256) must be smaller than the vocab")])
+def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
+    config_class, _, fields = CASES[case]
+    config = json.loads(getattr(transformers, config_class)(**SHAPE | fields).to_json_string()) | change
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()
+
+
+@pytest.mark.parametrize("rotary", [{}, {"partial_rotary_factor": 0.5},
+                                    {"partial_rotary_factor": 0.5, "rope_parameters": {
+                                        "rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.75}}])
+def test_stablelm_rotates_the_share_transformers_reads(rotary, cli, tmp_path):
+    """StableLM's rotated share as transformers 4 files write it (top level, 0.25 when absent)
+    and as transformers 5 does (inside rope_parameters, which wins): the fraction transformers reads."""
+    config = {"model_type": "stablelm", "architectures": ["StableLmForCausalLM"], **SHAPE, **rotary}
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
+    theirs = transformers.StableLmConfig.from_pretrained(tmp_path / "hf").rope_parameters["partial_rotary_factor"]
+    assert load_spec(tmp_path / "ours").positional.fraction == theirs
