@@ -148,6 +148,9 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("stablelm", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.1}},
      "fraction) = int(16 x 0.1) = 1 must be even"),
     ("starcoder2", {"hidden_act": "gelu_fast"}, "hidden_act: \"gelu_fast\" is not supported"),
+    # transformers' StarCoder2 (as Llama's) never reads the factor: it rotates every feature
+    ("starcoder2", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor: 0.5 is not supported; transformers' StarCoder2 rotates every feature"),
     ("starcoder2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
      "rope type \"yarn\" is not supported"),
     ("starcoder2", {"bos_token_id": 50256, "eos_token_id": 50256}, "bos_id (50256) must be smaller than the vocab")])

@@ -36,6 +36,10 @@ class Llama(Family):
                **dict.fromkeys(("is_llama_config", "rope_interleaved"),
                                "left over from nanotron (SmolLM2's configs); transformers reads neither, and the "
                                "converted weights are in its rotate-half layout")}
+    partial_rotary = False
+    """Whether transformers rotates only the first ``partial_rotary_factor`` of each head's features
+    (StableLM); Llama's, Mistral's and Qwen2's rotary never reads the factor, so a configuration
+    that sets one is refused rather than imported rotating fewer features than transformers does."""
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
@@ -83,6 +87,9 @@ class Llama(Family):
         positional = {"kind": "rotary", "max_len": number(c, "max_position_embeddings", where, default=2048),
                       "base": number(rope, "rope_theta", where, float)}
         if rope.get("partial_rotary_factor", 1.0) != 1.0:
+            if not self.partial_rotary:
+                raise TfspecError(f"{where}: partial_rotary_factor: {_show(rope['partial_rotary_factor'])} is not "
+                                  f"supported; transformers' {self.title} rotates every feature of a head")
             positional["fraction"] = number(rope, "partial_rotary_factor", where, float)
         if kind == "llama3":
             inside = f"{where}: rope_scaling"

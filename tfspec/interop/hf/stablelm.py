@@ -35,6 +35,7 @@ class StableLm(Llama):
               "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout", "hidden_dropout")
     required = {"use_parallel_residual": (False,), "qk_layernorm": (False,)}
     ignored = {}
+    partial_rotary = True
     defaults = {"vocab_size": 50304, "hidden_size": 2560, "intermediate_size": 6912, "num_hidden_layers": 32,
                 "num_attention_heads": 32, "max_position_embeddings": 4096, "bos_token_id": 0, "eos_token_id": 0}
     """StableLmConfig's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
