@@ -30,20 +30,31 @@ def edit_config(path, **changes):
     (path / "config.json").write_text(json.dumps(config | changes))
 
 
+def supported() -> str:
+    """The families the refusal lists: every registered one, sorted (the first release's eight among them)."""
+    from tfspec.interop.hf.family import FAMILIES
+    from tfspec.interop.hf.imports import family_of  # noqa: F401  (registers the families)
+
+    assert {"bart", "bert", "gpt2", "llama", "marian", "mistral", "qwen2", "t5"} <= FAMILIES.keys()
+    return ", ".join(sorted(FAMILIES))
+
+
+SUPPORTED = supported()
+
+
 def test_unsupported_model_type(cli, tmp_path):
     (tmp_path / "mixtral").mkdir()
     (tmp_path / "mixtral" / "config.json").write_text(json.dumps({"model_type": "mixtral", "hidden_size": 4096}))
     line = refused(cli, tmp_path, tmp_path / "mixtral")
-    assert line.endswith("model_type 'mixtral' is not supported; tfspec imports: "
-                         "bart, bert, gpt2, llama, marian, mistral, qwen2, t5")
+    assert line.endswith(f"model_type 'mixtral' is not supported; tfspec imports: {SUPPORTED}")
 
 
 def test_model_type_of_another_type(cli, tmp_path):
     """A list for model_type was a traceback (unhashable), found by fuzzing config.json."""
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / "config.json").write_text(json.dumps({"model_type": ["gpt2"]}))
-    assert refused(cli, tmp_path, tmp_path / "odd").endswith("model_type ['gpt2'] is not supported; tfspec imports: "
-                                                             "bart, bert, gpt2, llama, marian, mistral, qwen2, t5")
+    assert refused(cli, tmp_path, tmp_path / "odd").endswith(f"model_type ['gpt2'] is not supported; tfspec imports: "
+                                                             f"{SUPPORTED}")
 
 
 @pytest.mark.parametrize("kind, field, value, says", [
