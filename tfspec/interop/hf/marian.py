@@ -33,13 +33,12 @@ class Marian(Family):
     mapped = ("vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_hidden_layers",
               "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim",
               "activation_function", "dropout", "attention_dropout", "activation_dropout", "max_position_embeddings",
-              "scale_embedding", "pad_token_id", "eos_token_id", "decoder_start_token_id")
+              "scale_embedding", "pad_token_id", "eos_token_id", "decoder_start_token_id", "bos_token_id")
     required = {"is_encoder_decoder": (True,), "is_decoder": (False,), "share_encoder_decoder_embeddings": (True,),
                 "tie_word_embeddings": (True,)}
     ignored = {"encoder_layerdrop": "training only (drops whole layers while training)",
                "decoder_layerdrop": "training only (drops whole layers while training)",
                "init_std": "initialisation of untrained weights",
-               "bos_token_id": "decoding starts from decoder_start_token_id; bos_token_id only tells tokenizers",
                **dict.fromkeys(LEFTOVERS, "left over from fairseq's BART options; transformers' Marian reads none of "
                                           "them (it is always post-norm with static sinusoids, no embedding or final "
                                           "norm)")}
@@ -47,6 +46,9 @@ class Marian(Family):
     """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART)."""
     embed_norm = False
     """A LayerNorm on embeddings + positions (BART's layernorm_embedding)."""
+    norm = "post"
+    """Where each layer's LayerNorms sit; pre-norm members (mBART, Pegasus) end each stack with
+    one more (``encoder.layer_norm``, ``decoder.layer_norm``)."""
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
@@ -59,8 +61,8 @@ class Marian(Family):
                 "dropout": number(c, "dropout", where, float, 0.1),
                 "attention_dropout": number(c, "attention_dropout", where, float, 0.0),
                 "activation_dropout": number(c, "activation_dropout", where, float, 0.0), "label_smoothing": 0.0,
-                "positional": self._positional(c, where), "norm": "post", "norm_eps": 1e-5, "final_norm": False,
-                "tie_embeddings": "all", "embed_norm": self.embed_norm,
+                "positional": self._positional(c, where), "norm": self.norm, "norm_eps": 1e-5,
+                "final_norm": self.norm == "pre", "tie_embeddings": "all", "embed_norm": self.embed_norm,
                 "embed_scale": self._flag(c, "scale_embedding", where), "output_bias": self._output_bias(source),
                 "encoder": {"layers": self._layers(c, where), "block": ["self_attention", "ffn"]},
                 "decoder": {"layers": number(c, "decoder_layers", where, default=12),
@@ -108,16 +110,26 @@ class Marian(Family):
                               f"tfspec imports {self.title} with one vocabulary (vocab_size {size})")
         ends = end_ids(c, where, d["eos_token_id"])
         ids = {"pad_id": number(c, "pad_token_id", where, default=d["pad_token_id"]),
-               "bos_id": number(c, "decoder_start_token_id", where, default=d["decoder_start_token_id"]),
-               "eos_id": ends["eos_id"]}
+               "bos_id": self._start(c, where), "eos_id": ends["eos_id"]}
         unk = source.vocabulary.get("<unk>")
         if not isinstance(unk, int) or not 0 <= unk < size:
             unk = next(i for i in range(size) if i not in ids.values())
         return {"size": size, "shared": True, **ids, "unk_id": unk, **ends}
 
+    def _start(self, c: dict, where: str) -> int:
+        """The token decoding starts from: decoder_start_token_id, or where it is null (as
+        MBartConfig leaves it) bos_token_id, as ``generate`` falls back."""
+        key = "decoder_start_token_id"
+        if c.get(key, self.defaults[key]) is None:
+            key = "bos_token_id"
+        return number(c, key, where, default=self.defaults.get(key))
+
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("shared.weight",))]
         rules += layer_rules(spec)
+        if spec.uses_final_norm:  # the pre-norm members' last LayerNorm of each stack
+            for stack in ("encoder", "decoder"):
+                rules += norm_rules(f"{stack}.norm", f"{stack}.layer_norm")
         if spec.output_bias:
             rules.append(Rule("output.bias", ("final_logits_bias",), "row"))
         return rules
