@@ -70,13 +70,19 @@ class Rule:
     ``copy``: the same matrix; ``transpose``: stored (in, out), as GPT-2's Conv1D; ``concat``:
     the IR matrix is the checkpoint tensors stacked along rows (BERT's query, key and value
     into ``w_qkv``); ``row``: the IR vector is stored as a one-row matrix (Marian's and BART's
-    final_logits_bias)."""
+    final_logits_bias); ``plus_one``: the IR vector is the stored one plus 1 (Gemma's RMSNorm
+    multiplies by 1 + w, tfspec's by its gain); ``split``: the IR matrix is block ``part`` of
+    one checkpoint tensor whose row blocks are ``rows`` (Phi-3's gate_up_proj holds W1 then W3);
+    export stacks the blocks of such a tensor in the order of its rules."""
 
     ir: str
     hf: tuple[str, ...]
     layout: str = "copy"
     rows: tuple[int, ...] = ()
-    """concat: the rows of each part when they differ (grouped-query attention's q, k, v)."""
+    """concat: the rows of each part when they differ (grouped-query attention's q, k, v);
+    split: the rows of each block of the checkpoint tensor."""
+    part: int = 0
+    """split: which block of the checkpoint tensor is the IR matrix."""
 
     def _rows(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return self.rows or (shape[0] // len(self.hf),) * len(self.hf)
@@ -88,14 +94,22 @@ class Rule:
             return {self.hf[0]: (1, *shape)}
         if self.layout == "concat":
             return {name: (rows, *shape[1:]) for name, rows in zip(self.hf, self._rows(shape))}
+        if self.layout == "split":
+            return {self.hf[0]: (sum(self.rows), *shape[1:])}
         return {self.hf[0]: tuple(shape)}
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
+        if self.layout == "plus_one":
+            return parts[0] + 1
+        if self.layout == "split":
+            return np.split(parts[0], np.cumsum(self.rows)[:-1])[self.part]
         if self.layout in ("transpose", "row"):
             return parts[0].T if self.layout == "transpose" else parts[0][0]
         return np.concatenate(parts) if self.layout == "concat" else parts[0]
 
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        if self.layout == "plus_one":
+            return {self.hf[0]: value - 1}
         if self.layout in ("transpose", "row"):
             return {self.hf[0]: value.T if self.layout == "transpose" else value[None]}
         if self.layout == "concat":

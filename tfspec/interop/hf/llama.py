@@ -13,6 +13,8 @@ and llama3 are refused by name. ``export --format hf`` writes the classic fields
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
                                      number, register)
@@ -36,6 +38,8 @@ class Llama(Family):
                **dict.fromkeys(("is_llama_config", "rope_interleaved"),
                                "left over from nanotron (SmolLM2's configs); transformers reads neither, and the "
                                "converted weights are in its rotate-half layout")}
+    rope_types: ClassVar[tuple[str, ...]] = ROPE_TYPES
+    """transformers' rope types this family's rotary computes and tfspec does too."""
     partial_rotary = False
     """Whether transformers rotates only the first ``partial_rotary_factor`` of each head's features
     (StableLM); Llama's, Mistral's and Qwen2's rotary never reads the factor, so a configuration
@@ -81,9 +85,9 @@ class Llama(Family):
         if c.get("rope_scaling"):
             rope |= c["rope_scaling"]
         kind = rope.get("rope_type", rope.get("type", "default"))
-        if kind not in ROPE_TYPES:
-            raise TfspecError(f"{where}: rope type {_show(kind)} is not supported; tfspec computes rotary "
-                              f"positions of type {' or '.join(ROPE_TYPES)}")
+        if kind not in self.rope_types:
+            raise TfspecError(f"{where}: rope type {_show(kind)} is not supported; tfspec imports {self.title} with "
+                              f"rotary positions of type {' or '.join(self.rope_types)}")
         positional = {"kind": "rotary", "max_len": number(c, "max_position_embeddings", where, default=2048),
                       "base": number(rope, "rope_theta", where, float)}
         if rope.get("partial_rotary_factor", 1.0) != 1.0:

@@ -49,13 +49,7 @@ class StableLm(Llama):
             "biases": {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False}}
 
     def _rotary(self, c: dict, where: str) -> dict:
-        """Llama's rotary settings, with the fraction from ``rope_parameters`` (transformers 5),
-        else from the top-level ``partial_rotary_factor`` (transformers 4 files), else 0.25."""
-        rope = c.get("rope_parameters") or {}
-        if isinstance(rope, dict):  # anything else is Llama's to refuse
-            c = c | {"rope_parameters": {"partial_rotary_factor": c.get("partial_rotary_factor", PARTIAL_ROTARY),
-                                         **rope}}
-        return super()._rotary(c, where)
+        return super()._rotary(with_rotated_share(c, PARTIAL_ROTARY), where)
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         return with_shifts(super().rules(spec, architecture))
@@ -67,6 +61,16 @@ class StableLm(Llama):
         return shared | {"layer_norm_eps": spec.norm_eps, "partial_rotary_factor": spec.positional.fraction,
                          "use_qkv_bias": spec.has_bias("q"), "hidden_dropout": spec.dropout,
                          "use_parallel_residual": False, "qk_layernorm": False}
+
+
+def with_rotated_share(c: dict, default: float) -> dict:
+    """``c`` with the rotated share where Llama's rotary settings read it: the fraction from
+    ``rope_parameters`` (transformers 5), else from the top-level ``partial_rotary_factor``
+    (transformers 4 files), else ``default`` (StableLM's 0.25, Phi-3's 1.0)."""
+    rope = c.get("rope_parameters") or {}
+    if not isinstance(rope, dict):  # Llama's to refuse
+        return c
+    return c | {"rope_parameters": {"partial_rotary_factor": c.get("partial_rotary_factor", default), **rope}}
 
 
 def with_shifts(rules: list[Rule]) -> list[Rule]:

@@ -1,0 +1,74 @@
+"""Phi-3 (``model_type: phi3``): transformers' Phi3ForCausalLM and Phi3Model as tfspec specs
+(microsoft/Phi-3-mini-4k-instruct, Phi-3-medium-4k-instruct, phi-4).
+
+Mistral (``llama.py``: pre-RMSNorm, SwiGLU, grouped-query attention, rotary positions, the
+sliding window as causal restricted attention; Phi-3-mini's is 2047) with its projections fused:
+``qkv_proj`` holds q, k and v stacked, as tfspec's ``w_qkv``, and ``gate_up_proj`` the gate
+then the linear branch (the rules' ``split`` layout); no projection is ever biased. Rotary
+positions rotate the first ``partial_rotary_factor`` of each head's features (1.0 unless said;
+``positional.fraction``, as StableLM). ``resid_pdrop`` is tfspec's ``dropout``. Refused by
+name: rope types other than default, among them the long-context ``longrope`` (written ``su``
+or ``yarn`` in older files: Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini), whose short and long
+factor lists the spec language has no field for. Defaults are Phi3Config's
+(Phi-3-mini-4k-instruct's shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.llama import Mistral
+from tfspec.interop.hf.stablelm import with_rotated_share
+
+
+@register
+class Phi3(Mistral):
+    model_type = "phi3"
+    title = "Phi-3"
+    architectures = {"Phi3ForCausalLM": "model.", "Phi3Model": ""}
+    export_architecture = "Phi3ForCausalLM"
+    mapped = tuple(f for f in Mistral.mapped if f not in ("attention_bias", "mlp_bias")) + (
+        "partial_rotary_factor", "resid_pdrop")
+    ignored = {"embd_pdrop": "training only, and transformers' Phi-3 applies no dropout to the embeddings",
+               "original_max_position_embeddings": "read only by longrope scaling, which is refused",
+               "attention_bias": "written in phi-4's config; transformers' Phi-3 biases no projection and never "
+                                 "reads it",
+               "auto_map": "names the remote code of Microsoft's repositories (trust_remote_code); transformers' "
+                           "own Phi3 classes read the same checkpoints"}
+    rope_types = ("default",)
+    partial_rotary = True
+    defaults = {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 4096,
+                "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000}
+    """Phi3Config's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = self.defaults | source.config, source.where
+        return super().spec_data(replace(source, config=c)) | {
+            "dropout": number(c, "resid_pdrop", where, float, 0.0)}
+
+    def _biases(self, c: dict) -> dict:
+        return dict.fromkeys(("q", "k", "v", "o", "ffn"), False)
+
+    def _rotary(self, c: dict, where: str) -> dict:
+        return super()._rotary(with_rotated_share(c, 1.0), where)
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        """Llama's rules with the fused tensors: ``w_qkv`` copied whole, W1 and W3 split from gate_up_proj."""
+        fused = []
+        for rule in super().rules(spec, architecture):
+            layer = rule.hf[0].rsplit(".", 3)[0]  # layers.{i} of layers.{i}.self_attn.q_proj.weight
+            if rule.ir.endswith(".w_qkv"):
+                rule = Rule(rule.ir, (f"{layer}.self_attn.qkv_proj.weight",))
+            elif rule.ir.endswith((".ffn.w_1", ".ffn.w_3")):
+                rule = Rule(rule.ir, (f"{layer}.mlp.gate_up_proj.weight",), "split", (spec.d_ff,) * 2,
+                            part=int(rule.ir.endswith("w_3")))
+            fused.append(rule)
+        return fused
+
+    def config(self, spec) -> dict:
+        """Mistral's fields this family has, less ``rope_scaling`` (Phi-3 computes the default
+        rope type only), and its own."""
+        shared = {k: v for k, v in super().config(spec).items()
+                  if k in self.mapped + ("architectures", "model_type") and k != "rope_scaling"}
+        return shared | {"partial_rotary_factor": spec.positional.fraction, "resid_pdrop": spec.dropout}
