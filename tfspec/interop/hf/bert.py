@@ -112,11 +112,11 @@ class Bert(Family):
 
     def dropped(self, architecture: str) -> dict[str, str]:
         dropped = {"embeddings.position_ids": "a buffer of position indices, not a weight"}
-        if architecture == "BertModel":
-            return dropped | {"cls.*": "pre-training heads, not part of BertModel"}
+        if architecture == self.export_architecture:
+            return dropped | {"cls.*": f"pre-training heads, not part of {architecture}"}
         return dropped | {"cls.predictions.decoder.*": "the output projection, tied to the token embedding",
-                          "cls.seq_relationship.*": "the next-sentence head, not part of BertForMaskedLM",
-                          "pooler.*": "BertForMaskedLM has no pooler"}
+                          "cls.seq_relationship.*": "the next-sentence head, which tfspec does not import",
+                          "pooler.*": f"{architecture} has no pooler"}
 
     def structure(self, spec) -> str | None:
         if reason := super().structure(spec):

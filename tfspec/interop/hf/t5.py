@@ -19,6 +19,9 @@ both. transformers 5 reads the scaling from ``scale_decoder_outputs`` (or, absen
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import ClassVar
+
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, number,
                                      register)
@@ -45,22 +48,31 @@ class T5(Family):
                                                                   "transformers reads again when it loads"),
                "bos_token_id": "decoding starts from decoder_start_token_id; bos_token_id only tells tokenizers"}
 
+    defaults: ClassVar[dict] = {}
+    """Values a configuration class of T5's kin (mT5) gives fields config.json leaves out, where
+    they differ from T5Config's."""
+
     def spec_data(self, source: Source) -> dict:
+        source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
         d_model, d_kv = number(c, "d_model", where, default=512), number(c, "d_kv", where, default=64)
         activation, gated = _feed_forward(c, where)
         dropout = number(c, "dropout_rate", where, float, 0.1)
-        scaled = _flag(c, "scale_decoder_outputs", where, _flag(c, "tie_word_embeddings", where, True))
-        untied = (not _flag(c, "tie_word_embeddings", where, True)
-                  or (not scaled and source.names is not None and "lm_head.weight" in source.names))
         return {"family": self.family, "vocab": _vocab(source), "d_model": d_model,
                 "heads": number(c, "num_heads", where, default=8), "d_k": d_kv, "d_v": d_kv,
                 "d_ff": number(c, "d_ff", where, default=2048), "activation": activation, "gated": gated,
                 "dropout": dropout, "attention_dropout": dropout, "activation_dropout": dropout,
                 "label_smoothing": 0.0, "positional": _positional(c, where), "norm": "pre", "norm_type": "rms",
                 "norm_eps": number(c, "layer_norm_epsilon", where, float, 1e-6), "final_norm": True, "bias": False,
-                "embed_scale": False, "tie_embeddings": "inputs" if untied else "all",
-                "output_scale": d_model ** -0.5 if scaled else 1.0, **_stacks(c, where)}
+                "embed_scale": False, **self._output(source, d_model), **_stacks(c, where)}
+
+    def _output(self, source: Source, d_model: int) -> dict:
+        """tie_embeddings and output_scale, read as the module docstring says."""
+        c, where = source.config, source.where
+        scaled = _flag(c, "scale_decoder_outputs", where, _flag(c, "tie_word_embeddings", where, True))
+        untied = (not _flag(c, "tie_word_embeddings", where, True)
+                  or (not scaled and source.names is not None and "lm_head.weight" in source.names))
+        return {"tie_embeddings": "inputs" if untied else "all", "output_scale": d_model ** -0.5 if scaled else 1.0}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("shared.weight",))]
