@@ -41,7 +41,8 @@ CASES = {
     "mbart-bos-relu": ("MBartConfig", "MBartForConditionalGeneration", SHAPE | dict(
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=None, activation_function="relu",
         encoder_layers=1, scale_embedding=False)),
-    # pegasus-large's relu; decoding starts from the pad token (0)
+    # pegasus-large's relu; decoding starts from the pad token (0), which search never emits (the helper forbids it
+    # to generate, which Pegasus's configs do not)
     "pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", SHAPE | dict(
         pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, activation_function="relu")),
 }
