@@ -65,7 +65,8 @@ def test_shipped_zoo_spec_exports_as_its_family(cli, tmp_path, write_spec):
 @pytest.mark.parametrize("text, says", [
     ("extends: zoo/gpt2\nnorm: post\nfinal_norm: false\n", 'norm is "post" (GPT-2: "pre")'),
     ("extends: zoo/gpt2\npositional: {kind: sinusoidal}\n", 'positional.kind is "sinusoidal" (GPT-2: "learned")'),
-    ("extends: zoo/bert-base\npooler: false\n", "BertModel always has a pooler"),
+    # without the pooler it is ElectraModel, which has no output bias
+    ("extends: zoo/bert-base\npooler: false\noutput_bias: true\n", "BertModel always has a pooler"),
     ("extends: tiny\n", "GPT-2 is a decoder alone; this spec is encoder-decoder"),
     ("extends: zoo/t5-small\noutput_scale: 0.5\n", "output_scale is 0.5 (T5: 0.04419417382415922)"),
     ("extends: zoo/t5-small\npositional: {kind: relative, max_distance: 128}\n",
