@@ -80,10 +80,9 @@ class Llama(Family):
         for key in ("rope_parameters", "rope_scaling"):
             if not isinstance(c.get(key) or {}, dict):
                 raise TfspecError(f"{where}: {key} must be an object of rotary settings, got {_show(c[key])}")
-        rope = dict(c.get("rope_parameters") or {})
+        # as transformers reads them: rope_scaling (older files), when set, replaces rope_parameters whole
+        rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
         rope.setdefault("rope_theta", c.get("rope_theta", 10000.0))
-        if c.get("rope_scaling"):
-            rope |= c["rope_scaling"]
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind not in self.rope_types:
             raise TfspecError(f"{where}: rope type {_show(kind)} is not supported; tfspec imports {self.title} with "

@@ -64,13 +64,15 @@ class StableLm(Llama):
 
 
 def with_rotated_share(c: dict, default: float) -> dict:
-    """``c`` with the rotated share where Llama's rotary settings read it: the fraction from
-    ``rope_parameters`` (transformers 5), else from the top-level ``partial_rotary_factor``
-    (transformers 4 files), else ``default`` (StableLM's 0.25, Phi-3's 1.0)."""
-    rope = c.get("rope_parameters") or {}
+    """``c`` with the rotated share where Llama's rotary settings read it: the fraction from the
+    rotary settings (``rope_parameters``, or ``rope_scaling`` which replaces it), else from the
+    top-level ``partial_rotary_factor`` (transformers 4 files), else ``default`` (StableLM's
+    0.25, Phi-3's 1.0)."""
+    key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+    rope = c.get(key) or {}
     if not isinstance(rope, dict):  # Llama's to refuse
         return c
-    return c | {"rope_parameters": {"partial_rotary_factor": c.get("partial_rotary_factor", default), **rope}}
+    return c | {key: {"partial_rotary_factor": c.get("partial_rotary_factor", default), **rope}}
 
 
 def with_shifts(rules: list[Rule]) -> list[Rule]:
