@@ -84,6 +84,22 @@ def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
     assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected  # the KV-cached step graph
 
 
+@pytest.mark.parametrize("case", ["gemma", "phi3"])
+@torch.no_grad()
+def test_base_model_hidden_states_match_transformers(case, cli, tmp_path):
+    """GemmaModel and Phi3Model (no lm_head): the spec's output is tied to the token embedding,
+    so its logits are transformers' last hidden states seen through that projection."""
+    base = save(case, tmp_path / "causal").model
+    base.save_pretrained(tmp_path / "hf")
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
+    model = build_module(load_spec(tmp_path / "ours")).eval()
+    load_weights(model, tmp_path / "ours" / "model.safetensors")
+    assert sum(p.numel() for p in model.parameters()) == base.num_parameters()
+    tokens, keep = padded_batch()
+    want = base(input_ids=tokens, attention_mask=keep.long()).last_hidden_state @ base.embed_tokens.weight.T
+    torch.testing.assert_close(model(tokens)[keep], want[keep], atol=1e-4, rtol=0)
+
+
 DEFAULTS = {
     "gemma": ("GemmaConfig", "GemmaForCausalLM", {}),  # gemma-7b's shape
     "gemma-2b": ("GemmaConfig", "GemmaForCausalLM", {
