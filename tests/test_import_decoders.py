@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 
-from hf_checkpoints import perturb
-from tfspec.backends.torch import TorchDecoder, build_module
+from hf_checkpoints import assert_decoder_import_matches, perturb
+from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
-from tfspec.search import SearchOptions, search
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -59,28 +57,8 @@ def padded_batch():
 
 @pytest.mark.parametrize("case", CASES)
 def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
-    from tfspec.backends.onnx import OnnxModel
-
-    ref, ours = save(case, tmp_path / "hf"), tmp_path / "ours"
-    code, _, err = cli("import", tmp_path / "hf", "-o", ours, "--quiet")
-    assert code == 0, err
-    model = build_module(load_spec(ours)).eval()
-    load_weights(model, ours / "model.safetensors")
     tokens, keep = padded_batch()
-    with torch.no_grad():
-        want = ref(input_ids=tokens, attention_mask=keep.long()).logits
-        torch.testing.assert_close(model(tokens)[keep], want[keep], atol=1e-4, rtol=0)
-    code, out, err = cli("export", ours, "--weights", ours / "model.safetensors", "-o", tmp_path / "onnx")
-    assert code == 0, out + err
-    onnx = OnnxModel(tmp_path / "onnx", device="cpu")
-    np.testing.assert_allclose(onnx.logits(tgt=tokens.numpy())[keep], want[keep].numpy(), atol=1e-4, rtol=0)
-    prompt = tokens[[0, 2], :4]
-    expected = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, min_new_tokens=20,
-                            do_sample=False)[:, 4:].tolist()
-    assert PAD not in sum(expected, [])  # tfspec finds padding by id: a generated pad would be hidden
-    options = SearchOptions(beam=1, max_length=20, min_length=20, max_extra=20)
-    assert search(TorchDecoder(model), None, options, prefix=prompt.numpy()) == expected
-    assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected  # the KV-cached step graph
+    assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
 
 
 def test_opt_checkpoint_with_base_model_names(cli, tmp_path):
