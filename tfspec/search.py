@@ -107,11 +107,16 @@ def stop_ids(decoder) -> np.ndarray:
     return np.array(sorted({decoder.eos, *getattr(decoder, "eos_ids", ())}), dtype=np.int64)
 
 
-def _banned(decoder, t: int, min_length: int) -> list[int]:
+def among(tokens: np.ndarray, ids) -> np.ndarray:
+    """Which ``tokens`` are one of the few ``ids`` (np.isin's sorting costs more at these sizes)."""
+    return (tokens[..., None] == np.asarray(ids, dtype=tokens.dtype)).any(-1)
+
+
+def _banned(decoder, stops: np.ndarray, t: int, min_length: int) -> list[int]:
     """Tokens step ``t`` may not choose: the end-of-sequence ids before ``min_length``, and the
     padding token when decoding starts from it (Marian, T5: it is never a word; Marian's
     configurations forbid it with bad_words_ids, its embedding being a row added at conversion)."""
-    banned = stop_ids(decoder).tolist() if t < min_length else []
+    banned = stops.tolist() if t < min_length else []
     return banned + [decoder.pad] if decoder.bos == decoder.pad != decoder.eos else banned
 
 
@@ -121,13 +126,13 @@ def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[
     out, lengths = np.zeros((batch, int(limits.max())), dtype=np.int64), np.zeros(batch, dtype=np.int64)
     alive, tokens = np.arange(batch), prefix
     for t in range(int(limits.max())):
-        banned = _banned(decoder, t, min_length)
+        banned = _banned(decoder, stops, t, min_length)
         values, ids, state = decoder.step(state, tokens, (1 if pick is None else pick.k) + len(banned))
         if pick is None:
-            best = ids[np.arange(len(ids)), np.argmax(~np.isin(ids, banned), axis=1)]
+            best = ids[np.arange(len(ids)), np.argmax(~among(ids, banned), axis=1)]
         else:
-            best = pick(np.where(np.isin(ids, banned), -np.inf, values), ids)
-        ended = np.isin(best, stops)
+            best = pick(np.where(among(ids, banned), -np.inf, values), ids)
+        ended = among(best, stops)
         out[alive, t] = best
         lengths[alive[~ended]] = t + 1
         ended |= t + 1 >= limits[alive]
@@ -192,11 +197,11 @@ def beam_step(scores: np.ndarray, values: np.ndarray, ids: np.ndarray, stops: np
     penalty of the new length. Of the 2k best extensions, in order, each end of sequence met
     before the k-th word finishes a hypothesis and the first k words go on (fairseq's rule)."""
     n, k = scores.shape
+    line = np.arange(n)[:, None]  # fancy indexing by (line, column): cheaper than take_along_axis at these sizes
     candidates = (scores.reshape(-1, 1) + values).reshape(n, -1)  # (n, k * w)
     order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
-    top = np.take_along_axis(candidates, order, 1)
-    rows, tokens = order // values.shape[1], np.take_along_axis(ids.reshape(n, -1), order, 1)
-    valid, ends = top > -np.inf, np.isin(tokens, stops)
+    top, tokens, rows = candidates[line, order], ids.reshape(n, -1)[line, order], order // values.shape[1]
+    valid, ends = top > -np.inf, among(tokens, stops)
     word = valid & ~ends
     before = np.cumsum(word, 1) - word  # words ranked above each candidate
     closing, chosen = valid & ends & (before < k), word & (before < k)
@@ -204,16 +209,13 @@ def beam_step(scores: np.ndarray, values: np.ndarray, ids: np.ndarray, stops: np
     done = np.concatenate([closing, chosen & at_limit[:, None]], 1)
     finals = np.where(done, np.concatenate([top, top], 1) / penalty, -np.inf)
     first = np.argmax(finals, 1)  # the first of equal bests, as a running maximum keeps it
-    at = first % (2 * k)
+    at, count = first % (2 * k), chosen.sum(1)
     pick = np.argsort(~chosen, axis=1, kind="stable")[:, :k]  # the chosen words first, in order
-    count = chosen.sum(1)
-    filler = np.arange(k)[None] >= count[:, None]
-    pick = np.where(filler, np.take_along_axis(pick, np.maximum(count - 1, 0)[:, None], 1), pick)
-    line = np.arange(n)
-    return Step(rows=np.take_along_axis(rows, pick, 1), tokens=np.take_along_axis(tokens, pick, 1),
-                scores=np.where(filler, -np.inf, np.take_along_axis(top, pick, 1)), ended=done.sum(1),
-                best=finals[line, first], best_row=rows[line, at],
-                best_token=np.where(first < 2 * k, -1, tokens[line, at]),
+    filler = np.arange(k) >= count[:, None]
+    pick = np.where(filler, pick[line, np.maximum(count - 1, 0)[:, None]], pick)  # the last word, repeated
+    return Step(rows=rows[line, pick], tokens=tokens[line, pick], scores=np.where(filler, -np.inf, top[line, pick]),
+                ended=done.sum(1), best=finals[line[:, 0], first], best_row=rows[line[:, 0], at],
+                best_token=np.where(first < 2 * k, -1, tokens[line[:, 0], at]),
                 going=(finished + done.sum(1) < k) & ~at_limit & (count > 0))
 
 
@@ -229,10 +231,10 @@ def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     results: list[list[int]] = [[] for _ in range(batch)]
     alive = np.arange(batch)
     for t in range(int(limits.max())):
-        banned = _banned(decoder, t, options.min_length)
+        banned = _banned(decoder, stops, t, options.min_length)
         values, ids, state = decoder.step(state, tokens, 2 * k + len(banned))  # 2k always leave k words
         if banned:
-            values = np.where(np.isin(ids, banned), -np.inf, values)
+            values = np.where(among(ids, banned), -np.inf, values)
         step = beam_step(scores, values, ids, stops, finished[alive], t + 1 >= limits[alive],
                          length_penalty(t + 1, options.alpha))
         line = np.arange(len(alive))
