@@ -108,7 +108,7 @@ class Llama(Family):
         if spec.tie_embeddings == "none" and architecture.endswith("ForCausalLM"):
             rules.append(Rule("output.weight", ("lm_head.weight",)))
         for i in range(spec.decoder.num_layers):
-            ours, theirs, attn = f"decoder.layers.{i}.", f"layers.{i}.", spec.decoder.block[0].stem
+            ours, theirs, attn = f"decoder.layers.{i}.", f"layers.{i}.", "self_attn"  # full or sliding window alike
             qkv = tuple(f"{theirs}self_attn.{p}_proj" for p in "qkv")
             rules += [Rule(f"{ours}{attn}_norm.weight", (f"{theirs}input_layernorm.weight",)),
                       Rule(f"{ours}{attn}.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat", rows),
