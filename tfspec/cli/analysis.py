@@ -93,11 +93,35 @@ def _training(spec, report, args):
 
 
 def report_json(spec, graph, args) -> dict:
-    """The ``flops``, ``layers``, ``paths`` and ``training_cost`` keys of ``report --format json``."""
+    """The ``flops``, ``layers``, ``paths``, ``training_cost`` and ``kv_cache`` keys of ``report --format json``."""
     report, rows, stacks = _layer_rows(spec, graph, args.n)
     cost = _training(spec, report, args)
     return {"flops": report.to_json(), "layers": rows, "paths": stacks,
-            "training_cost": cost.to_json() if cost else None}
+            "training_cost": cost.to_json() if cost else None, "kv_cache": _cache(spec, graph, args.n, "json")}
+
+
+def _cache(spec, graph, n: int, form: str):
+    """The decoding cache (tfspec.analysis.kvcache) as JSON or as text lines; None/[] without a decoder."""
+    from tfspec.analysis.kvcache import analyze_kv_cache
+
+    if spec.decoder is None:
+        return None if form == "json" else []
+    cache = analyze_kv_cache(graph, n)
+    if form == "json":
+        return cache.to_json()
+    limits = [layer.limit for layer in cache.layers if layer.limit is not None]
+    capped = f"; {len(limits)} sliding-window layers keep at most {max(limits):,} positions" if limits else ""
+    cross = f" (cross-attention: {cache.m} source positions)" if any(layer.source for layer in cache.layers) else ""
+    return [f"decoding cache (attention keys and values): {cache.per_token:,} values per generated token "
+            f"({_bytes(2 * cache.per_token)} in float16){capped}; after n = {n} tokens{cross}: {cache.at_n:,} values "
+            f"({_bytes(2 * cache.at_n)} in float16, {_bytes(4 * cache.at_n)} in float32)"]
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:,.1f} {unit}"
+    return f"{count} bytes"
 
 
 def report_text(spec, graph, args) -> str:
@@ -120,7 +144,7 @@ def report_text(spec, graph, args) -> str:
             f"not all positions connected (reach {s['reach']})"
         lines.append(f"{name}: {s['sublayers']} sub-layers, {s['sequential_ops']} sequential operations, "
                      f"longest path {longest} at n = {report.n}")
-    return "\n".join(lines + _cost_lines(_training(spec, report, args))) + "\n"
+    return "\n".join(lines + _cache(spec, graph, report.n, "text") + _cost_lines(_training(spec, report, args))) + "\n"
 
 
 def _cost_lines(cost) -> list[str]:
