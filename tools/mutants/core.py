@@ -150,4 +150,12 @@ MUTANTS = [
          file="tfspec/cli/models.py", old="if not args.weights and Path(args.spec).is_dir() and own.is_file():",
          new="if not args.weights and Path(args.spec).is_file() and own.is_file():",
          tests=["tests/test_deploy_cli.py::test_an_imported_directory_exports_its_own_weights"]),
+    dict(name="the decoding cache counts query heads instead of key/value heads",
+         file="tfspec/analysis/kvcache.py", old='a["kv_heads"] * (a["d_k"] + a["d_v"])',
+         new='a["heads"] * (a["d_k"] + a["d_v"])',
+         tests=["tests/test_kv_cache.py"]),
+    dict(name="the decoding cache ignores a sliding window",
+         file="tfspec/analysis/kvcache.py", old="m if source else layer.kept(n), limit, source))",
+         new="m if source else n, limit, source))",
+         tests=["tests/test_kv_cache.py"]),
 ]
