@@ -12,7 +12,7 @@ bos at 0, 1 and 2 (the config's ids) and <unk> at 3. Defaults are BertGeneration
 from __future__ import annotations
 
 from tfspec.interop.hf.bert import Bert
-from tfspec.interop.hf.family import Family, Source, number, register
+from tfspec.interop.hf.family import Family, Rule, Source, number, register
 
 
 @register
@@ -27,19 +27,21 @@ class BertGeneration(Bert):
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
+        layers = number(c, "num_hidden_layers", where, default=24)
         return super().spec_data(source) | {
             "segments": 0, "pooler": False, "d_model": number(c, "hidden_size", where, default=1024),
             "heads": number(c, "num_attention_heads", where, default=16),
             "d_ff": number(c, "intermediate_size", where, default=4096),
-            "encoder": {"layers": number(c, "num_hidden_layers", where, default=24), "block": ["self_attention", "ffn"]}}
+            "encoder": {"layers": layers, "block": ["self_attention", "ffn"]}}
 
     def _special_ids(self, source: Source, size: int) -> dict:
+        """pad, eos and bos from the config; <unk> from the vocabulary, else sentencepiece's 3."""
         c, where = source.config, source.where
-        return {"pad_id": number(c, "pad_token_id", where, default=0), "eos_id": number(c, "eos_token_id", where,
-                                                                                         default=1),
+        return {"pad_id": number(c, "pad_token_id", where, default=0),
+                "eos_id": number(c, "eos_token_id", where, default=1),
                 "bos_id": number(c, "bos_token_id", where, default=2), "unk_id": source.vocabulary.get("<unk>", 3)}
 
-    def rules(self, spec, architecture: str) -> list:
+    def rules(self, spec, architecture: str) -> list[Rule]:
         return [rule for rule in super().rules(spec, architecture) if rule.ir != "encoder.segment.weight"]
 
     def structure(self, spec) -> str | None:
