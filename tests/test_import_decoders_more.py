@@ -22,8 +22,18 @@ CASES = {
     "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM", {
         "vocab_size": VOCAB, "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 40, "n_inner": 96,
         "layer_norm_epsilon": 1e-3, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": PAD}),
+    # global, then two local layers seeing the last 4 tokens (of 13): unscaled scores, q/k/v without bias
+    "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM", {
+        "vocab_size": VOCAB, "hidden_size": 64, "num_layers": 3, "num_heads": 4, "max_position_embeddings": 40,
+        "attention_types": [[["global", "local", "local"], 1]], "window_size": 4, "intermediate_size": 96,
+        "layer_norm_epsilon": 1e-3, "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": PAD}),
+    # every layer local: a stack of one layer, which export writes
+    "gpt_neo_local": ("GPTNeoConfig", "GPTNeoForCausalLM", {
+        "vocab_size": VOCAB, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "max_position_embeddings": 40,
+        "attention_types": [[["local"], 2]], "window_size": 5, "bos_token_id": 0, "eos_token_id": 0,
+        "pad_token_id": PAD}),
 }
-EXPORTED = ("gpt_bigcode",)
+EXPORTED = ("gpt_bigcode", "gpt_neo_local")
 """The families ``export --format hf`` writes (GPT-Neo's layers differ: one block per stack)."""
 
 
@@ -50,7 +60,8 @@ def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
     assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
 
 
-DEFAULTS = {"gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM")}
+DEFAULTS = {"gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM"),
+            "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM")}
 """Each family's default configuration: the shapes of gpt2 with one key/value head, gpt-neo-1.3B, biogpt."""
 
 
@@ -88,7 +99,11 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("gpt_bigcode", {"scale_attn_weights": False}, "scale_attn_weights: false is not supported"),
     ("gpt_bigcode", {"activation_function": "gelu_fast"}, "activation_function: \"gelu_fast\" is not supported"),
     ("gpt_bigcode", {"n_head": "four"}, "n_head must be an integer"),
-    ("gpt_bigcode", {"moe_experts": 8}, "unknown field moe_experts")])
+    ("gpt_bigcode", {"moe_experts": 8}, "unknown field moe_experts"),
+    ("gpt_neo", {"attention_types": [[["global", "sparse"], 1]]}, "attention_types: [[[\"global\", \"sparse\"], 1]] is"),
+    ("gpt_neo", {"attention_types": [[["global"], 2]]}, "attention_types gives 2 layers; num_layers is 3"),
+    ("gpt_neo", {"window_size": "4"}, "window_size must be an integer"),
+    ("gpt_neo", {"tie_word_embeddings": False}, "tie_word_embeddings: false is not supported")])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]
     config = json.loads(getattr(transformers, config_class)(**fields).to_json_string()) | change
@@ -97,3 +112,13 @@ def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, need
     code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "ours").exists()
+
+
+def test_gpt_neo_with_global_and_local_layers_is_not_exported(cli, tmp_path):
+    """export --format hf writes one repeated layer; GPT-Neo's mixed stack is refused in one line."""
+    save("gpt_neo", tmp_path / "original")
+    imported = tmp_path / "imported"
+    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
+    code, _, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                       "-o", tmp_path / "exported")
+    assert code == 2 and "decoder layers are not all alike" in err and len(err.strip().splitlines()) == 1, err

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf import (  # noqa: F401  (register the families)
-    bart, bert, bert_generation, blenderbot, data2vec_text, distilbert, electra, gemma, gpt2, gpt_bigcode, llama,
-    marian, mbart, megatron_bert, mt5, opt, pegasus, phi3, plbart, roberta, stablelm, starcoder2, t5, xlm_roberta_xl)
+    bart, bert, bert_generation, blenderbot, data2vec_text, distilbert, electra, gemma, gpt2, gpt_bigcode, gpt_neo,
+    llama, marian, mbart, megatron_bert, mt5, opt, pegasus, phi3, plbart, roberta, stablelm, starcoder2, t5,
+    xlm_roberta_xl)
 from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, open_checkpoint, read_vocabulary,
                                           staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source, check_config
@@ -113,8 +114,9 @@ def _spec(family: Family, source: Source, name: str, directory: Path) -> tuple[S
     """The validated spec and the data it was validated from (what spec.yaml will say)."""
     data = family.spec_data(source)
     stack = data.get("encoder") or data.get("decoder")
+    layers = stack.get("layers") or sum(group["layers"] for group in stack["groups"])
     description = (f"{family.title} ({source.architecture}) imported from Hugging Face, "
-                   f"{stack['layers']} layers, d_model {data['d_model']}, {data['heads']} heads, "
+                   f"{layers} layers, d_model {data['d_model']}, {data['heads']} heads, "
                    f"{data['vocab']['size']}-token vocabulary.")
     version = source.config.get("transformers_version")
     reference = {"source": f"Hugging Face checkpoint {name} ({source.architecture}"
