@@ -32,8 +32,13 @@ CASES = {
         "vocab_size": VOCAB, "hidden_size": 64, "num_layers": 2, "num_heads": 4, "max_position_embeddings": 40,
         "attention_types": [[["local"], 2]], "window_size": 5, "bos_token_id": 0, "eos_token_id": 0,
         "pad_token_id": PAD}),
+    # fairseq names, offset positions, the embedding scaled by sqrt(64), exact GELU
+    "biogpt": ("BioGptConfig", "BioGptForCausalLM", {
+        "vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "intermediate_size": 96, "max_position_embeddings": 40, "bos_token_id": 0, "eos_token_id": 2,
+        "pad_token_id": PAD}),
 }
-EXPORTED = ("gpt_bigcode", "gpt_neo_local")
+EXPORTED = ("gpt_bigcode", "gpt_neo_local", "biogpt")
 """The families ``export --format hf`` writes (GPT-Neo's layers differ: one block per stack)."""
 
 
@@ -61,7 +66,7 @@ def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
 
 
 DEFAULTS = {"gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM"),
-            "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM")}
+            "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM"), "biogpt": ("BioGptConfig", "BioGptForCausalLM")}
 """Each family's default configuration: the shapes of gpt2 with one key/value head, gpt-neo-1.3B, biogpt."""
 
 
@@ -103,7 +108,9 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("gpt_neo", {"attention_types": [[["global", "sparse"], 1]]}, "attention_types: [[[\"global\", \"sparse\"], 1]] is"),
     ("gpt_neo", {"attention_types": [[["global"], 2]]}, "attention_types gives 2 layers; num_layers is 3"),
     ("gpt_neo", {"window_size": "4"}, "window_size must be an integer"),
-    ("gpt_neo", {"tie_word_embeddings": False}, "tie_word_embeddings: false is not supported")])
+    ("gpt_neo", {"tie_word_embeddings": False}, "tie_word_embeddings: false is not supported"),
+    ("biogpt", {"scale_embedding": "yes"}, "scale_embedding must be true or false"),
+    ("biogpt", {"hidden_act": "quick_gelu"}, "hidden_act: \"quick_gelu\" is not supported")])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]
     config = json.loads(getattr(transformers, config_class)(**fields).to_json_string()) | change
