@@ -66,7 +66,8 @@ def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
 
 
 DEFAULTS = {"gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM"),
-            "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM"), "biogpt": ("BioGptConfig", "BioGptForCausalLM")}
+            "gpt_neo": ("GPTNeoConfig", "GPTNeoForCausalLM"),
+            "biogpt": ("BioGptConfig", "BioGptForCausalLM")}
 """Each family's default configuration: the shapes of gpt2 with one key/value head, gpt-neo-1.3B, biogpt."""
 
 
@@ -105,7 +106,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("gpt_bigcode", {"activation_function": "gelu_fast"}, "activation_function: \"gelu_fast\" is not supported"),
     ("gpt_bigcode", {"n_head": "four"}, "n_head must be an integer"),
     ("gpt_bigcode", {"moe_experts": 8}, "unknown field moe_experts"),
-    ("gpt_neo", {"attention_types": [[["global", "sparse"], 1]]}, "attention_types: [[[\"global\", \"sparse\"], 1]] is"),
+    ("gpt_neo", {"attention_types": [[["global", "sparse"], 1]]},
+     "attention_types: [[[\"global\", \"sparse\"], 1]] is not supported"),
     ("gpt_neo", {"attention_types": [[["global"], 2]]}, "attention_types gives 2 layers; num_layers is 3"),
     ("gpt_neo", {"window_size": "4"}, "window_size must be an integer"),
     ("gpt_neo", {"tie_word_embeddings": False}, "tie_word_embeddings: false is not supported"),

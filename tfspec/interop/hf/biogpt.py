@@ -58,10 +58,9 @@ class BioGpt(OPT):
                 **end_ids(c, where, 2), "unk_id": unk if isinstance(unk, int) and 0 <= unk < size else pad}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
-        """OPT's rules with BioGPT's names."""
+        """OPT's rules with BioGPT's names: no ``decoder.`` level, the final norm ``layer_norm``."""
         def name(hf: str) -> str:
-            return "layer_norm" + hf.removeprefix("decoder.final_layer_norm") if hf.startswith(
-                "decoder.final_layer_norm") else hf.removeprefix("decoder.")
+            return hf.replace("decoder.final_layer_norm", "layer_norm").removeprefix("decoder.")
         return [replace(r, hf=tuple(name(n) for n in r.hf)) for r in super().rules(spec, architecture)]
 
     def dropped(self, architecture: str) -> dict[str, str]:
