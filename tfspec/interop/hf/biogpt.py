@@ -66,6 +66,12 @@ class BioGpt(OPT):
     def dropped(self, architecture: str) -> dict[str, str]:
         return {"output_projection.weight": "the output projection, tied to the token embedding"}
 
+    def structure(self, spec) -> str | None:
+        """Without the embedding's scale, BioGPT computes OPT's model: export writes OPT for it."""
+        if reason := super().structure(spec):
+            return reason
+        return None if spec.embed_scale else "BioGPT's embedding is scaled (embed_scale); unscaled, this is OPT"
+
     def config(self, spec) -> dict:
         v = spec.vocab
         return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
