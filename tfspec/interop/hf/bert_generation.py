@@ -24,6 +24,7 @@ class BertGeneration(Bert):
     mapped = tuple(key for key in Bert.mapped if key != "type_vocab_size") + ("bos_token_id", "eos_token_id")
     ignored = {key: why for key, why in Bert.ignored.items() if key not in ("bos_token_id", "eos_token_id")}
     vocab_default = 50358
+    export_rank = 1  # DistilBertModel computes the same specs and is what people load
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where

@@ -26,7 +26,7 @@ from tfspec.spec import Spec
 def fitting_family(spec: Spec) -> Family:
     """The family whose transformers class computes exactly what ``spec`` does."""
     reasons = []
-    for model_type in sorted(FAMILIES):
+    for model_type in sorted(FAMILIES, key=lambda t: (FAMILIES[t].export_rank, t)):
         family = FAMILIES[model_type]()
         reason = misfit(family, spec)
         if reason is None:

@@ -145,6 +145,9 @@ class Family:
     """Name prefixes of tensors outside the base model (no architecture prefix before them)."""
     family: ClassVar[str]
     """The spec family (``encoder-decoder``, ``decoder-only``, ``encoder-only``) its models are."""
+    export_rank: ClassVar[int] = 0
+    """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
+    class (a family few people load ranks 1), then the first by model type."""
 
     def spec_data(self, source: Source) -> dict:
         """The spec (as YAML-ready data) of a configuration and what its checkpoint holds."""
