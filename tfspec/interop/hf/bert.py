@@ -9,6 +9,9 @@ checkpoint and one ``w_qkv`` (their rows stacked) in tfspec. Defaults are BertCo
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import ClassVar
+
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
                                       register)
@@ -147,6 +150,32 @@ class Bert(Family):
                 "attention_probs_dropout_prob": spec.attention_dropout,
                 "max_position_embeddings": spec.positional.max_len, "type_vocab_size": spec.segments,
                 "layer_norm_eps": spec.norm_eps, "pad_token_id": spec.vocab.pad_id, "tie_word_embeddings": True}
+
+
+class PreNorm:
+    """Mixed into a BERT-shaped family whose LayerNorms sit as Megatron-LM and fairseq's XL models
+    put them (Megatron-BERT, XLM-RoBERTa-XL): none on the embeddings, one before each sub-layer
+    in the place of BERT's post-norm one (``pre_norms`` renames BERT's tensor to the family's),
+    and one after the last layer (``final_norm``), which the pooler and the head read."""
+
+    pre_norms: ClassVar[tuple[tuple[str, str], ...]]
+    """(BERT's LayerNorm name, the family's) per sub-layer: the self-attention's first, as BERT's
+    second name ends the first."""
+    final_norm: ClassVar[str]
+
+    def spec_data(self, source: Source) -> dict:
+        return super().spec_data(source) | {"norm": "pre", "final_norm": True, "embed_norm": False}
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        rules = [replace(rule, hf=tuple(self._pre_norm(name) for name in rule.hf))
+                 for rule in super().rules(spec, architecture) if not rule.ir.startswith("encoder.embed_norm.")]
+        return rules + norm_rules("encoder.norm", self.final_norm)
+
+    def _pre_norm(self, name: str) -> str:
+        for bert, own in self.pre_norms:
+            if f".{bert}" in name:
+                return name.replace(f".{bert}", f".{own}")
+        return name
 
 
 def _dense(weight: str, bias: str, theirs: str) -> list[Rule]:

@@ -10,34 +10,17 @@ the pooler and the head then read. Defaults are MegatronBertConfig's (the 345M s
 
 from __future__ import annotations
 
-from tfspec.interop.hf.bert import Bert
-from tfspec.interop.hf.family import Rule, Source, norm_rules, register
-
-NORMS = (("attention.output.LayerNorm.", "attention.ln."), ("output.LayerNorm.", "ln."))
-"""BERT's post-norm LayerNorm of each sub-layer -> Megatron-BERT's pre-norm one in its place
-(the self-attention's first: BERT's second name ends the first)."""
+from tfspec.interop.hf.bert import Bert, PreNorm
+from tfspec.interop.hf.family import register
 
 
 @register
-class MegatronBert(Bert):
+class MegatronBert(PreNorm, Bert):
     model_type = "megatron-bert"
     title = "Megatron-BERT"
     architectures = {"MegatronBertModel": "", "MegatronBertForMaskedLM": "bert."}
     export_architecture = "MegatronBertModel"
     masked_lm = "MegatronBertForMaskedLM"
     vocab_default = 29056
-
-    def spec_data(self, source: Source) -> dict:
-        return super().spec_data(source) | {"norm": "pre", "final_norm": True, "embed_norm": False}
-
-    def rules(self, spec, architecture: str) -> list[Rule]:
-        rules = [Rule(rule.ir, tuple(_pre_norm(name) for name in rule.hf), rule.layout)
-                 for rule in super().rules(spec, architecture) if not rule.ir.startswith("encoder.embed_norm.")]
-        return rules + norm_rules("encoder.norm", "encoder.ln")
-
-
-def _pre_norm(name: str) -> str:
-    for bert, megatron in NORMS:
-        if f".{bert}" in name:
-            return name.replace(f".{bert}", f".{megatron}")
-    return name
+    pre_norms = (("attention.output.LayerNorm.", "attention.ln."), ("output.LayerNorm.", "ln."))
+    final_norm = "encoder.ln"
