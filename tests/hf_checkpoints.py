@@ -76,13 +76,17 @@ def reference(path: Path, kind: str) -> torch.nn.Module:
     return getattr(transformers, ARCHITECTURES[kind]).from_pretrained(str(path)).float().eval()
 
 
-def padded_batch(kind: str, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens (3, 13), row 1 right-padded after 8 tokens, and the mask of real tokens."""
-    pad = GPT2_EOS if kind == "gpt2" else 0
-    gen = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(5, VOCAB - 1, (3, 13), generator=gen)
+def right_padded(vocab: int, pad: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens (3, 13) drawn from 5 .. vocab - 1, row 1 right-padded with ``pad`` after 8 tokens,
+    and the mask of real tokens."""
+    tokens = torch.randint(5, vocab, (3, 13), generator=torch.Generator().manual_seed(seed))
     tokens[1, 8:] = pad
     return tokens, tokens != pad
+
+
+def padded_batch(kind: str, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """``right_padded`` for GPT-2 or BERT: below GPT-2's <|endoftext|>, padded with it or with 0."""
+    return right_padded(VOCAB - 1, GPT2_EOS if kind == "gpt2" else 0, seed)
 
 
 def assert_decoder_import_matches(cli, directory: Path, ref, tokens: torch.Tensor, keep: torch.Tensor,

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import assert_decoder_import_matches, perturb
+from hf_checkpoints import assert_decoder_import_matches, perturb, right_padded
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -48,16 +48,9 @@ def save(case: str, path):
     return model
 
 
-def padded_batch():
-    """Tokens (3, 13), row 1 right-padded after 8 tokens, and the mask of real tokens."""
-    tokens = torch.randint(5, VOCAB, (3, 13), generator=torch.Generator().manual_seed(1))
-    tokens[1, 8:] = PAD
-    return tokens, tokens != PAD
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
-    tokens, keep = padded_batch()
+    tokens, keep = right_padded(VOCAB, PAD)
     assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
 
 
@@ -72,7 +65,7 @@ def test_opt_checkpoint_with_base_model_names(cli, tmp_path):
     assert code == 0, err
     model = build_module(load_spec(tmp_path / "ours")).eval()
     load_weights(model, tmp_path / "ours" / "model.safetensors")
-    tokens, keep = padded_batch()
+    tokens, keep = right_padded(VOCAB, PAD)
     with torch.no_grad():
         torch.testing.assert_close(model(tokens)[keep], ref(tokens).logits[keep], atol=1e-4, rtol=0)
 
@@ -109,7 +102,7 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
                          "-o", exported)
     assert code == 0 and "parity: ok" in out, out + err
     assert json.loads((exported / "config.json").read_text())["architectures"] == [CASES[case][1]]
-    tokens, keep = padded_batch()
+    tokens, keep = right_padded(VOCAB, PAD)
     got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(tokens).logits
     torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)
 

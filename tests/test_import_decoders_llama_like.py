@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import assert_decoder_import_matches, perturb
+from hf_checkpoints import assert_decoder_import_matches, perturb, right_padded
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -49,16 +49,9 @@ def save(case: str, path):
     return model
 
 
-def padded_batch():
-    """Tokens (3, 13), row 1 right-padded after 8 tokens, and the mask of real tokens."""
-    tokens = torch.randint(5, VOCAB, (3, 13), generator=torch.Generator().manual_seed(1))
-    tokens[1, 8:] = PAD
-    return tokens, tokens != PAD
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
-    tokens, keep = padded_batch()
+    tokens, keep = right_padded(VOCAB, PAD)
     assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
 
 
@@ -73,7 +66,7 @@ def test_base_model_hidden_states_match_transformers(case, cli, tmp_path):
     model = build_module(load_spec(tmp_path / "ours")).eval()
     load_weights(model, tmp_path / "ours" / "model.safetensors")
     assert sum(p.numel() for p in model.parameters()) == base.num_parameters()
-    tokens, keep = padded_batch()
+    tokens, keep = right_padded(VOCAB, PAD)
     want = base(input_ids=tokens, attention_mask=keep.long()).last_hidden_state @ base.embed_tokens.weight.T
     torch.testing.assert_close(model(tokens)[keep], want[keep], atol=1e-4, rtol=0)
 
@@ -123,7 +116,7 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
                          "-o", exported)
     assert code == 0 and "parity: ok" in out, out + err
     assert json.loads((exported / "config.json").read_text())["architectures"] == [EXPORTED[case]]
-    tokens, keep = padded_batch()
+    tokens, keep = right_padded(VOCAB, PAD)
     got = getattr(transformers, EXPORTED[case]).from_pretrained(exported).eval()(tokens).logits
     torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)
 
