@@ -122,3 +122,43 @@ def assert_decoder_import_matches(cli, directory: Path, ref, tokens: torch.Tenso
     options = SearchOptions(beam=1, max_length=20, min_length=20, max_extra=20)
     assert search(TorchDecoder(model), None, options, prefix=prompt.numpy()) == expected
     assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected  # the KV-cached step graph
+
+
+def transformers_count(config, architecture: str) -> int:
+    """Parameters of transformers' ``architecture`` built from ``config`` on the meta device."""
+    import transformers
+
+    with torch.device("meta"):
+        return sum(p.numel() for p in getattr(transformers, architecture)(config).parameters())
+
+
+def assert_config_imports_at_count(cli, directory: Path, config, architecture: str) -> None:
+    """``config`` alone, imported with ``tfspec import``, reports transformers' own count."""
+    import json
+
+    directory.mkdir()
+    (directory / "config.json").write_text(config.to_json_string())
+    ours = directory.with_name(directory.name + "-imported")
+    code, _, err = cli("import", directory, "-o", ours, "--quiet")
+    assert code == 0, err
+    code, out, _ = cli("report", ours, "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == transformers_count(config, architecture)
+
+
+@torch.no_grad()
+def assert_hf_round_trip(cli, directory: Path, original, architecture: str, tokens: torch.Tensor,
+                         keep: torch.Tensor) -> None:
+    """import -> ``export --format hf`` -> ``from_pretrained`` of the checkpoint ``original`` wrote to
+    ``directory`` gives ``architecture`` and ``original``'s logits at the real tokens."""
+    import json
+
+    import transformers
+
+    imported, exported = directory.with_name("imported"), directory.with_name("exported")
+    assert cli("import", directory, "-o", imported, "--quiet")[0] == 0
+    code, out, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
+                         "-o", exported)
+    assert code == 0 and "parity: ok" in out, out + err
+    assert json.loads((exported / "config.json").read_text())["architectures"] == [architecture]
+    got = getattr(transformers, architecture).from_pretrained(exported).eval()(tokens).logits
+    torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)

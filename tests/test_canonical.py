@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from hf_checkpoints import transformers_count
 from tfspec import load_spec
 from tfspec.interop.hf.export import family_form, fitting_family
 from tfspec.spec import Spec
@@ -22,14 +23,10 @@ PUBLISHED = {  # model -> (family, transformers' count on the meta device, as pu
 }
 
 
-def transformers_count(config: dict) -> int:
+def count_of(config: dict) -> int:
     """Parameters of the class ``config`` names, built by transformers on the meta device."""
-    import torch
-
     built = transformers.AutoConfig.for_model(**{k: v for k, v in config.items() if k != "architectures"})
-    with torch.device("meta"):
-        model = getattr(transformers, config["architectures"][0])(built)
-    return sum(p.numel() for p in model.parameters())
+    return transformers_count(built, config["architectures"][0])
 
 
 @pytest.mark.parametrize("name", PUBLISHED)
@@ -38,7 +35,7 @@ def test_published_decoders_fit_their_family_at_transformers_count(name):
     family = fitting_family(spec)
     model_type, count = PUBLISHED[name]
     assert family.model_type == model_type
-    assert transformers_count(family.config(family_form(spec))) == count
+    assert count_of(family.config(family_form(spec))) == count
 
 
 @pytest.mark.parametrize("name", ["zoo/qwen2.5-0.5b", "zoo/mistral-7b", "zoo/tinyllama-1.1b"])

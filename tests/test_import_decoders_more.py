@@ -12,7 +12,8 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import assert_decoder_import_matches, perturb, right_padded
+from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip, perturb,
+                            right_padded)
 
 transformers = pytest.importorskip("transformers")
 
@@ -68,29 +69,13 @@ DEFAULTS = {"gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM"),
 def test_default_config_counts_as_transformers(family, cli, tmp_path):
     config_class, model_class = DEFAULTS[family]
     config = getattr(transformers, config_class)()
-    (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
-    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")
-    assert code == 0, err
-    with torch.device("meta"):
-        counted = sum(p.numel() for p in getattr(transformers, model_class)(config).parameters())
-    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
-    assert code == 0 and json.loads(out)["params"]["total"] == counted
+    assert_config_imports_at_count(cli, tmp_path / "hf", config, model_class)
 
 
 @pytest.mark.parametrize("case", EXPORTED)
-@torch.no_grad()
 def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
-    original = save(case, tmp_path / "original")
-    imported, exported = tmp_path / "imported", tmp_path / "exported"
-    assert cli("import", tmp_path / "original", "-o", imported, "--quiet")[0] == 0
-    code, out, err = cli("export", imported, "--weights", imported / "model.safetensors", "--format", "hf",
-                         "-o", exported)
-    assert code == 0 and "parity: ok" in out, out + err
-    assert json.loads((exported / "config.json").read_text())["architectures"] == [CASES[case][1]]
     tokens, keep = right_padded(VOCAB, PAD)
-    got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(tokens).logits
-    torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)
+    assert_hf_round_trip(cli, tmp_path / "original", save(case, tmp_path / "original"), CASES[case][1], tokens, keep)
 
 
 @pytest.mark.parametrize("case,change,needle", [
