@@ -94,7 +94,7 @@ def at(expr: sympy.Expr, n: int, values: dict) -> int:
 
 def describe(layer) -> str:
     """``conv(kernel=3, dilation=3)``: the kind and the options that differ from defaults."""
-    options = layer.model_dump(exclude_defaults=True, exclude={"kind"})
+    options = layer.model_dump(exclude_defaults=True, exclude={"kind", *(layer._filled or ())})
     return layer.kind + (f"({', '.join(f'{k}={v}' for k, v in options.items())})" if options else "")
 
 

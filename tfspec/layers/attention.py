@@ -24,8 +24,11 @@ from pydantic import Field, model_validator
 from tfspec.layers.base import Sublayer, linear, register
 from tfspec.layers.relative_bias import table_param
 from tfspec.spec.base import field_error
+from tfspec.spec.bounds import Heads, Width
+from tfspec.spec.positions import Positional
 
-POSITIONS_IN_ATTENTION = ("rotary", "relative", "relative_bias")
+INHERITED = ("heads", "kv_heads", "d_k", "d_v", "positions")
+"""Fields a layer may set for itself and otherwise takes from the spec (``resolved``)."""
 
 
 class Attention(Sublayer):
@@ -38,16 +41,69 @@ class Attention(Sublayer):
     scale: Annotated[float, Field(gt=0, le=1e3)] | None = None
     """Factor of the dot-product scores; None: 1 / sqrt(d_k) (§3.2.1). T5 uses 1: its
     initialisation folds the 1 / sqrt(d_k) into W^Q."""
+    heads: Heads | None = None
+    """Query heads of this layer; defaults to the spec's heads."""
+    kv_heads: Heads | None = None
+    """Key/value heads of this layer; defaults to the spec's kv_heads."""
+    d_k: Width | None = None
+    """Query/key width per head; defaults to the spec's d_k."""
+    d_v: Width | None = None
+    """Value width per head; defaults to the spec's d_v."""
+    positions: Positional | None = None
+    """Positions inside this layer's attention, in place of the spec's ``positional``: a rotary
+    base of its own (Gemma 3's local layers use 10,000, its global ones 1,000,000), or ``none``
+    for a layer without positions (SmolLM3 and Llama 4 leave every fourth layer unrotated)."""
+    qk_norm: Literal["none", "head", "all"] = "none"
+    """A norm (the spec's norm_type) on queries and keys before positions and scores, which
+    keeps logits bounded: ``head`` normalises each head's d_k features with one gain shared by
+    the heads (Qwen3, Gemma 3); ``all`` normalises the whole query (h * d_k) and key (g * d_k)
+    projection with gains per feature (OLMo 2)."""
+    softcap: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    """Scores squashed to c * tanh(s / c) before the mask and softmax (Gemma 2's
+    attn_logit_softcapping: 50); None: no cap."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
+    symbols: ClassVar[dict[str, str]] = {"h": "heads", "g": "kv_heads", "d_k": "d_k", "d_v": "d_v"}
 
     @model_validator(mode="after")
     def _scale_needs_dot(self):
-        if self.scale is not None and self.score != "dot":
-            raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
-                              f"{self.score}: remove scale or use score: dot")
+        for field, value, verb in (("scale", self.scale, "multiplies"), ("softcap", self.softcap, "caps")):
+            if value is not None and self.score != "dot":
+                raise field_error(field, f"{field} ({value}) {verb} dot-product scores, but score is "
+                                  f"{self.score}: remove {field} or use score: dot")
+        if self.positions is not None and not (self.positions.in_attention or self.positions.kind == "none"):
+            raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
+                              f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
+                              "set them in the spec's positional")
+        if self.positions is not None and self.positions.kind == "relative_bias":
+            raise field_error("positions", "relative_bias tables are one per stack: set it in the spec's positional")
         return self
+
+    def resolved(self, spec) -> Attention:
+        """This layer with every size and its positions filled in from ``spec`` where it sets
+        none: what the IR node holds and every consumer reads (``Spec.plan``)."""
+        if self._filled is not None:
+            return self
+        own = self.positions if self.positions is not None else spec.positional
+        positions = own if own.in_attention and not self.needs_memory else Positional(kind="none")
+        filled = {"heads": self.heads or spec.heads,
+                  "kv_heads": self.kv_heads or spec.kv_heads or self.heads or spec.heads,
+                  "d_k": self.d_k or spec.d_k, "d_v": self.d_v or spec.d_v, "positions": positions}
+        layer = self.model_copy(update=filled)
+        layer._filled = frozenset(name for name in INHERITED if getattr(self, name) is None)
+        return layer
+
+    def check(self, spec) -> str | None:
+        layer = self.resolved(spec)
+        if layer.heads % layer.kv_heads:
+            return (f"heads ({layer.heads}) must be a multiple of kv_heads ({layer.kv_heads}): each key/value head "
+                    "serves an equal group of query heads")
+        positions = layer.positions
+        if positions.kind == "rotary" and (positions.rotated(layer.d_k) % 2 or positions.rotated(layer.d_k) == 0):
+            return (f"rotary positions rotate pairs of query/key features: int(d_k x fraction) = "
+                    f"int({layer.d_k} x {positions.fraction}) must be even and positive")
+        return None
 
     def score_scale(self, d_k: int) -> float | None:
         """The factor of q·k: ``scale``, else 1 / sqrt(d_k); None for additive scores."""
@@ -117,8 +173,8 @@ class Attention(Sublayer):
         return terms
 
     def lower(self, b, name, x):
-        s = b.spec
-        h, g, d_k, d_v, d = s.heads, s.num_kv_heads, s.d_k, s.d_v, s.d_model
+        s, layer = b.spec, self.resolved(b.spec)
+        h, g, d_k, d_v, d = layer.heads, layer.kv_heads, layer.d_k, layer.d_v, s.d_model
         sizes = {"q": h * d_k, "k": g * d_k, "v": g * d_v}
         if self.needs_memory:
             # Queries from the decoder, keys and values from the encoder output (§3.2.3).
@@ -131,7 +187,8 @@ class Attention(Sublayer):
         params |= linear("o", d, h * d_v, s.has_bias("o"))
         if self.score == "additive":
             params["w_score"] = ((h, d_k), "xavier_uniform")
-        positions = s.positional if s.positional.in_attention and not self.needs_memory else None
+        positions = layer.positions if layer.positions.kind != "none" else None
+        params |= qk_norm_params(layer, s)
         if positions is not None and positions.kind == "relative":
             # One table of clipped distances for keys and one for values, shared by the heads.
             rows = 2 * positions.max_distance + 1
@@ -140,9 +197,24 @@ class Attention(Sublayer):
             params |= table_param(b, name, positions, h)
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
-                 "scale": self.score_scale(d_k),
+                 "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "softcap": layer.softcap,
                  "positions": None if positions is None else positions.model_dump()}
-        return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=self)
+        if layer.qk_norm != "none":
+            attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
+        return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)
+
+
+def qk_norm_params(layer: Attention, spec) -> dict:
+    """The gains (and LayerNorm biases) of ``qk_norm``: one d_k vector shared by the heads
+    (``head``), or one per feature of the whole projection (``all``)."""
+    if layer.qk_norm == "none":
+        return {}
+    sizes = {"q": layer.d_k, "k": layer.d_k} if layer.qk_norm == "head" else \
+        {"q": layer.heads * layer.d_k, "k": layer.kv_heads * layer.d_k}
+    params = {f"{part}_norm": ((size,), "ones") for part, size in sizes.items()}
+    if spec.norm_type == "layer":
+        params |= {f"{part}_norm_bias": ((size,), "zeros") for part, size in sizes.items()}
+    return params
 
 
 def fused(role: str, sizes: dict[str, int], d: int, spec) -> dict:

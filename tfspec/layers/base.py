@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from pydantic import PrivateAttr
+
 from tfspec.spec.base import SpecModel
 
 if TYPE_CHECKING:
@@ -48,6 +50,8 @@ class Sublayer(SpecModel):
     """Category in parameter and cost reports: attention, ffn, recurrent, conv."""
     needs_memory: ClassVar[bool] = False
     """Reads the encoder output (cross-attention): only valid in an encoder-decoder's decoder."""
+    _filled: frozenset[str] | None = PrivateAttr(None)
+    """The fields ``resolved`` took from the spec (None: not resolved), which reports leave out."""
 
     @property
     def looks_ahead(self) -> bool:

@@ -60,9 +60,10 @@ class Local2dSelfAttention(Attention):
         return None
 
     def resolved(self, spec: Spec) -> Local2dSelfAttention:
-        if self.width is not None:
-            return self
-        return self.model_copy(update={"width": spec.image.width * spec.image.channels})
+        layer = super().resolved(spec)
+        if layer.width is not None:
+            return layer
+        return layer.model_copy(update={"width": spec.image.width * spec.image.channels})
 
     def lower(self, b, name, x):
         return Attention.lower(self.resolved(b.spec), b, name, x)
