@@ -21,6 +21,8 @@ MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take 
 
 
 def cmd_export(args) -> int:
+    if args.tokenizer is not None:
+        _check_tokenizer(args)
     if args.format == "hf":
         if args.opset is not None or args.int8 or args.static_cache:
             flag = "--opset" if args.opset is not None else "--int8" if args.int8 else "--static-cache"
@@ -49,7 +51,7 @@ def cmd_export(args) -> int:
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
-    copied = _copy_tokenizer(args.spec, result.directory)
+    copied = _copy_tokenizer(args.spec, result.directory, args.tokenizer, convert=args.format == "onnx")
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     elif args.format == "genai":
@@ -85,15 +87,46 @@ def _check_replaceable(output: Path) -> None:
             raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
 
 
-def _copy_tokenizer(spec_ref, output) -> list[str]:
-    """Copy the tokenizer files beside the spec (an imported directory's) into an export, so
-    ``tfspec translate`` and ``generate`` read and write text with the model's own tokenizer."""
+def _check_tokenizer(args) -> None:
+    """``--tokenizer``: tfspec's sentencepiece model, for ONNX exports of specs without their own."""
+    from tfspec.data.tokenizer import load_tokenizer
+    from tfspec.data.tokenizer_json import tokenizer_json
     from tfspec.interop.hf.checkpoint import tokenizer_files
 
+    if args.format != "onnx":
+        raise TfspecError(f"--tokenizer applies to --format onnx, not {args.format}")
+    if own := tokenizer_files(resolve(args.spec).parent):
+        raise TfspecError(f"--tokenizer: {args.spec} has its own tokenizer ({own[0].name}), which export copies")
+    pieces, size = load_tokenizer(args.tokenizer).get_piece_size(), load_spec(args.spec).vocab.size
+    if pieces != size:
+        raise TfspecError(f"--tokenizer: {args.tokenizer} has {pieces:,} pieces; {args.spec}'s vocabulary has {size:,}")
+    tokenizer_json(Path(args.tokenizer))  # refused here, before exporting, if it cannot be converted
+
+
+def _copy_tokenizer(spec_ref, output, model: str | None = None, convert: bool = False) -> list[str]:
+    """Copy the tokenizer files beside the spec (an imported directory's), or ``model``
+    (``--tokenizer``), into an export, so ``tfspec translate`` and ``generate`` read and write
+    text with the model's own tokenizer; with ``convert``, tfspec's own sentencepiece model gets
+    its tokenizer.json, so JavaScript clients do too (docs/deploy-js.md)."""
+    from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER
+    from tfspec.data.tokenizer import is_tfspec_tokenizer
+    from tfspec.data.tokenizer_json import write_tokenizer_json
+    from tfspec.interop.hf.checkpoint import tokenizer_files
+
+    output = Path(output)
     files = tokenizer_files(resolve(spec_ref).parent)
     for path in files:
-        shutil.copyfile(path, Path(output) / path.name)
-    return [p.name for p in files]
+        shutil.copyfile(path, output / path.name)
+    copied = [p.name for p in files]
+    if model is not None:
+        shutil.copyfile(model, output / TOKENIZER)
+        copied.append(TOKENIZER)
+    if convert and TOKENIZER in copied and HF_TOKENIZER not in copied and is_tfspec_tokenizer(output / TOKENIZER):
+        try:
+            copied.append(write_tokenizer_json(output / TOKENIZER, output / HF_TOKENIZER).name)
+        except TfspecError as e:
+            print(f"note: no {HF_TOKENIZER} for JavaScript clients: {e}", file=sys.stderr)
+    return copied
 
 
 def cmd_translate(args) -> int:
@@ -204,6 +237,10 @@ def register(command) -> None:
                         "instead of one per node); translate uses it on CUDA; checked token for token "
                         "against the growing-cache step graph. On CPU the growing cache stays faster")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
+    c.add_argument("--tokenizer", metavar="MODEL",
+                   help="tfspec's sentencepiece model (a training run's tokenizer.model) to ship as "
+                        "DIR/tokenizer.model, so translate reads and writes text, and as tokenizer.json, so "
+                        "JavaScript clients do too (docs/deploy-js.md)")
     c.add_argument("--no-check", action="store_true", help="skip the parity check (onnxruntime or transformers)")
     c = command("translate", cmd_translate,
                 "Read lines (token ids, or text when DIR has a sentencepiece tokenizer.model) from FILE or "

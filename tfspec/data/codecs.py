@@ -2,11 +2,12 @@
 ``tfspec generate`` and ``tfspec finetune``: tfspec's own sentencepiece model, or an imported
 checkpoint's.
 
-``open_codec(DIR, vocab)`` picks, in order: ``tokenizer.json`` (a Hugging Face fast tokenizer,
-through the ``tokenizers`` library, as transformers' ``AutoTokenizer`` loads it),
-``source.spm`` + ``target.spm`` + ``vocab.json`` (Marian: sentencepiece pieces mapped to ids by
-the JSON vocabulary, as transformers' ``MarianTokenizer`` does), then ``tokenizer.model``
-(tfspec's shared sentencepiece model, ``tfspec data tokenize``). A codec's ``encode`` gives a
+``open_codec(DIR, vocab)`` picks, in order: tfspec's own ``tokenizer.model`` (its special ids;
+the ``tokenizer.json`` export writes beside it is a conversion for JavaScript clients),
+``tokenizer.json`` (a Hugging Face fast tokenizer, through the ``tokenizers`` library, as
+transformers' ``AutoTokenizer`` loads it), ``source.spm`` + ``target.spm`` + ``vocab.json``
+(Marian: sentencepiece pieces mapped to ids by the JSON vocabulary, as transformers'
+``MarianTokenizer`` does), then any other ``tokenizer.model``. A codec's ``encode`` gives a
 line's ids as the model reads them (special tokens added), ``prompt`` a decoder-only model's
 prompt, and ``decode`` the text of output ids with special tokens left out; ``encode_words``
 reads a line split into words for ``tfspec finetune``'s token task. Tokenizer files are data:
@@ -28,7 +29,13 @@ MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
 
 
 def open_codec(directory: Path, vocab):
-    """The codec of the tokenizer in ``directory`` (``vocab``: the spec's), or None without one."""
+    """The codec of the tokenizer in ``directory`` (``vocab``: the spec's), or None without one.
+    tfspec's own ``tokenizer.model`` (its special ids) comes first: the ``tokenizer.json`` that
+    ``export`` writes beside it is its conversion for JavaScript (``tfspec.data.tokenizer_json``)."""
+    from tfspec.data.tokenizer import is_tfspec_tokenizer
+
+    if (directory / TOKENIZER).is_file() and is_tfspec_tokenizer(directory / TOKENIZER):
+        return SentencePieceCodec(directory / TOKENIZER, vocab)
     if (directory / HF_TOKENIZER).is_file():
         return HFCodec(directory / HF_TOKENIZER, vocab)
     if all((directory / name).is_file() for name in MARIAN_FILES):

@@ -89,3 +89,11 @@ def load_tokenizer(path: str | Path):
         raise TfspecError(f"{path}: special ids {ids} differ from tfspec's {SPECIAL}; retrain it with "
                           "`tfspec data tokenize`")
     return processor
+
+
+def is_tfspec_tokenizer(path: str | Path) -> bool:
+    """Whether ``path`` is a sentencepiece model that ``load_tokenizer`` takes (tfspec's special ids)."""
+    try:
+        return load_tokenizer(path) is not None
+    except TfspecError:
+        return False
