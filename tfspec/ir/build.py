@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 
 from tfspec.ir.graph import Graph
-from tfspec.ir.names import sublayer_names
 from tfspec.spec.schema import Spec, Stack
 
 SEQ = {"encoder": "S", "decoder": "T"}
@@ -132,21 +131,25 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
 
 
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
-    """N layers of residual sub-layers, then the final norm pre-norm stacks need."""
-    halting = current = None
-    for (index, layer), name in zip(stack.sublayers(), sublayer_names(stack, {})):
-        prefix = f"{b.stack}.layers.{index}."
-        if stack.shared and index != current:  # a new step of a universal stack
-            current, b.share = index, (prefix, f"{b.stack}.layers.0.") if index else None
+    """N layers as the spec's plan resolves them, then the final norm pre-norm stacks need."""
+    halting = None
+    for layer in b.spec.plan(b.stack):
+        prefix = f"{b.stack}.layers.{layer.index}."
+        if stack.shared:  # a new step of a universal stack
+            b.share = (prefix, f"{b.stack}.layers.0.") if layer.index else None
             step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
-                "step": index, "positions": b.spec.positional.kind == "sinusoidal",
+                "step": layer.index, "positions": b.spec.positional.kind == "sinusoidal",
                 "layout": b.spec.positional.layout})
-        x = _residual(b, layer, f"{b.stack}.{name}", x)
-        if stack.act is not None and layer is stack.block[-1]:  # the step's last sub-layer: update the halting state
+        if layer.residual == "sequential":
+            for sublayer, name in zip(layer.sublayers, layer.names):
+                x = _residual(b, sublayer, name, x)
+        else:
+            x = _parallel(b, layer, x)
+        if stack.act is not None:  # the step's last sub-layer: update the halting state
             inputs = [step_input, x] + ([halting] if halting is not None else [])
             halting = b.op(f"{prefix}act", "act", inputs, component="act",
                            attrs={"threshold": stack.act.threshold, "penalty": stack.act.penalty,
-                                  "last": index == stack.num_layers - 1},
+                                  "last": layer.index == stack.num_layers - 1},
                            params={"w_halt": ((1, b.spec.d_model), "xavier_uniform"), "b_halt": ((1,), "ones")},
                            shape=("B", b.seq, b.spec.d_model + 3))
     b.share = None
@@ -158,13 +161,27 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
 
 
 def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
-    """post: LayerNorm(x + Dropout(f(x))) (§3.1); pre: x + Dropout(f(LayerNorm(x)))."""
-    pre = b.spec.norm == "pre"
-    h = b.norm(f"{name}_norm", x) if pre else x
+    """post: Norm(x + Dropout(f(x))) (§3.1); pre: x + Dropout(f(Norm(x))); sandwich:
+    x + Dropout(Norm'(f(Norm(x)))); output: x + Dropout(Norm(f(x)))."""
+    norm = b.spec.norm
+    h = b.norm(f"{name}_norm", x) if norm in ("pre", "sandwich") else x
     y = layer.lower(b, name, h)
+    if norm in ("sandwich", "output"):
+        y = b.norm(f"{name}_{'out_' if norm == 'sandwich' else ''}norm", y)
     y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
     y = b.op(f"{name}_add", "add", [x, y])
-    return y if pre else b.norm(f"{name}_norm", y)
+    return b.norm(f"{name}_norm", y) if norm == "post" else y
+
+
+def _parallel(b: LayerBuilder, layer, x: str) -> str:
+    """x + Dropout(f(Norm_f(x))) + Dropout(g(Norm_g(x))): both sub-layers read the layer's
+    input (GPT-J, GPT-NeoX), through one shared norm (named after the first) or one each."""
+    shared = b.norm(f"{layer.names[0]}_norm", x) if layer.residual == "parallel_shared_norm" else None
+    out = x
+    for sublayer, name in zip(layer.sublayers, layer.names):
+        y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", x))
+        out = b.op(f"{name}_add", "add", [out, b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})])
+    return out
 
 
 def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None:

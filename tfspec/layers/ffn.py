@@ -36,14 +36,20 @@ class FeedForward(Sublayer):
         return terms
 
     def resolved(self, spec):
-        return self.model_copy(update={"gated": True}) if self.gated is None and spec.gated else self
+        """This layer with its width, activation and gating filled in from ``spec`` where unset."""
+        if self._filled is not None:
+            return self
+        inherited = {"d_ff": spec.d_ff, "activation": spec.activation, "gated": spec.gated}
+        layer = self.model_copy(update={k: v for k, v in inherited.items() if getattr(self, k) is None})
+        layer._filled = frozenset(k for k in inherited if getattr(self, k) is None)
+        return layer
 
     def lower(self, b, name, x):
         s, layer = b.spec, self.resolved(b.spec)
-        d_ff, bias = self.d_ff or s.d_ff, s.has_bias("ffn")
+        d_ff, bias = layer.d_ff, s.has_bias("ffn")
         params = linear("1", d_ff, s.d_model, bias) | linear("2", s.d_model, d_ff, bias)
         if layer.gated:
             params |= linear("3", d_ff, s.d_model, bias)
-        attrs = {"d_ff": d_ff, "activation": self.activation or s.activation, "dropout": s.activation_dropout,
-                 "gated": bool(layer.gated)}
+        attrs = {"d_ff": d_ff, "activation": layer.activation, "dropout": s.activation_dropout,
+                 "gated": layer.gated}
         return b.op(name, "ffn", [x], attrs=attrs, params=params, layer=layer)

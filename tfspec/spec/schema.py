@@ -198,13 +198,14 @@ class Stack(SpecModel):
         """Every layer has the same block (however the stack is written)."""
         return len(self.canonical()["groups"]) == 1
 
-    def canonical(self) -> dict:
+    def canonical(self, spec: Spec | None = None) -> dict:
         """The stack as runs of layers with their block, neighbouring runs of one block merged:
         ``layers: 6, block: B`` and ``groups: [{layers: 2, block: B}, {layers: 4, block: B}]``
-        are one stack."""
+        are one stack. With ``spec``, each layer as it resolves against it (a layer's heads
+        left out or equal to the spec's compare equal)."""
         groups: list[dict] = []
         for group in self.segments:
-            block = [layer.model_dump(mode="json") for layer in group.block]
+            block = [(layer if spec is None else layer.resolved(spec)).model_dump(mode="json") for layer in group.block]
             if groups and groups[-1]["block"] == block:
                 groups[-1]["layers"] += group.layers
             else:
@@ -280,14 +281,23 @@ class Spec(SpecModel):
     label_smoothing: Probability = 0.1
     """eps_ls (§5.4)."""
     positional: Positional = Positional()
-    norm: Literal["post", "pre"] = "post"
-    """post: LayerNorm(x + Sublayer(x)) as in the paper; pre: x + Sublayer(LayerNorm(x))."""
+    norm: Literal["post", "pre", "sandwich", "output"] = "post"
+    """Where each sub-layer's norm sits. post: Norm(x + Sublayer(x)), the paper's; pre:
+    x + Sublayer(Norm(x)) (GPT-2, Llama); sandwich: x + Norm(Sublayer(Norm(x))), two norms per
+    sub-layer (Gemma 2 and 3); output: x + Norm(Sublayer(x)), the norm on the sub-layer's output
+    only (OLMo 2's reordered norm, Swin v2's res-post-norm)."""
+    residual: Literal["sequential", "parallel", "parallel_shared_norm"] = "sequential"
+    """How a layer's sub-layers join the residual stream. sequential: one after another (§3.1);
+    parallel: attention and feed-forward both read the layer's input, x + Attn(Norm1(x)) +
+    FFN(Norm2(x)) (GPT-NeoX, Pythia); parallel_shared_norm: both read one norm of it,
+    x + Attn(Norm(x)) + FFN(Norm(x)) (GPT-J, Phi-2, Falcon). Parallel layers need norm: pre
+    and a block of two sub-layers."""
     norm_type: Literal["layer", "rms"] = "layer"
     """layer: LayerNorm with gain and bias (the paper); rms: RMSNorm (Zhang & Sennrich 2019),
     x / sqrt(mean(x^2) + eps) times a gain, no mean subtracted and no bias (Llama)."""
     norm_eps: Epsilon = 1e-5
     final_norm: bool | None = None
-    """LayerNorm after each stack's last layer; defaults to true for pre-norm, false for post."""
+    """A norm after each stack's last layer; defaults to false for post-norm, true otherwise."""
     tie_embeddings: Literal["none", "output", "all", "inputs"] = "output"
     """output: target embedding and pre-softmax projection share a matrix; all: the source
     embedding too, as in the paper (§3.4; needs a shared vocabulary); inputs: the source and
@@ -355,6 +365,7 @@ class Spec(SpecModel):
             raise field_error("kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
         self._check_rotary()
+        self._check_residual()
         self._check_image()
         for part in (self.frames, self.head):
             if part is not None and (problem := part.check(self)):
@@ -395,6 +406,20 @@ class Spec(SpecModel):
             raise field_error("positional.fraction", f"rotary positions rotate pairs of features: int(d_k x "
                               f"fraction) = int({self.d_k} x {positional.fraction}) = {rotated} must be even and "
                               "positive; pick a fraction that makes it so")
+
+    def _check_residual(self) -> None:
+        if self.residual == "sequential":
+            return
+        if self.norm != "pre":
+            raise field_error("residual", f"parallel sub-layers read a norm of the layer's input: set norm: pre "
+                              f"(got {self.norm})")
+        for name, stack in self.stacks:
+            for path, group in ((f"{name}.groups.{i}.block" if stack.groups else f"{name}.block", g)
+                                for i, g in enumerate(stack.segments)):
+                if len(group.block) != 2 or any(layer.needs_memory for layer in group.block):
+                    raise field_error(path, f"residual {self.residual} adds two sub-layers that read one input "
+                                      f"(attention and feed-forward); this block has {len(group.block)}: "
+                                      f"{[layer.kind for layer in group.block]}")
 
     def _check_image(self) -> None:
         image = self.image
@@ -454,7 +479,7 @@ class Spec(SpecModel):
                  "biases": {p: self.has_bias(p) for p in Biases.model_fields}}
         data["vocab"] |= {"target_size": self.vocab.tgt_size, "eos_ids": list(self.vocab.stop_ids)}
         for name, stack in self.stacks:
-            data[name] = stack.canonical()
+            data[name] = stack.canonical(self)
         return data
 
     def __eq__(self, other: object) -> bool:
@@ -464,6 +489,13 @@ class Spec(SpecModel):
 
     def __hash__(self) -> int:
         return hash((self.name, json.dumps(self.canonical(), sort_keys=True)))
+
+    def plan(self, stack: str) -> tuple:
+        """One ``LayerPlan`` per layer of ``stack`` (encoder or decoder): what each layer
+        computes, every default resolved (``tfspec.spec.plan``)."""
+        from tfspec.spec.plan import plan_stack
+
+        return plan_stack(self, stack)
 
     @property
     def num_kv_heads(self) -> int:
@@ -482,4 +514,4 @@ class Spec(SpecModel):
 
     @property
     def uses_final_norm(self) -> bool:
-        return self.norm == "pre" if self.final_norm is None else self.final_norm
+        return self.norm != "post" if self.final_norm is None else self.final_norm
