@@ -21,8 +21,8 @@ from tfspec.layers.attention import block_plan, fused_bias
 from tfspec.registry import registrar
 
 from .builder import Index
-from .lowerings import lowering
-from .relative_bias import relative_bias
+from .lowerings import lowering, normalize
+from .scores import SCORE_TERMS
 
 
 BLOCKED_UP_TO = 512
@@ -57,7 +57,22 @@ def project_kv(b, node: Node, memory: str) -> tuple[str, str]:
     a, p = node.attrs, node.params
     g, d_k, d_v = a["kv_heads"], a["d_k"], a["d_v"]
     k, v = b.split(b.linear(memory, p["w_kv"], _bias(b, node, "kv")), g * d_k, g * d_v)
+    if a["qk_norm"] != "none":
+        k = _normed(b, node, k, "k")
     return split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
+
+
+def _normed(b, node: Node, x: str, part: str) -> str:
+    """``qk_norm`` of (B, L, heads*d) queries or keys (or their flat view): over each head's d
+    features with one gain for all heads, or over the whole projection; as the PyTorch
+    backend's ``_normed``."""
+    a, p = node.attrs, node.params
+    bias = p.get(f"{part}_norm_bias")
+    if a["qk_norm"] == "all":
+        return normalize(b, x, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias)
+    heads = b.op("Reshape", x, b.ints(-1, a["d_k"]))  # every head's features a row
+    return b.op("Reshape", normalize(b, heads, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias),
+                b.op("Shape", x))
 
 
 @lowering("attention")
@@ -68,6 +83,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
     if node.layer.needs_memory:
         q = b.linear(x, p["w_q"], p.get("b_q"))
+        if a["qk_norm"] != "none":
+            q = _normed(b, node, q, "q")
         if e.kind == "step":  # computed by the encoder graph
             k = e.state(node, "key", ["src_batch", g, "src_len", d_k], prefix="cross")
             v = e.state(node, "value", ["src_batch", g, "src_len", d_v], prefix="cross")
@@ -75,6 +92,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             k, v = project_kv(b, node, memory)
     else:
         q, k, v = b.split(b.linear(x, p["w_qkv"], _bias(b, node, "qkv")), h * d_k, g * d_k, g * d_v)
+        if a["qk_norm"] != "none":
+            q, k = _normed(b, node, q, "q"), _normed(b, node, k, "k")
         positions = a["positions"] or {}
         if positions.get("kind") == "rotary":
             frequencies = rotary_frequencies(d_k, positions)
@@ -183,12 +202,10 @@ def _dot_scores(b, q: str, k: str, scale: float) -> str:
 
 
 def _plain(node: Node) -> bool:
-    """Dot-product scores with nothing added: the fused and blocked paths apply."""
-    return node.attrs["score"] == "dot" and (node.attrs["positions"] or {}).get("kind") not in ADDED_TO_SCORES
-
-
-ADDED_TO_SCORES = ("relative", "relative_bias")
-"""Positional kinds that add a term to the attention logits."""
+    """Dot-product scores with nothing added or capped: the fused and blocked paths apply."""
+    a = node.attrs
+    kind = (a["positions"] or {}).get("kind")
+    return a["score"] == "dot" and kind != "relative" and kind not in SCORE_TERMS and a["softcap"] is None
 
 
 def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
@@ -202,6 +219,9 @@ def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
         scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
         scores = _dot_scores(b, q, k, a["scale"])
+    if a["softcap"] is not None:  # Gemma 2: c * tanh(s / c) bounds every logit by c
+        cap = b.const(float(a["softcap"]))
+        scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap)
     positions = a["positions"] or {}
     relative = positions.get("kind") == "relative"
     if relative:  # one-hot (Lq, Lk, R) of each pair's clipped distance j - i
@@ -215,8 +235,8 @@ def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
                            b.op("Transpose", b.param(p["rel_k"])))  # (B, h, Lq, R)
         spread = b.op("MatMul", b.op("Unsqueeze", by_distance, b.ints(3)), b.op("Transpose", onehot, perm=[0, 2, 1]))
         scores = b.op("Add", scores, b.op("Squeeze", spread, b.ints(3)))
-    if positions.get("kind") == "relative_bias":  # T5: the stack's bias for the bucket of j - i
-        scores = b.op("Add", scores, relative_bias(e, node, q, k))
+    if positions.get("kind") in SCORE_TERMS:  # T5's bucketed bias, ALiBi's distance penalty
+        scores = b.op("Add", scores, SCORE_TERMS[positions["kind"]](e, node, q, k))
     if mask is not None:
         scores = b.op("Add", scores, mask)
     weights = b.op("Softmax", scores, axis=-1)

@@ -27,7 +27,10 @@ from tfspec.backends.torch import TorchModel
 from tfspec.checks import Check
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
+from tfspec.spec import spec_from_data
 
+from .generate import compose
+from .generator import check_generate
 from .graphs import emit
 from .parity import check_parity
 from .runtime import FORMAT, MANIFEST, OnnxModel
@@ -57,11 +60,13 @@ def graph_kinds(model: TorchModel, static: bool = False) -> list[str]:
 
 
 def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool = False,
-           parity: bool = True, int8: bool = False, static_cache: bool = False) -> Exported:
+           parity: bool = True, int8: bool = False, static_cache: bool = False, generate: bool = False) -> Exported:
     """Write the ONNX graphs of ``model`` (with its current weights) into ``directory``; with
     ``int8``, the float32 graphs are checked first and then replaced by quantised ones; with
     ``static_cache``, also the static step graph (``graphs`` module docstring) that GPUs
-    replay as CUDA graphs."""
+    replay as CUDA graphs; with ``generate``, also generate.onnx, the encoder and the whole
+    search in one graph (``generate`` module), checked token for token against the Python
+    search over the step graph."""
     if int8 and fp16:
         raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
     graph, spec = model.graph, model.graph.spec
@@ -73,26 +78,32 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     manifest = {"format": FORMAT, "tfspec_version": __version__, "export_id": export_id, "name": spec.name,
                 "opset": opset, "dtype": dtype, "vocab": spec.vocab.model_dump(mode="json"),
                 "spec": spec.model_dump(mode="json"), "graphs": {}}
+    if generate and "tgt" not in graph.ports:
+        raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
+    metadata = lambda kind: {"tfspec.version": __version__, "tfspec.format": str(FORMAT),  # noqa: E731
+                             "tfspec.graph": kind, "tfspec.export_id": export_id,
+                             "tfspec.spec": json.dumps(manifest["spec"]), "tfspec.vocab": json.dumps(manifest["vocab"])}
     try:
         for kind in graph_kinds(model, static_cache):
-            metadata = {"tfspec.version": __version__, "tfspec.format": str(FORMAT), "tfspec.graph": kind,
-                        "tfspec.export_id": export_id, "tfspec.spec": json.dumps(manifest["spec"]),
-                        "tfspec.vocab": json.dumps(manifest["vocab"])}
-            proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata)
+            proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
             path = staging / f"{kind}.onnx"
             save_graph(proto, path)
             onnx.checker.check_model(str(path), full_check=True)
             manifest["graphs"][kind] = path.name
+        if generate:
+            manifest["graphs"]["generate"] = write_generate(staging, manifest, metadata("generate"))
         write_manifest(staging, manifest)
         if parity:  # checked (and quantised) before publishing: a failure or an interrupt leaves nothing
             result.checks = check_parity(OnnxModel(staging, device="cpu"), model, tolerance=5e-2 if fp16 else 1e-4)
+            if generate:
+                result.checks += check_generate(OnnxModel(staging, device="cpu"))
             manifest["parity"] = [{"check": c.name, "max_abs_diff": c.diff, "tolerance": c.tolerance, "ok": c.ok}
                                   for c in result.checks]
             write_manifest(staging, manifest)
         if int8:
-            manifest["int8"] = result.int8 = quantize(staging, manifest)
+            manifest["int8"] = result.int8 = quantize(staging, manifest, metadata("generate"))
             write_manifest(staging, manifest)
         result.files = publish(staging, directory, MANIFEST)
     finally:
@@ -100,30 +111,52 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     return result
 
 
-def quantize(directory: Path, manifest: dict) -> dict:
+def write_generate(directory: Path, manifest: dict, metadata: dict[str, str]) -> str:
+    """Compose generate.onnx from the directory's encoder and step graphs (float or quantised),
+    check it with onnx.checker and return its file name."""
+    graphs = manifest["graphs"]
+    encoder = onnx.load(str(directory / graphs["encoder"])).graph if "encoder" in graphs else None
+    proto = compose(spec_from_data(manifest["spec"], MANIFEST), encoder, onnx.load(str(directory / graphs["decoder"])).graph,
+                    manifest["opset"], metadata)
+    path = directory / "generate.onnx"
+    save_graph(proto, path)
+    onnx.checker.check_model(str(path), full_check=True)
+    return path.name
+
+
+def quantize(directory: Path, manifest: dict, generate_metadata: dict[str, str] | None = None) -> dict:
     """Replace the directory's float32 graphs by int8 ones: dynamic quantisation of every
     constant-weight MatMul and Gemm, per output channel (activations are quantised at run time;
     norms, softmax and the rest stay float32). Weights use 7 of the 8 bits (``reduce_range``):
     on x86 CPUs without VNNI onnxruntime's u8 x s8 kernels add pairs of products in 16 bits,
     and full-range weights overflow them (logits off by 1.6 on a model whose logits reach 4,
-    against 0.08 with the reduced range, equally fast). Returns how greedy decoding compares
-    with the float32 graphs on the parity inputs, as recorded in the manifest."""
+    against 0.08 with the reduced range, equally fast). generate.onnx is composed again from
+    the quantised encoder and step graphs (the quantiser leaves the matrix products of a Loop
+    body whose weights live in the outer graph in float32) and checked against the Python
+    search over them. Returns how greedy decoding compares with the float32 graphs on the
+    parity inputs, as recorded in the manifest."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=directory))
     try:
         logging.disable(logging.WARNING)  # quantize_dynamic advises pre-processing: shapes are already known
         try:
-            for file in manifest["graphs"].values():
+            for kind, file in manifest["graphs"].items():
+                if kind == "generate":
+                    continue
                 quantize_dynamic(directory / file, staging / file, weight_type=QuantType.QInt8, per_channel=True,
                                  reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"],  # not opset 23's Attention
                                  use_external_data_format=(directory / f"{file}.data").exists())
         finally:
             logging.disable(logging.NOTSET)
         shutil.copy(directory / MANIFEST, staging / MANIFEST)
+        if "generate" in manifest["graphs"]:
+            write_generate(staging, manifest, generate_metadata)
         record = {"weights": "int8 (7-bit range), per output channel", "ops": ["MatMul", "Gemm"]}
         if "decoder" in manifest["graphs"]:
             record |= agreement(OnnxModel(directory, device="cpu"), OnnxModel(staging, device="cpu"))
+        if "generate" in manifest["graphs"]:
+            record["generate_sentences_differ"] = sum(c.diff for c in check_generate(OnnxModel(staging, device="cpu")))
         for path in staging.iterdir():  # the graphs and any external weight files
             if path.name != MANIFEST:
                 os.replace(path, directory / path.name)

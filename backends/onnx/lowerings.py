@@ -139,16 +139,20 @@ def add(e, node: Node, x: str, y: str) -> str:
 @lowering("layer_norm")
 def layer_norm(e, node: Node, x: str) -> str:
     p = node.params
-    return e.b.op("LayerNormalization", x, e.b.param(p["weight"]), e.b.param(p["bias"]), axis=-1,
-                  epsilon=node.attrs["eps"])
+    return normalize(e.b, x, "layer", node.attrs["eps"], p["weight"], p["bias"])
 
 
 @lowering("rms_norm")
 def rms_norm(e, node: Node, x: str) -> str:
-    """x / sqrt(mean(x^2) + eps) * weight in float32, as the PyTorch backend: the
-    RMSNormalization op at opset 23, its formula before."""
-    b, eps = e.b, node.attrs["eps"]
-    weight = b.param(node.params["weight"])
+    return normalize(e.b, x, "rms", node.attrs["eps"], node.params["weight"])
+
+
+def normalize(b, x: str, kind: str, eps: float, weight: str, bias: str | None = None) -> str:
+    """LayerNorm, or RMSNorm: x / sqrt(mean(x^2) + eps) * weight in float32, as the PyTorch
+    backend (the RMSNormalization op at opset 23, its formula before), over the last axis."""
+    weight = b.param(weight)
+    if kind == "layer":
+        return b.op("LayerNormalization", x, weight, b.param(bias), axis=-1, epsilon=eps)
     if b.opset >= 23:
         return b.op("RMSNormalization", x, weight, axis=-1, epsilon=eps, stash_type=TensorProto.FLOAT)
     h = x if b.elem_type == TensorProto.FLOAT else b.op("Cast", x, to=TensorProto.FLOAT)
@@ -195,7 +199,10 @@ def projection(e, node: Node, x: str) -> str:
         b.flat.add(x)
     if node.attrs["scale"] != 1.0:
         x = b.op("Mul", x, b.const(node.attrs["scale"]))
-    return b.linear(x, node.params["weight"], node.params.get("bias"))
+    logits = b.linear(x, node.params["weight"], node.params.get("bias"))
+    if (cap := node.attrs.get("softcap")) is None:
+        return logits
+    return b.op("Mul", b.op("Tanh", b.op("Div", logits, b.const(float(cap)))), b.const(float(cap)))  # Gemma 2
 
 
 @lowering("conv")

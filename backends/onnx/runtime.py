@@ -27,6 +27,8 @@ FORMAT = 3
 gather their state rows by ``beam_rows`` (format 1 did not); 3: their per-source inputs keep
 one row per source, shared by that source's group of rows."""
 MANIFEST = "tfspec.json"
+FILES = (*KINDS, "generate")
+"""What the manifest's graphs may be: ``emit``'s kinds and generate.onnx (``export --generate``)."""
 
 
 def session_options(threads: int | None = None):
@@ -89,6 +91,8 @@ class OnnxModel:
         for kind in self.manifest["graphs"]:
             if kind == "decoder_static" and wanted[0] != "CUDAExecutionProvider":
                 continue  # opened when asked for (static_session): CPU decoding keeps the growing cache
+            if kind == "generate":
+                continue  # opened when asked for (generate_session): the Python search uses the step graph
             self._open(kind, capture=kind == "decoder_static" and cuda_graphs)
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
         self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
@@ -158,6 +162,15 @@ class OnnxModel:
             self._open("decoder_static")
         return self.sessions["decoder_static"]
 
+    def generate_session(self):
+        """The session of generate.onnx (the whole search in one graph), opened on first use."""
+        if "generate" not in self.sessions:
+            if "generate" not in self.manifest["graphs"]:
+                raise TfspecError(f"{self.directory}: exported without generate.onnx (re-export with "
+                                  "`tfspec export ... --generate`)")
+            self._open("generate")
+        return self.sessions["generate"]
+
     def _open(self, kind: str, capture: bool = False) -> None:
         """Open graph ``kind``, checked against the manifest; with ``capture`` (the static step
         graph on CUDA) capturing CUDA graphs where onnxruntime accepts it."""
@@ -214,8 +227,8 @@ def read_manifest(directory: Path) -> dict:
             raise TfspecError(f"{path}: corrupt manifest (no {key!r})")
     graphs = manifest["graphs"]
     if not isinstance(graphs, dict) or not graphs or any(
-            kind not in KINDS or not file_name(file) for kind, file in graphs.items()):
-        raise TfspecError(f"{path}: corrupt manifest ('graphs' must map graph kinds, {', '.join(KINDS)}, to file "
+            kind not in FILES or not file_name(file) for kind, file in graphs.items()):
+        raise TfspecError(f"{path}: corrupt manifest ('graphs' must map graph kinds, {', '.join(FILES)}, to file "
                           "names in the directory)")
     if manifest["dtype"] not in ("float32", "float16") or not isinstance(manifest["spec"], dict):
         raise TfspecError(f"{path}: corrupt manifest ('dtype' must be float32 or float16, 'spec' a mapping)")

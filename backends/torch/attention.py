@@ -20,7 +20,7 @@ from tfspec.layers.attention import block_plan, fused_bias, use_blocks
 from tfspec.registry import registrar
 
 from .registry import OpModule, lowering
-from .relative_bias import RelativeBias
+from .scores import SCORE_TERMS
 
 
 @lowering("attention")
@@ -34,8 +34,12 @@ class MultiHeadAttention(OpModule):
         self.layer, self.q_seq, self.kv_seq = node.layer, node.shape[1], a["kv_seq"]
         self.score, self.scale, self.positions = a["score"], a["scale"], a["positions"] or {}
         self.relative = self.positions.get("kind") == "relative"
-        self.bucketed = RelativeBias(node) if self.positions.get("kind") == "relative_bias" else None
-        self.plain = self.score == "dot" and not self.relative and self.bucketed is None
+        kind = self.positions.get("kind")
+        self.terms = [SCORE_TERMS[kind](node)] if kind in SCORE_TERMS else []
+        """What the positions add to the scores (``backends/torch/scores``)."""
+        self.softcap, self.qk_norm = a["softcap"], a["qk_norm"]
+        self.norm_type, self.norm_eps = a.get("norm_type"), a.get("norm_eps")
+        self.plain = self.score == "dot" and not self.relative and not self.terms and self.softcap is None
         """Fused kernels apply: dot-product scores with nothing added to them."""
         self.frequencies = (torch.from_numpy(rotary_frequencies(self.d_k, self.positions))
                             if self.positions.get("kind") == "rotary" else None)
@@ -52,6 +56,8 @@ class MultiHeadAttention(OpModule):
             qkv = F.linear(x, self.w_qkv, self._fused_bias())
             q, k, v = qkv.split([h * d_k, g * d_k, g * d_v], -1)
             q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, g, d_k), v.view(B, Lq, g, d_v)
+            if self.qk_norm != "none":
+                q, k = self._normed(q, "q"), self._normed(k, "k")
             if self.frequencies is not None:  # one rotation table per call, for every layer
                 offset = ctx.state.offset if ctx.state is not None else 0
                 cos, sin = ctx.cached(("rotary", offset, Lq, self.rotary_key),
@@ -71,11 +77,14 @@ class MultiHeadAttention(OpModule):
                 cache[self.node_name] = k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:]
         else:
             q = F.linear(x, self.w_q, getattr(self, "b_q", None))
+            if self.qk_norm != "none":
+                q = self._normed(q.view(B, Lq, h, d_k), "q")
             if cache is not None and self.node_name in cache:  # the source's, computed at the first step
                 k, v = cache[self.node_name]
             else:
                 k, v = F.linear(memory, self.w_kv, self._fused_bias()).split([g * d_k, g * d_v], -1)
-                k = k.view(B, -1, g, d_k).transpose(1, 2)  # (B, g, Lk, d_k)
+                k = k.view(B, -1, g, d_k)
+                k = (self._normed(k, "k") if self.qk_norm != "none" else k).transpose(1, 2)  # (B, g, Lk, d_k)
                 v = v.view(B, -1, g, d_v).transpose(1, 2)  # (B, g, Lk, d_v)
                 if cache is not None:
                     cache[self.node_name] = k, v
@@ -100,6 +109,17 @@ class MultiHeadAttention(OpModule):
         parts = [getattr(self, name) if name else self.w_o.new_zeros(rows) for name, rows in self.bias_pieces]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
+    def _normed(self, x: torch.Tensor, part: str) -> torch.Tensor:
+        """``qk_norm`` of (B, L, heads, d) queries or keys: over each head's d features (one gain
+        for all heads), or over the whole projection (a gain per feature), in float32."""
+        weight, bias = getattr(self, f"{part}_norm"), getattr(self, f"{part}_norm_bias", None)
+        flat = x.flatten(2) if self.qk_norm == "all" else x
+        if self.norm_type == "rms":
+            y = weight * F.rms_norm(flat.float(), weight.shape, eps=self.norm_eps).to(x.dtype)
+        else:
+            y = F.layer_norm(flat, weight.shape, weight, bias, self.norm_eps)
+        return y.view_as(x)
+
     def _explicit(self, ctx, q, k, v, mask, causal, dropout):
         """Attention with additive scores and/or relative positions, spelled out (B, h, L, d)."""
         Lq, Lk = q.shape[2], k.shape[2]
@@ -107,13 +127,15 @@ class MultiHeadAttention(OpModule):
             scores = torch.einsum("bhqkd,hd->bhqk", torch.tanh(q[:, :, :, None] + k[:, :, None]), self.w_score)
         else:
             scores = q @ k.transpose(-1, -2) * self.scale
+        if self.softcap is not None:  # Gemma 2: c * tanh(s / c) bounds every logit by c
+            scores = torch.tanh(scores / self.softcap) * self.softcap
         if self.relative:  # Shaw et al. (2018), eq. 4: q_i · a_K(clip(j - i)) joins the score
             far = self.positions["max_distance"]
             offsets = torch.arange(Lk, device=q.device)[None, :] - torch.arange(Lk - Lq, Lk, device=q.device)[:, None]
             index = (offsets.clamp(-far, far) + far).expand(*scores.shape)
             scores = scores + (q @ self.rel_k.T * self.scale).gather(-1, index)
-        if self.bucketed is not None:  # T5: the stack's bias for the bucket of j - i
-            scores = scores + self.bucketed(ctx, self.rel_bias, Lq, Lk)
+        for term in self.terms:  # T5's bucketed bias, ALiBi's distance penalty
+            scores = scores + term(ctx, self, Lq, Lk, q.device)
         if causal:
             mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
         if mask is not None:

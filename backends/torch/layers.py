@@ -221,14 +221,16 @@ class Dense(OpModule):
 @lowering("projection")
 class Projection(OpModule):
     """The pre-softmax linear layer: (B, L, d_model) -> logits (B, L, vocab), its input first
-    multiplied by the spec's output_scale (T5's d_model^-0.5)."""
+    multiplied by the spec's output_scale (T5's d_model^-0.5), its logits capped at
+    c * tanh(logits / c) with an output_softcap c (Gemma 2)."""
 
     def __init__(self, node, graph):
         super().__init__(node, graph)
-        self.scale = node.attrs["scale"]
+        self.scale, self.softcap = node.attrs["scale"], node.attrs.get("softcap")
 
     def forward(self, ctx, x):
-        return F.linear(x * self.scale if self.scale != 1.0 else x, self.weight, getattr(self, "bias", None))
+        logits = F.linear(x * self.scale if self.scale != 1.0 else x, self.weight, getattr(self, "bias", None))
+        return logits if self.softcap is None else torch.tanh(logits / self.softcap) * self.softcap
 
 
 @lowering("conv")

@@ -194,6 +194,6 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
     params = {"weight": embedding if s.ties_output else ((vocab, s.d_model), "xavier_uniform")}
     if s.output_bias:
         params["bias"] = ((vocab,), "zeros")
-    attrs = {"vocab": vocab, "scale": s.output_scale}
+    attrs = {"vocab": vocab, "scale": s.output_scale, "softcap": s.output_softcap}
     b.graph.ports["logits"] = b.op("output", "projection", [x], attrs=attrs, params=params,
                                    component="projection", shape=("B", b.seq, vocab))

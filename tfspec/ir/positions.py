@@ -1,5 +1,5 @@
-"""Position signals computed once here for every backend: the sinusoidal table of §3.5 and
-the rotation frequencies of rotary positions."""
+"""Position signals computed once here for every backend: the sinusoidal table of §3.5, the
+rotation frequencies of rotary positions and ALiBi's slopes."""
 
 from __future__ import annotations
 
@@ -44,3 +44,16 @@ def _llama3(frequencies: np.ndarray, scaling: Mapping[str, Any]) -> np.ndarray:
     between = (1 - smooth) * frequencies / factor + smooth * frequencies
     return np.where(wavelength > context / low, frequencies / factor,
                     np.where(wavelength < context / high, frequencies, between))
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    """float64 (heads,): ALiBi's penalty per unit of distance for each head (Press et al. 2022,
+    §3): the geometric sequence 2^(-8/n), 2^(-16/n), ... for n heads, a power of two; for other
+    counts, that of the largest power of two below, then every other slope of the next power's
+    sequence (BLOOM's ``build_alibi_tensor``, MPT's ``gen_slopes``)."""
+    closest = 2 ** math.floor(math.log2(heads))
+    slopes = 2.0 ** (-8.0 * np.arange(1, closest + 1) / closest)
+    if closest < heads:
+        extra = 2.0 ** (-8.0 * np.arange(1, 2 * (heads - closest), 2) / (2 * closest))
+        slopes = np.concatenate([slopes, extra])
+    return slopes

@@ -43,14 +43,15 @@ class RotaryScaling(SpecModel):
 class Positional(SpecModel):
     """How positions enter the model (§3.5)."""
 
-    kind: Literal["sinusoidal", "learned", "rotary", "relative", "relative_bias", "none"] = "sinusoidal"
+    kind: Literal["sinusoidal", "learned", "rotary", "relative", "relative_bias", "alibi", "none"] = "sinusoidal"
     """sinusoidal: fixed sines/cosines added to the embeddings; learned: a trained table (Table 3
     row E); rotary: queries and keys of self-attention rotated by position (Su et al. 2021);
     relative: learned embeddings of the clipped distance j - i added to keys and values inside
     self-attention (Shaw et al. 2018); relative_bias: a learned scalar per head and bucket of
     the distance j - i added to self-attention's logits, one table per stack (T5, Raffel et al.
-    2020, §2.1; ``tfspec.layers.relative_bias``); none: for models whose layers see order
-    themselves."""
+    2020, §2.1; ``tfspec.layers.relative_bias``); alibi: each head's logits penalised by a fixed
+    slope times the distance |i - j|, no parameters (Press et al. 2022: BLOOM, MPT; slopes
+    ``tfspec.ir.positions.alibi_slopes``); none: for models whose layers see order themselves."""
     max_len: Positions = 1024
     """Longest sequence the model accepts; rows of the learned table."""
     layout: Literal["interleaved", "halves"] = "interleaved"
@@ -84,7 +85,7 @@ class Positional(SpecModel):
     @property
     def in_attention(self) -> bool:
         """Positions enter through self-attention rather than the embeddings."""
-        return self.kind in ("rotary", "relative", "relative_bias")
+        return self.kind in ("rotary", "relative", "relative_bias", "alibi")
 
     @model_validator(mode="before")
     @classmethod

@@ -323,6 +323,9 @@ class Spec(SpecModel):
     output_scale: float = Field(1.0, gt=0, le=1e3)
     """Factor on the last hidden states before the pre-softmax projection (T5 with tied
     embeddings: d_model^-0.5, as its embeddings are not scaled up by sqrt(d_model))."""
+    output_softcap: float | None = Field(None, gt=0, le=1e6)
+    """Logits squashed to c * tanh(logits / c) (Gemma 2's final_logit_softcapping: 30); None:
+    logits as the projection gives them."""
     image: Image | None = None
     """An image input: intensity tokens in raster order with row, column and channel
     embeddings in place of ``positional`` (which must then be kind none)."""

@@ -7,7 +7,10 @@ import torch
 
 from tfspec.layers.relative_bias import ROLE, bucket_table
 
+from . import score_term
 
+
+@score_term("relative_bias")
 class RelativeBias:
     """What one attention node needs to look its bias up: its table's name and bucket table."""
 
@@ -15,9 +18,11 @@ class RelativeBias:
         self.name, self.layer, self.reach = node.params[ROLE], node.layer, node.attrs["positions"]["max_distance"]
         self.buckets = torch.from_numpy(bucket_table(node.attrs["positions"], node.layer.looks_ahead))
 
-    def __call__(self, ctx, table: torch.Tensor, lq: int, lk: int) -> torch.Tensor:
+    def __call__(self, ctx, module, lq: int, lk: int, device) -> torch.Tensor:
         """(1, h, Lq, Lk): each head's entry for the bucket of key j's distance from query i;
         the queries are the last lq of the lk positions (a decoding step follows its cache)."""
+        table = getattr(module, ROLE)
+
         def build():
             device = table.device
             queries = torch.arange(lk - lq, lk, device=device)[:, None]

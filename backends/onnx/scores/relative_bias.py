@@ -10,7 +10,10 @@ import numpy as np
 from tfspec.ir import Node
 from tfspec.layers.relative_bias import ROLE, bucket_table
 
+from . import score_term
 
+
+@score_term("relative_bias")
 def relative_bias(e, node: Node, q: str, k: str) -> str:
     """(1, h, Lq, Lk) logit bias for (B, h, Lq, d) queries and (B, h, Lk, d) keys."""
     def build():
