@@ -73,7 +73,10 @@ class Rule:
     final_logits_bias); ``plus_one``: the IR vector is the stored one plus 1 (Gemma's RMSNorm
     multiplies by 1 + w, tfspec's by its gain); ``split``: the IR matrix is block ``part`` of
     one checkpoint tensor whose row blocks are ``rows`` (Phi-3's gate_up_proj holds W1 then W3);
-    export stacks the blocks of such a tensor in the order of its rules."""
+    export stacks the blocks of such a tensor in the order of its rules; ``per_head``: the IR's
+    ``w_qkv``/``b_qkv`` (all queries, then all keys, then all values) stored head by head, each
+    head's query, key and value rows together ((h, 3, d) rows: BLOOM's and GPT-NeoX's
+    query_key_value)."""
 
     ir: str
     hf: tuple[str, ...]
@@ -83,6 +86,8 @@ class Rule:
     split: the rows of each block of the checkpoint tensor."""
     part: int = 0
     """split: which block of the checkpoint tensor is the IR matrix."""
+    heads: int = 0
+    """per_head: the heads h whose (q, k, v) rows the checkpoint tensor holds one head after another."""
 
     def _rows(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return self.rows or (shape[0] // len(self.hf),) * len(self.hf)
@@ -99,6 +104,8 @@ class Rule:
         return {self.hf[0]: tuple(shape)}
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
+        if self.layout == "per_head":
+            return _regroup(parts[0], self.heads, 3)  # (h, 3, d) rows -> (3, h, d)
         if self.layout == "plus_one":
             return parts[0] + 1
         if self.layout == "split":
@@ -108,6 +115,8 @@ class Rule:
         return np.concatenate(parts) if self.layout == "concat" else parts[0]
 
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        if self.layout == "per_head":
+            return {self.hf[0]: _regroup(value, 3, self.heads)}
         if self.layout == "plus_one":
             return {self.hf[0]: value - 1}
         if self.layout in ("transpose", "row"):
@@ -115,6 +124,11 @@ class Rule:
         if self.layout == "concat":
             return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
         return {self.hf[0]: value}
+
+
+def _regroup(value: np.ndarray, outer: int, inner: int) -> np.ndarray:
+    """``value`` whose rows are (outer, inner, d) blocks, its rows reordered to (inner, outer, d)."""
+    return value.reshape(outer, inner, -1, *value.shape[1:]).swapaxes(0, 1).reshape(value.shape)
 
 
 SHAPES = {"encoder-decoder": "an encoder-decoder", "decoder-only": "a decoder alone", "encoder-only": "an encoder alone"}
