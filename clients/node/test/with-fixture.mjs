@@ -10,16 +10,19 @@ import { NODE_CLIENT } from "./fixture.mjs";
 
 const repo = path.resolve(NODE_CLIENT, "../..");
 const env = { ...process.env };
-if (!env.TFSPEC_JS_FIXTURE) {
+const own = !env.TFSPEC_JS_FIXTURE;
+if (own) {
   const python = env.TFSPEC_PYTHON ?? path.join(repo, ".venv/bin/python");
   env.TFSPEC_JS_FIXTURE = fs.mkdtempSync(path.join(os.tmpdir(), "tfspec-js-"));
   const made = spawnSync(python, ["-m", "tests.node_fixture", env.TFSPEC_JS_FIXTURE], { cwd: repo, stdio: "inherit" });
   if (made.status !== 0) {
     console.error(`error: ${python} -m tests.node_fixture failed (set TFSPEC_PYTHON to a Python with tfspec)`);
+    fs.rmSync(env.TFSPEC_JS_FIXTURE, { recursive: true, force: true });
     process.exit(2);
   }
 }
 const tests = fs.readdirSync(path.join(NODE_CLIENT, "test")).filter((f) => f.endsWith(".test.mjs"));
 const run = spawnSync(process.execPath, ["--test", ...tests.map((f) => path.join("test", f))],
   { cwd: NODE_CLIENT, env, stdio: "inherit" });
+if (own) fs.rmSync(env.TFSPEC_JS_FIXTURE, { recursive: true, force: true });
 process.exit(run.status ?? 1);
