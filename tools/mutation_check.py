@@ -78,6 +78,8 @@ def copy_tree(dest: Path) -> Path:
             shutil.copy2(source, dest / name)
     for package in ("backends", "specs"):
         (dest / "tfspec" / package).symlink_to(Path("..") / package)
+    for modules in REPO.glob("clients/*/node_modules"):  # installed, not tracked: the JavaScript clients' tests
+        (dest / modules.relative_to(REPO)).symlink_to(modules)
     return dest
 
 
