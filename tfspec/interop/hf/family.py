@@ -76,7 +76,9 @@ class Rule:
     export stacks the blocks of such a tensor in the order of its rules; ``per_head``: the IR's
     ``w_qkv``/``b_qkv`` (all queries, then all keys, then all values) stored head by head, each
     head's query, key and value rows together ((h, 3, d) rows: BLOOM's and GPT-NeoX's
-    query_key_value)."""
+    query_key_value); ``per_group``: the same stored group by group of g key/value heads, each
+    group's h/g query heads, then its key and its value ((g, h/g + 2, d) rows: Falcon-40B's;
+    per_head is g = h)."""
 
     ir: str
     hf: tuple[str, ...]
@@ -88,6 +90,8 @@ class Rule:
     """split: which block of the checkpoint tensor is the IR matrix."""
     heads: int = 0
     """per_head: the heads h whose (q, k, v) rows the checkpoint tensor holds one head after another."""
+    kv_heads: int = 0
+    """per_group: the key/value heads g (``heads`` the query heads)."""
 
     def _rows(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return self.rows or (shape[0] // len(self.hf),) * len(self.hf)
@@ -106,6 +110,8 @@ class Rule:
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
         if self.layout == "per_head":
             return _regroup(parts[0], self.heads, 3)  # (h, 3, d) rows -> (3, h, d)
+        if self.layout == "per_group":
+            return _ungroup(parts[0], self.heads, self.kv_heads)
         if self.layout == "plus_one":
             return parts[0] + 1
         if self.layout == "split":
@@ -117,6 +123,8 @@ class Rule:
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
         if self.layout == "per_head":
             return {self.hf[0]: _regroup(value, 3, self.heads)}
+        if self.layout == "per_group":
+            return {self.hf[0]: _group(value, self.heads, self.kv_heads)}
         if self.layout == "plus_one":
             return {self.hf[0]: value - 1}
         if self.layout in ("transpose", "row"):
@@ -129,6 +137,19 @@ class Rule:
 def _regroup(value: np.ndarray, outer: int, inner: int) -> np.ndarray:
     """``value`` whose rows are (outer, inner, d) blocks, its rows reordered to (inner, outer, d)."""
     return value.reshape(outer, inner, -1, *value.shape[1:]).swapaxes(0, 1).reshape(value.shape)
+
+
+def _ungroup(value: np.ndarray, h: int, g: int) -> np.ndarray:
+    """Rows in (g, h/g + 2, d) blocks (each group's queries, key, value) -> queries, keys, values."""
+    x = value.reshape(g, h // g + 2, -1, *value.shape[1:])
+    return np.concatenate([x[:, :-2].reshape(h, *x.shape[2:]), x[:, -2], x[:, -1]]).reshape(value.shape)
+
+
+def _group(value: np.ndarray, h: int, g: int) -> np.ndarray:
+    """``_ungroup`` undone: queries, keys, values -> rows in (g, h/g + 2, d) blocks."""
+    x = value.reshape(h + 2 * g, -1, *value.shape[1:])
+    q, k, v = x[:h].reshape(g, h // g, *x.shape[1:]), x[h:h + g, None], x[h + g:, None]
+    return np.concatenate([q, k, v], axis=1).reshape(value.shape)
 
 
 SHAPES = {"encoder-decoder": "an encoder-decoder", "decoder-only": "a decoder alone", "encoder-only": "an encoder alone"}
