@@ -24,16 +24,18 @@ def cmd_export(args) -> int:
     if args.tokenizer is not None:
         _check_tokenizer(args)
     if args.format == "hf":
-        if args.opset is not None or args.int8 or args.static_cache:
-            flag = "--opset" if args.opset is not None else "--int8" if args.int8 else "--static-cache"
+        if args.opset is not None or args.int8 or args.static_cache or args.generate:
+            flag = ("--opset" if args.opset is not None else "--int8" if args.int8 else
+                    "--static-cache" if args.static_cache else "--generate")
             raise TfspecError(f"{flag} applies to --format onnx; a Hugging Face checkpoint keeps float weights "
                               "and has no graphs")
         from tfspec.cli.interop import export_hf
 
         return export_hf(args)
-    if args.format == "genai" and (args.int8 or args.static_cache):
-        raise TfspecError(f"{'--int8' if args.int8 else '--static-cache'} applies to --format onnx; --format genai "
-                          "writes one float graph that onnxruntime-genai drives")
+    if args.format == "genai" and (args.int8 or args.static_cache or args.generate):
+        flag = "--int8" if args.int8 else "--static-cache" if args.static_cache else "--generate"
+        raise TfspecError(f"{flag} applies to --format onnx; --format genai writes one float graph that "
+                          "onnxruntime-genai drives")
     args.opset = args.opset or DEFAULT_OPSET
     _check_replaceable(args.output)
     from tfspec.backends.onnx import export, genai
@@ -41,13 +43,15 @@ def cmd_export(args) -> int:
     spec = load_spec(args.spec)
     if args.format == "genai" and (reason := genai.refusal(build_graph(spec))):
         raise TfspecError(reason)  # before building (and loading) the model
+    if args.generate and "tgt" not in build_graph(spec).ports:
+        raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     model = model_to_export(spec, args)
     started = time.perf_counter()
     if args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
     else:
         result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
-                        int8=args.int8, static_cache=args.static_cache)
+                        int8=args.int8, static_cache=args.static_cache, generate=args.generate)
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
@@ -76,6 +80,9 @@ def _print_int8(record: dict) -> None:
         line += (f"; greedy tokens equal to float32 on the parity inputs: {record['greedy_tokens_equal']}/"
                  f"{record['greedy_tokens']} ({record['sentences_equal']}/{record['sentences']} sentences; random "
                  "weights flip easily: `tfspec evaluate RUN --backend onnx --int8` gives the BLEU difference)")
+    if "generate_sentences" in record:
+        line += (f"; generate.onnx equal to the Python search over the int8 graphs: {record['generate_sentences_equal']}"
+                 f"/{record['generate_sentences']} sentences")
     print(line)
 
 
@@ -146,8 +153,14 @@ def cmd_translate(args) -> int:
 
     with tqdm(total=sum(map(bool, sources)), unit="line", file=sys.stderr, dynamic_ncols=True,
               disable=None if len(sources) >= 64 else True) as bar:  # None: on a terminal only
-        outputs = decode_all(model.decoder(), sources, options, args.batch, spec.family == "decoder-only",
-                             bar.update, args.batch_type)
+        if args.engine == "generate":
+            from tfspec.backends.onnx.generator import Generator, generate_all
+
+            outputs = generate_all(Generator(model), sources, options, args.batch, spec.family == "decoder-only",
+                                   args.batch_type, bar.update)
+        else:
+            outputs = decode_all(model.decoder(), sources, options, args.batch, spec.family == "decoder-only",
+                                 bar.update, args.batch_type)
     produced = sum(len(out) + 1 for out, src in zip(outputs, sources) if src)
     for out in outputs:
         print(codec.decode(out))
@@ -236,6 +249,11 @@ def register(command) -> None:
                         "never change, which onnxruntime's CUDA provider captures as CUDA graphs (one launch per step "
                         "instead of one per node); translate uses it on CUDA; checked token for token "
                         "against the growing-cache step graph. On CPU the growing cache stays faster")
+    c.add_argument("--generate", action="store_true",
+                   help="ONNX: also write generate.onnx, the encoder and the whole search (greedy or beam, length "
+                        "penalty, end of sentence) in one graph of standard ONNX operators: input_ids, max_length, "
+                        "num_beams, length_penalty in; sequences, sequences_scores out (docs/export-onnx.md); "
+                        "checked token for token against the Python search")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--tokenizer", metavar="MODEL",
                    help="tfspec's sentencepiece model (a training run's tokenizer.model) to ship as "
@@ -256,6 +274,9 @@ def register(command) -> None:
                         "by length into batches and printed in input order (default 32)")
     c.add_argument("--batch-type", choices=["examples", "tokens"], default="examples",
                    help="what --batch counts: sentences, or source tokens including padding (default examples)")
+    c.add_argument("--engine", choices=["search", "generate"], default="search",
+                   help="search: tfspec's search in Python over the step graph (default); generate: generate.onnx "
+                        "(`export --generate`), the same search inside one graph, with the same outputs")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto uses CUDA when onnxruntime really gets it (default)")
     c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")
