@@ -39,7 +39,7 @@ def misfit(family: Family, spec: Spec) -> str | None:
     """Why ``spec`` is not ``family`` (the resolved fields that differ), or None."""
     if reason := family.structure(spec):
         return reason
-    if differing := [name for name, stack in spec.stacks if not stack.uniform]:
+    if not family.grouped and (differing := [name for name, stack in spec.stacks if not stack.uniform]):
         return (f"the {' and '.join(differing)} layers are not all alike (groups of different blocks); "
                 f"{family.title} repeats one layer")
     spec = family_form(spec)
@@ -58,14 +58,16 @@ def misfit(family: Family, spec: Spec) -> str | None:
 
 
 def family_form(spec: Spec) -> Spec:
-    """``spec`` with each stack written as layers + block, the form the families read (a stack
-    written as groups of one block computes the same)."""
-    if all(stack.groups is None for _, stack in spec.stacks):
+    """``spec`` with each stack whose layers are alike written as layers + block, the form the
+    families read (a stack written as groups of one block computes the same); a stack whose
+    layers differ stays groups, which only a ``grouped`` family reads."""
+    if all(stack.groups is None or not stack.uniform for _, stack in spec.stacks):
         return spec
     data = spec.model_dump(mode="json")
     for name, stack in spec.stacks:
-        data[name] = {"layers": stack.num_layers, "block": data[name]["groups"][0]["block"] if stack.groups
-                      else data[name]["block"], "shared": stack.shared, "act": data[name]["act"]}
+        if stack.uniform:
+            data[name] = {"layers": stack.num_layers, "block": data[name]["groups"][0]["block"] if stack.groups
+                          else data[name]["block"], "shared": stack.shared, "act": data[name]["act"]}
     return Spec.model_validate(data)
 
 

@@ -180,6 +180,10 @@ class Family:
     """Name prefixes of tensors outside the base model (no architecture prefix before them)."""
     family: ClassVar[str]
     """The spec family (``encoder-decoder``, ``decoder-only``, ``encoder-only``) its models are."""
+    grouped: ClassVar[bool] = False
+    """Whether ``config`` describes stacks whose layers differ (SmolLM3's layers without
+    positions among rotary ones); other families' configurations repeat one layer, and
+    ``export --format hf`` refuses them a stack of groups of different blocks."""
     export_rank: ClassVar[int] = 0
     """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
     class (a family few people load ranks 1), then the first by model type."""
