@@ -100,9 +100,11 @@ class Attention(Sublayer):
             return (f"heads ({layer.heads}) must be a multiple of kv_heads ({layer.kv_heads}): each key/value head "
                     "serves an equal group of query heads")
         positions = layer.positions
-        if positions.kind == "rotary" and (positions.rotated(layer.d_k) % 2 or positions.rotated(layer.d_k) == 0):
-            return (f"rotary positions rotate pairs of query/key features: int(d_k x fraction) = "
-                    f"int({layer.d_k} x {positions.fraction}) must be even and positive")
+        rotated = positions.rotated(layer.d_k)
+        if positions.kind == "rotary" and (rotated % 2 or rotated == 0):
+            return (f"rotary positions rotate pairs of query/key features: int(d_k ({layer.d_k}) x fraction "
+                    f"({positions.fraction})) = {rotated} must be even and positive; pick an even d_k or another "
+                    "fraction")
         return None
 
     def score_scale(self, d_k: int) -> float | None:
