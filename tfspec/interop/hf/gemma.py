@@ -41,7 +41,7 @@ class Gemma(Llama):
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
         return super().spec_data(replace(source, config=c)) | {
-            "activation": _activation(c, where), "embed_scale": True}
+            "activation": self._activation(c, where), "embed_scale": True}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         return [replace(r, layout="plus_one") if r.ir.endswith("norm.weight") else r
@@ -53,13 +53,12 @@ class Gemma(Llama):
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
         return shared | ({"hidden_act": "gelu_pytorch_tanh"} if spec.activation == "gelu_tanh" else {})
 
-
-def _activation(c: dict, where: str) -> str:
-    """``hidden_act`` as transformers 5 reads it for Gemma ("gelu" is the tanh form), with an
-    ``hidden_activation`` (what transformers 4 read instead) only when it names the same function."""
-    act = "gelu_tanh" if c.get("hidden_act") == "gelu" else activation(c, "hidden_act", where, "gelu_pytorch_tanh")
-    other = c.get("hidden_activation")
-    if other is not None and ACTIVATIONS.get(other) != act:
-        raise TfspecError(f"{where}: hidden_activation: {_show(other)} is not supported; tfspec imports Gemma with "
-                          f"hidden_activation null or the function hidden_act names ({act})")
-    return act
+    def _activation(self, c: dict, where: str) -> str:
+        """``hidden_act`` as transformers 5 reads it for Gemma ("gelu" is the tanh form), with an
+        ``hidden_activation`` (what transformers 4 read instead) only when it names the same function."""
+        act = "gelu_tanh" if c.get("hidden_act") == "gelu" else activation(c, "hidden_act", where, "gelu_pytorch_tanh")
+        other = c.get("hidden_activation")
+        if other is not None and ACTIVATIONS.get(other) != act:
+            raise TfspecError(f"{where}: hidden_activation: {_show(other)} is not supported; tfspec imports Gemma "
+                              f"with hidden_activation null or the function hidden_act names ({act})")
+        return act
