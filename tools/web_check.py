@@ -17,6 +17,7 @@ Exit status 0 when every line is equal, 1 when one is not, 2 when something it n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import shutil
@@ -84,9 +85,10 @@ def tfspec(args: list[str], stdin: str | None = None) -> str:
     return done.stdout
 
 
-def drive(url: str, lines: list[str], args) -> dict:
-    job = {"url": url, "chromium": shutil.which(args.chromium), "lines": lines, "beam": args.beam, "runs": 2,
-           "screenshot": str(args.screenshot.resolve()) if args.screenshot else None}
+def drive(url: str, lines: list[str], args, runs: int = 2) -> dict:
+    """What the page did: its status line, each run's outputs, tokens, seconds and threads."""
+    job = {"url": url, "chromium": shutil.which(args.chromium), "lines": lines, "beam": args.beam, "runs": runs,
+           "screenshot": str(args.screenshot.resolve()) if getattr(args, "screenshot", None) else None}
     done = subprocess.run(["node", str(WEB / "drive-page.mjs")], input=json.dumps(job), capture_output=True, text=True,
                           timeout=args.timeout)
     if done.returncode != 0:
@@ -117,13 +119,20 @@ def main() -> int:
                   "--tokenizer MODEL`", file=sys.stderr)
             return 2
         expected = tfspec(["translate", str(model), "--beam", str(args.beam)], "\n".join(lines) + "\n").splitlines()
-        server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, model=model.resolve()))
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            result = drive(f"http://127.0.0.1:{server.server_address[1]}/web/index.html?model=/model/", lines, args)
-        finally:
-            server.shutdown()
+        with serve(model) as url:
+            result = drive(url, lines, args)
     return report(result, expected, args)
+
+
+@contextlib.contextmanager
+def serve(model: Path):
+    """The page's URL, served with ``model`` on 127.0.0.1 while the context lasts."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, model=model.resolve()))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/web/index.html?model=/model/"
+    finally:
+        server.shutdown()
 
 
 def report(result: dict, expected: list[str], args) -> int:

@@ -1,0 +1,149 @@
+"""generate.onnx from Python, Node.js and a browser: onnxruntime, onnxruntime-node and
+onnxruntime-web (WASM in headless Chromium) running the same graph on the same inputs.
+
+The lines (the first N of a corpus split) become ids as `tfspec translate` makes them, and
+every engine decodes the same batches with the same feeds: translate's batches (sorted by
+length, 32 a batch), cut where the length changes when the graph's optional max_extra is out of
+the JavaScript bindings' reach (clients/lib/translator.mjs says why). Python onnxruntime uses
+tfspec's session options (all cores, no spinning threads on small machines), Node.js the same
+(clients/node/open-export.mjs), the page WASM with as many threads as cores (COOP/COEP served).
+Each round runs every engine twice in one process and times the second run (the first carries
+one-time costs); rounds are interleaved and medians reported as output tokens/s (each output
+and its end of sentence, as translate counts them). Node.js's outputs must equal Python's.
+
+    python tools/bench_js.py small-onnx                       # 100 sample test lines, greedy and beam 4
+    python tools/bench_js.py small-onnx --data corpus/en-de --lines 200 --rounds 5 --no-browser
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from web_check import REPO, drive, missing, serve
+
+NODE_BENCH = REPO / "clients" / "node" / "bench.mjs"
+
+
+def python_engine(model: Path, lines: list[str], beam: int):
+    """A function that translates ``lines`` once with Python onnxruntime, returning (outputs, tokens)."""
+    import onnxruntime as ort
+
+    from tfspec.backends.onnx.runtime import session_options
+    from tfspec.cli.deploy import Codec
+    from tfspec.evaluate import batches
+    from tfspec.spec import spec_from_data
+
+    manifest = json.loads((model / "tfspec.json").read_text())
+    spec = spec_from_data(manifest["spec"], "tfspec.json")
+    session = ort.InferenceSession(str(model / "generate.onnx"), session_options(), providers=["CPUExecutionProvider"])
+    rows_limited = "max_extra" in {i.name for i in session.get_inputs()}
+    codec, limit = Codec(model, spec), spec.positional.max_len if spec.positional.kind != "none" else None
+    sources = [codec.encode(line, n, limit) for n, line in enumerate(lines, 1)]
+    groups = batches([len(s) for s in sources], 32) if rows_limited else one_length([len(s) for s in sources], 32)
+    cap = limit - 1 if limit else 2**40
+    scalar = lambda v: np.array(v, np.int64)  # noqa: E731
+
+    def run() -> tuple[list[str], int]:
+        outputs = [""] * len(lines)
+        tokens = 0
+        for rows in groups:
+            width = max(len(sources[i]) for i in rows)
+            ids = np.full((len(rows), width), spec.vocab.pad_id, np.int64)
+            for r, i in enumerate(rows):
+                ids[r, :len(sources[i])] = sources[i]
+            feeds = {"input_ids": ids, "max_length": scalar(cap if rows_limited else min(width + 50, cap)),
+                     "num_beams": scalar(beam), "length_penalty": np.array(0.6, np.float32)}
+            if rows_limited:
+                feeds["max_extra"] = scalar(50)
+            sequences, lengths = session.run(["sequences", "sequences_lengths"], feeds)
+            for r, i in enumerate(rows):
+                outputs[i] = codec.decode(sequences[r, :lengths[r]].tolist())
+                tokens += int(lengths[r]) + 1
+        return outputs, tokens
+    return run
+
+
+def one_length(lengths: list[int], size: int) -> list[list[int]]:
+    """translator.mjs's ``batches`` with ``oneLength``: translate's, also cut where the length changes."""
+    out: list[list[int]] = []
+    for i in sorted((i for i, n in enumerate(lengths) if n), key=lambda i: lengths[i]):
+        if not out or len(out[-1]) >= size or lengths[out[-1][0]] != lengths[i]:
+            out.append([])
+        out[-1].append(i)
+    return out
+
+
+def timed_python(run) -> tuple[float, list[str]]:
+    run()
+    start = time.perf_counter()
+    outputs, tokens = run()
+    return tokens / (time.perf_counter() - start), outputs
+
+
+def timed_node(model: Path, file: Path, beam: int) -> tuple[float, list[str]]:
+    done = subprocess.run(["node", str(NODE_BENCH), str(model), str(file), str(beam), "2"], capture_output=True,
+                          text=True, check=True)
+    warm = json.loads(done.stdout)[-1]
+    return warm["tokens"] / warm["seconds"], warm["outputs"]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model", type=Path, help="an export with generate.onnx (and tokenizer.json for text)")
+    p.add_argument("--data", type=Path, help="a corpus directory (default: the shipped sample)")
+    p.add_argument("--split", default="test")
+    p.add_argument("--lines", type=int, default=100)
+    p.add_argument("--beams", default="1,4")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--no-browser", action="store_true")
+    p.add_argument("--chromium", default="/usr/bin/chromium")
+    args = p.parse_args()
+    from tfspec.data import sample_dir
+    from tfspec.data.corpus import load_manifest
+
+    data = args.data or sample_dir()
+    lines = (data / f"{args.split}.{load_manifest(data)['src']}").read_text(encoding="utf-8").splitlines()[:args.lines]
+    browser = not args.no_browser and not missing(args.chromium)
+    speeds: dict[tuple[str, int], list[float]] = {}
+    with tempfile.TemporaryDirectory() as work, serve(args.model) as url:
+        file = Path(work) / "lines.txt"
+        file.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        for beam in map(int, args.beams.split(",")):
+            python = python_engine(args.model, lines, beam)
+            for _ in range(args.rounds):
+                rate, reference = timed_python(python)
+                speeds.setdefault(("Python onnxruntime", beam), []).append(rate)
+                rate, outputs = timed_node(args.model, file, beam)
+                if outputs != reference:
+                    sys.exit(f"error: Node.js's outputs differ from Python's at beam {beam}")
+                speeds.setdefault(("onnxruntime-node", beam), []).append(rate)
+                if browser:
+                    page = drive(url, lines, argparse.Namespace(chromium=args.chromium, beam=beam, timeout=1800))
+                    speeds.setdefault(("onnxruntime-web (Chromium)", beam), []).append(
+                        page["runs"][-1]["tokens"] / page["runs"][-1]["seconds"])
+    report(speeds, args, len(lines))
+    return 0
+
+
+def report(speeds: dict, args, n: int) -> None:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    print(f"generate.onnx of {args.model.name}, {n} lines, median of {args.rounds} rounds; {cpu}")
+    print("| engine | beam | tokens/s | vs Python onnxruntime |\n|---|---:|---:|---:|")
+    for (engine, beam), rates in speeds.items():
+        base = statistics.median(speeds[("Python onnxruntime", beam)])
+        print(f"| {engine} | {beam} | {statistics.median(rates):,.0f} | {statistics.median(rates) / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
