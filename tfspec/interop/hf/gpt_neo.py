@@ -75,7 +75,7 @@ class GPTNeo(GPT2):
 
     def config(self, spec) -> dict:
         """GPT-2's configuration under GPT-Neo's names; the stack repeats one layer (``export`` checks)."""
-        attention = spec.decoder.block[0]
+        attention = spec.plan("decoder")[0].attention
         local = attention.kind == "restricted_self_attention"
         config = {NAMES.get(k, k): v for k, v in super().config(spec).items()}
         return config | {"model_type": self.model_type, "architectures": [self.export_architecture],

@@ -102,12 +102,12 @@ class Llama(Family):
         return positional
 
     def rules(self, spec, architecture: str) -> list[Rule]:
-        h, kv, d_k, d_v = spec.heads, spec.num_kv_heads, spec.d_k, spec.d_v
-        rows = (h * d_k, kv * d_k, kv * d_v)
         rules = [Rule("decoder.embed.weight", ("embed_tokens.weight",)), Rule("decoder.norm.weight", ("norm.weight",))]
         if spec.tie_embeddings == "none" and architecture.endswith("ForCausalLM"):
             rules.append(Rule("output.weight", ("lm_head.weight",)))
-        for i in range(spec.decoder.num_layers):
+        for layer in spec.plan("decoder"):
+            i, a = layer.index, layer.attention
+            rows = (a.heads * a.d_k, a.kv_heads * a.d_k, a.kv_heads * a.d_v)
             ours, theirs, attn = f"decoder.layers.{i}.", f"layers.{i}.", "self_attn"  # full or sliding window alike
             qkv = tuple(f"{theirs}self_attn.{p}_proj" for p in "qkv")
             rules += [Rule(f"{ours}{attn}_norm.weight", (f"{theirs}input_layernorm.weight",)),
@@ -133,11 +133,15 @@ class Llama(Family):
                 "layers.*.self_attn.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
 
     def config(self, spec) -> dict:
-        v, pos = spec.vocab, spec.positional
+        """The configuration of ``spec``, read from its first layer's plan (``export`` has
+        checked that every layer is alike)."""
+        v, first = spec.vocab, spec.plan("decoder")[0]
+        a, pos = first.attention, first.attention.positions
         config = {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
-                  "hidden_size": spec.d_model, "intermediate_size": spec.d_ff, "head_dim": spec.d_k,
-                  "num_hidden_layers": spec.decoder.num_layers, "num_attention_heads": spec.heads,
-                  "num_key_value_heads": spec.num_kv_heads, "hidden_act": ACTIVATION_NAMES.get(spec.activation, spec.activation),
+                  "hidden_size": spec.d_model, "intermediate_size": first.ffn.d_ff, "head_dim": a.d_k,
+                  "num_hidden_layers": spec.decoder.num_layers, "num_attention_heads": a.heads,
+                  "num_key_value_heads": a.kv_heads, "hidden_act": ACTIVATION_NAMES.get(first.ffn.activation,
+                                                                                      first.ffn.activation),
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
                   "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
@@ -158,8 +162,8 @@ class Mistral(Llama):
     mapped = Llama.mapped + ("sliding_window",)
 
     def config(self, spec) -> dict:
-        attention = spec.decoder.block[0] if spec.family == "decoder-only" else None
-        window = attention.r + 1 if getattr(attention, "kind", None) == "restricted_self_attention" else None
+        attention = spec.plan("decoder")[0].attention
+        window = attention.r + 1 if attention.kind == "restricted_self_attention" else None
         return super().config(spec) | {"sliding_window": window}
 
     def _attention(self, c: dict, where: str):
