@@ -1,6 +1,7 @@
 """What the Node.js client's tests (clients/node/test/) compare with: tiny exports with
 generate.onnx (text, ids, decoder-only) and, for each case, what `tfspec translate` prints
-for it, recorded in cases.json; Python's own line splitting, stripping and repr in python.json.
+for it, recorded in cases.json; Python's own line splitting, stripping and repr, and
+sentencepiece's ids and text for the export's tokenizer, in python.json.
 
 ``python -m tests.node_fixture DIR`` writes them (``npm test`` does, when no fixture is given);
 ``tests/test_node_client.py`` writes them once and runs ``node --test`` against them.
@@ -83,6 +84,23 @@ def cases(dirs: dict[str, Path]) -> list[dict]:
     return out
 
 
+def tokenizer_reference(model: Path) -> dict:
+    """sentencepiece's ids (and end of sentence) for every line of the sample's test split, and
+    its text for random id sequences, some starting with control, unknown or whitespace pieces."""
+    import random
+
+    import sentencepiece
+
+    sp, rng = sentencepiece.SentencePieceProcessor(model_file=str(model)), random.Random(0)
+    lines = [line for side in ("en", "de") for line in (sample_dir() / f"test.{side}").read_text().splitlines()]
+    starts = [0, 1, 2, 3, sp.piece_to_id("\u2581")]
+    sequences = [[rng.choice(starts) for _ in range(rng.randint(0, 2))] + [rng.randrange(sp.get_piece_size())
+                                                                          for _ in range(rng.randint(1, 8))]
+                 for _ in range(500)]
+    return {"lines": [[line, sp.encode(line) + [sp.eos_id()]] for line in lines],
+            "decode": [[ids, sp.decode(ids)] for ids in sequences]}
+
+
 def python_reference() -> dict:
     """Python's splitlines (after universal newlines), strip and repr on text that tells them
     apart from JavaScript's: every line break and space Python knows, U+FEFF, quotes, controls."""
@@ -100,7 +118,8 @@ def write(root: Path) -> Path:
     dirs = exports(root)
     (root / "cases.json").write_text(json.dumps({"dirs": {k: str(v) for k, v in dirs.items()}, "cases": cases(dirs)},
                                                 ensure_ascii=False))
-    (root / "python.json").write_text(json.dumps(python_reference(), ensure_ascii=False))
+    (root / "python.json").write_text(json.dumps(python_reference() | {"tokenizer": tokenizer_reference(
+        dirs["text"] / "tokenizer.model")}, ensure_ascii=False))
     return root
 
 
