@@ -36,8 +36,8 @@ KINDS = ["tiny", "zoo/transformer-relative", "zoo/transformer-rotary", "zoo/conv
          "recurrent encoder-decoder, no biases, untied", "T5's relative bias shared by mixed kinds, set scales, untied output"]
 """Encoder-decoder and decoder-only; sinusoidal, relative, rotary and T5 positions; GQA and a
 sliding window (Qwen2, Mistral); convolutions, recurrent layers, ACT; bos = pad (T5: pad banned)."""
-SETTINGS = [(1, 0.6, 0), (4, 0.6, 0), (2, 1.0, 3), (4, 0.0, 2)]
-"""(beam, alpha, min_length) of each search compared."""
+SETTINGS = [(1, 0.6, 0), (4, 0.6, 0), (2, 1.0, 3), (4, 0.0, 2), (1, 0.6, 1), (1, 0.6, 2), (1, 0.6, 4), (4, 0.6, 5)]
+"""(beam, alpha, min_length) of each search compared: end of sequence first allowed at several steps."""
 
 
 def with_stops(spec: Spec) -> Spec:
@@ -79,6 +79,26 @@ def test_generate_gives_the_python_search_tokens(name, write_spec, tmp_path):
         assert ours == search(model.decoder(), src, options, prefix), (beam, alpha, min_length)
         ended += sum(len(out) < 9 for out in ours)
     assert ended, "no hypothesis ended by end of sequence: the test exercises too little"
+
+
+def test_a_pad_started_decoder_never_emits_its_start_token(write_spec, tmp_path):
+    """bos = pad (T5, Marian): the search bans the padding token, here made the likeliest first
+    token of the first sentence (its output row a multiple of that token's)."""
+    spec = load_spec(write_spec(VARIANTS["T5's relative bias shared by mixed kinds, set scales, untied output"]))
+    pad, src = spec.vocab.pad_id, np.random.default_rng(0).integers(60, spec.vocab.size, (3, 7))
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    with torch.no_grad():
+        start = torch.full((3, 1), spec.vocab.bos_id)
+        output = dict(model.named_parameters())["output.weight"]
+        output[pad] = 5 * output[model(torch.from_numpy(src), start)[0, 0].argmax()]
+        assert model(torch.from_numpy(src), start)[0, 0].argmax() == pad
+    export(model, tmp_path, parity=False, generate=True)
+    onnx_model = OnnxModel(tmp_path, device="cpu")
+    for beam in (1, 4):
+        options = SearchOptions(beam=beam, max_extra=5)
+        ours = Generator(onnx_model)(src, options)
+        assert ours == search(onnx_model.decoder(), src, options) and pad not in sum(ours, [])
 
 
 FIELDS = {"rows": TensorProto.INT64, "tokens": TensorProto.INT64, "scores": TensorProto.DOUBLE,

@@ -1,26 +1,25 @@
-"""Mutants in deployment without Python: the tokenizer.json written from tfspec's sentencepiece
-model (tfspec/data/tokenizer_json.py) and the JavaScript clients' translation logic
-(clients/lib/translator.mjs, through the Node.js client's tests)."""
+"""Mutants in generate.onnx (backends/onnx/generate.py, search_graph.py): the search inside one
+graph, each a bug a reader of tfspec.search's beam step could plausibly make when spelling it
+in ONNX operators."""
+
+GENERATE, STEP = "backends/onnx/generate.py", "backends/onnx/search_graph.py"
+TOKENS = "tests/test_generate_graph.py::test_generate_gives_the_python_search_tokens"
 
 MUTANTS = [
-    dict(name="tokenizer.json keeps trailing whitespace symbols (sentencepiece drops them)",
-         file="tfspec/data/tokenizer_json.py",
-         old='_replace({"Regex": rf"{SPACE}+\\z"}, ""), ',
-         new="",
-         tests=["tests/test_tokenizer_json.py::test_edges_of_whitespace_special_names_and_unknown_characters"]),
-    dict(name="tokenizer.json decodes only one leading whitespace piece away",
-         file="tfspec/data/tokenizer_json.py",
-         old='_replace({"Regex": rf"\\A{SPACE}+"}, "")',
-         new='_replace({"Regex": rf"\\A{SPACE}"}, "")',
-         tests=["tests/test_tokenizer_json.py::test_any_ids_decode_as_sentencepiece_decodes_them"]),
-    dict(name="JS client cuts an over-long line one token too long",
-         file="clients/lib/translator.mjs",
-         old="ids = [...ids.slice(0, this.limit - 1), this.vocab.eos_id];",
-         new="ids = [...ids.slice(0, this.limit), this.vocab.eos_id];",
-         tests=["tests/test_node_client.py"]),
-    dict(name="JS client gives a decoder-only prompt its own length on top of --max-extra",
-         file="clients/lib/translator.mjs",
-         old="BigInt(this.decoderOnly ? 0 : width)",
-         new="BigInt(width)",
-         tests=["tests/test_node_client.py"]),
+    dict(name="generate.onnx ignores length_penalty (alpha read as 0)",
+         file=GENERATE, old="f64(6)), alpha)  # ((5 + t + 1) / 6) ** alpha",
+         new="f64(6)), f64(0))  # ((5 + t + 1) / 6) ** alpha",
+         tests=[f"{TOKENS}[tiny]", "tests/test_generate_graph.py::test_scores_are_gnmt_penalised_log_probabilities"]),
+    dict(name="generate.onnx's length limit one step late (at_limit from t, not t + 1)",
+         file=GENERATE, old='later = b.op("Unsqueeze", b.op("Add", steps, i64(1)), b.ints(1))',
+         new='later = b.op("Unsqueeze", steps, b.ints(1))',
+         tests=[f"{TOKENS}[tiny]"]),
+    dict(name="generate.onnx picks the last of equally scored finished hypotheses",
+         file=STEP, old='first = b.op("ArgMax", finals, axis=1, keepdims=1)',
+         new='first = b.op("ArgMax", finals, axis=1, keepdims=1, select_last_index=1)',
+         tests=["tests/test_generate_graph.py::test_beam_step_graph_equals_the_python_step_even_on_ties"]),
+    dict(name="generate.onnx lets a pad-started decoder (T5, Marian) emit the padding token",
+         file=GENERATE, old="self.pad_banned = vocab.bos_id == vocab.pad_id != vocab.eos_id",
+         new="self.pad_banned = False",
+         tests=["tests/test_generate_graph.py::test_a_pad_started_decoder_never_emits_its_start_token"]),
 ]
