@@ -174,7 +174,13 @@ export class Translator {
       length_penalty: new this.Tensor("float32", Float32Array.from([alpha]), []),
     };
     if (this.rowLimits) feeds.max_extra = scalar(maxExtra);
-    const out = await this.session.run(feeds, ["sequences", "sequences_lengths"]);
+    if (this.session.inputNames.includes("min_length")) feeds.min_length = scalar(0);
+    let out;
+    try {
+      out = await this.session.run(feeds, ["sequences", "sequences_lengths"]);
+    } catch (e) {
+      throw new TranslateError(`generate.onnx: onnxruntime failed (${String(e.message).split("\n")[0]})`);
+    }
     const [, columns] = out.sequences.dims;
     return sources.map((s, r) => Array.from(
       out.sequences.data.subarray(r * columns, r * columns + Number(out.sequences_lengths.data[r])), Number));
