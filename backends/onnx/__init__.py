@@ -4,7 +4,7 @@
 ``OnnxModel(dir).decoder()`` decodes with ``tfspec.search`` like the PyTorch backend does.
 """
 
-from . import heads, local2d  # noqa: F401  (register the task heads' ops, local 2D attention's tiled graph)
+from . import heads, local2d, moe  # noqa: F401  (register lowerings: task heads, local 2D attention, MoE)
 from .decoding import OnnxDecoder
 from .export import Exported, export
 from .graphs import KINDS, emit

@@ -1,0 +1,51 @@
+"""The PyTorch lowering of the IR ``moe`` op (``tfspec.layers.moe``): route each position to
+its top_k experts and run each expert only on the positions routed to it, as transformers'
+Mixtral does, so training and decoding pay for top_k experts per token, not E."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .layers import ACTIVATIONS
+from .registry import OpModule, lowering
+
+
+@lowering("moe")
+class MixtureOfExperts(OpModule):
+    def __init__(self, node, graph):
+        super().__init__(node, graph)
+        a = node.attrs
+        self.experts, self.top_k, self.normalize = a["experts"], a["top_k"], a["normalize"]
+        self.act, self.gated, self.p = ACTIVATIONS[a["activation"]], a["gated"], a["dropout"]
+
+    def forward(self, ctx, x):
+        B, L, d = x.shape
+        flat = x.reshape(-1, d)
+        probs = torch.softmax(F.linear(flat, self.w_router).float(), -1)  # (N, E), in float32 as Mixtral
+        weights, chosen = probs.topk(self.top_k, -1)  # (N, k)
+        if self.normalize:
+            weights = weights / weights.sum(-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        out = torch.zeros_like(flat)
+        for expert in range(self.experts):
+            rows, slot = (chosen == expert).nonzero(as_tuple=True)
+            if rows.numel():
+                y = self._ffn(ctx, flat[rows], self.w_1[expert], self.w_3[expert] if self.gated else None,
+                              self.w_2[expert])
+                out.index_add_(0, rows, y * weights[rows, slot, None])
+        if getattr(self, "w_shared_1", None) is not None:
+            y = self._ffn(ctx, flat, self.w_shared_1, getattr(self, "w_shared_3", None), self.w_shared_2)
+            if getattr(self, "w_shared_gate", None) is not None:  # Qwen2-MoE: sigmoid(x w_gate) scales it
+                y = torch.sigmoid(F.linear(flat, self.w_shared_gate)) * y
+            out = out + y
+        return out.view(B, L, d)
+
+    def _ffn(self, ctx, x, w_1, w_3, w_2):
+        """One expert: act(x W1) (* x W3 when gated), dropout, then W2 (no biases)."""
+        h = self.act(F.linear(x, w_1))
+        if w_3 is not None:
+            h = h * F.linear(x, w_3)
+        if self.p and ctx.training:
+            h = F.dropout(h, self.p)
+        return F.linear(h, w_2)

@@ -1,0 +1,102 @@
+"""Mixture-of-experts feed-forward (Shazeer et al. 2017; Switch/GShard routing as Mixtral,
+Qwen2-MoE and OLMoE use it): a router scores every expert for each position, the top_k
+experts run on it, and their outputs are summed weighted by the router's probabilities.
+
+Each expert is a feed-forward network of the spec's shape (``FeedForward``), so a model with
+E experts holds E times the feed-forward parameters while each token pays for top_k of them:
+parameter reports count all experts, FLOP reports count the work a token does (router,
+top_k experts, shared experts), which is what makes these models cheap per token.
+
+Routing, as published models compute it: p = softmax(x W_router) over all E experts (in
+float32); the top_k largest are kept; with ``normalize`` they are divided by their sum
+(Mixtral; Qwen2-MoE and OLMoE's ``norm_topk_prob``). ``shared`` experts run on every token
+beside the routed ones (Qwen2-MoE: one, its output scaled by sigmoid(x w_gate) with
+``shared_gate``; DeepSeek: ungated).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from tfspec.layers.base import Sublayer, register
+from tfspec.layers.ffn import Activation
+from tfspec.spec.bounds import Width
+
+Experts = Annotated[int, Field(ge=1, le=4096)]
+
+
+@register
+class MixtureOfExperts(Sublayer):
+    """top_k of ``experts`` feed-forward networks per position, weighted by a learned router."""
+
+    kind: Literal["moe"] = "moe"
+    stem: ClassVar[str] = "moe"
+    component: ClassVar[str] = "ffn"
+    experts: Experts
+    """E, the routed experts (Mixtral 8, Qwen1.5-MoE-A2.7B 60, OLMoE 64)."""
+    top_k: Experts = 2
+    """Experts each position runs (Mixtral 2, Qwen2-MoE 4, OLMoE 8)."""
+    normalize: bool = True
+    """Rescale the top_k probabilities to sum to 1 (Mixtral: always; Qwen2-MoE and OLMoE: their
+    norm_topk_prob, false by default)."""
+    d_ff: Width | None = None
+    """Inner size of each routed expert; defaults to the spec's d_ff."""
+    shared: Annotated[int, Field(ge=0, le=64)] = 0
+    """Experts every position runs besides the routed ones, as one network shared_d_ff wide."""
+    shared_d_ff: Width | None = None
+    """Inner size of the shared experts together; defaults to shared x d_ff."""
+    shared_gate: bool = False
+    """Scale the shared experts' output by sigmoid(x w_gate), one learned vector (Qwen2-MoE)."""
+    activation: Activation | None = None
+    """Defaults to the spec's activation."""
+    gated: bool | None = None
+    """Experts as gated linear units (SwiGLU with silu); defaults to the spec's gated."""
+    symbols: ClassVar[dict[str, str]] = {"d_ff": "d_ff"}
+
+    def check(self, spec) -> str | None:
+        if self.top_k > self.experts:
+            return f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): pick top_k <= experts"
+        if self.shared_gate and not self.shared:
+            return "shared_gate scales the shared experts' output, but shared is 0: set shared: 1 or drop it"
+        return None
+
+    def resolved(self, spec) -> MixtureOfExperts:
+        if self._filled is not None:
+            return self
+        inherited = {"d_ff": spec.d_ff, "activation": spec.activation, "gated": spec.gated}
+        layer = self.model_copy(update={k: v for k, v in inherited.items() if getattr(self, k) is None})
+        if layer.shared and layer.shared_d_ff is None:
+            layer = layer.model_copy(update={"shared_d_ff": layer.shared * layer.d_ff})
+        layer._filled = frozenset(k for k in (*inherited, "shared_d_ff") if getattr(self, k) is None)
+        return layer
+
+    def flops(self, s, dense=False):
+        """Per position: the router (d x E), top_k experts and the shared network, each
+        2 (or 3 when gated) d x width products; a token's work, not the E experts' weights."""
+        products = 3 if self.gated else 2
+        terms = {"router": 2 * s.n * s.d * self.experts, "experts": self.top_k * products * 2 * s.n * s.d * s.d_ff}
+        if self.shared:
+            terms["shared"] = products * 2 * s.n * s.d * self.shared_d_ff
+        if self.shared_gate:
+            terms["shared_gate"] = 2 * s.n * s.d
+        return terms
+
+    def lower(self, b, name, x):
+        s, layer = b.spec, self.resolved(b.spec)
+        d, e, f = s.d_model, layer.experts, layer.d_ff
+        params = {"w_router": ((e, d), "xavier_uniform"), "w_1": ((e, f, d), "xavier_uniform"),
+                  "w_2": ((e, d, f), "xavier_uniform")}
+        if layer.gated:
+            params["w_3"] = ((e, f, d), "xavier_uniform")
+        if layer.shared:
+            g = layer.shared_d_ff
+            params |= {"w_shared_1": ((g, d), "xavier_uniform"), "w_shared_2": ((d, g), "xavier_uniform")}
+            if layer.gated:
+                params["w_shared_3"] = ((g, d), "xavier_uniform")
+            if layer.shared_gate:
+                params["w_shared_gate"] = ((1, d), "xavier_uniform")
+        attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
+                 "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout}
+        return b.op(name, "moe", [x], attrs=attrs, params=params, layer=layer)
