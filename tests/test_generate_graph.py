@@ -33,7 +33,8 @@ ort = pytest.importorskip("onnxruntime")
 
 KINDS = ["tiny", "zoo/transformer-relative", "zoo/transformer-rotary", "zoo/convs2s", "zoo/universal",
          "zoo/qwen2.5-0.5b", "zoo/mistral-7b", "decoder-only, every causal kind",
-         "recurrent encoder-decoder, no biases, untied", "T5's relative bias shared by mixed kinds, set scales, untied output"]
+         "recurrent encoder-decoder, no biases, untied",
+         "T5's relative bias shared by mixed kinds, set scales, untied output"]
 """Encoder-decoder and decoder-only; sinusoidal, relative, rotary and T5 positions; GQA and a
 sliding window (Qwen2, Mistral); convolutions, recurrent layers, ACT; bos = pad (T5: pad banned)."""
 SETTINGS = [(1, 0.6, 0), (4, 0.6, 0), (2, 1.0, 3), (4, 0.0, 2), (1, 0.6, 1), (1, 0.6, 2), (1, 0.6, 4), (4, 0.6, 5)]
@@ -269,7 +270,8 @@ def test_openvino_runs_generate_onnx_with_onnxruntime_tokens(tiny):
     (min_length, max_extra) as constants; on a model without exact ties it gives the same tokens."""
     ov = pytest.importorskip("openvino")
     spec, model, generator = tiny
-    compiled = ov.Core().compile_model(str(model.directory / "generate.onnx"), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = ov.Core().compile_model(str(model.directory / "generate.onnx"), "CPU",
+                                       {"INFERENCE_PRECISION_HINT": "f32"})
     src = np.random.default_rng(1).integers(60, spec.vocab.size, (3, 7))
     src[2, 4:] = spec.vocab.pad_id
     for beam in (1, 4):

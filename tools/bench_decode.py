@@ -2,10 +2,10 @@
 
 Every engine decodes with the same random base-shaped weights (6+6 layers, d_model 512, 8
 heads, d_ff 2048, shared 37000-token vocabulary): tfspec's exported ONNX graphs run by
-onnxruntime (opset 18, attention spelled out; opset 23, the fused Attention op), tfspec's
-KV-cached PyTorch eager decoder, and CTranslate2 with a TransformerSpec built from the same
-arrays. Sources are 32 random tokens; every engine must emit exactly 64 tokens (end of
-sentence forbidden before), so all do the same work. Greedy and beam 4, batch 1 and 16, fp32
+onnxruntime (opset 18, attention spelled out; opset 23, the fused Attention op; generate.onnx,
+the search inside the graph), tfspec's KV-cached PyTorch eager decoder, and CTranslate2 with a
+TransformerSpec built from the same arrays. Sources are 32 random tokens; every engine must emit
+exactly 64 tokens (end of sentence forbidden before), so all do the same work. Greedy and beam 4, batch 1 and 16, fp32
 and int8 (CTranslate2 compute_type int8; tfspec's `export --int8`: onnxruntime's dynamic
 quantisation of every MatMul and Gemm weight, per channel, 7-bit range).
 
@@ -29,6 +29,7 @@ engine is skipped.
     python tools/bench_decode.py --quick          # batch 1 greedy, 3 rounds: a smoke test
     python tools/bench_decode.py --engines ort23,ct2 --no-int8 --rounds 3
     python tools/bench_decode.py --engines ort18,static --rounds 3   # the static step graph on CPU
+    python tools/bench_decode.py --spec small --engines ort18,generate   # generate.onnx against the Python search
 """
 
 from __future__ import annotations
@@ -48,13 +49,16 @@ import torch
 from bandwidth import fraction, read_bandwidth, weights_read_per_step
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.onnx.generator import Generator
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.ir.positions import sinusoids
 from tfspec.search import SearchOptions, search
 
-ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "static": "ORT op18 static", "torch": "PyTorch eager",
-           "ct2": "CTranslate2"}
-"""``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not."""
+ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "static": "ORT op18 static", "generate": "ORT generate.onnx",
+           "torch": "PyTorch eager", "ct2": "CTranslate2"}
+"""``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not.
+``generate``: generate.onnx (``export --generate``), the same search inside one graph, run by one
+``session.run`` per batch (opset 18, as ``ort18``, whose Python search it is compared with)."""
 SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)
 
 
@@ -119,7 +123,13 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
     options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
     out: dict[str, Callable] = {}
     for key in args.engines:
-        if key.startswith("ort") or key == "static":
+        if key == "generate":
+            dirs = {"": work / key} | ({" int8": work / f"{key}-int8"} if args.int8 else {})
+            for suffix, d in dirs.items():
+                export(model, d, opset=18, parity=False, int8=bool(suffix), generate=True)
+                gen = Generator(OnnxModel(d, device="cpu", threads=args.threads))
+                out[ENGINES[key] + suffix] = lambda src, beam, n, gen=gen: gen(src, options(beam, n))
+        elif key.startswith("ort") or key == "static":
             opset, static = (18, True) if key == "static" else (int(key[3:]), False)
             export(model, work / key, opset=opset, parity=False, static_cache=static)
             dirs = {"": work / key}
@@ -203,7 +213,7 @@ def verify(runs, model, spec, src, rng, n: int) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default="base")
-    p.add_argument("--engines", default="ort18,ort23,torch,ct2",
+    p.add_argument("--engines", default="ort18,ort23,generate,torch,ct2",
                    help="comma-separated subset of " + ",".join(ENGINES) + " (default: all)")
     p.add_argument("--rounds", type=int, default=5, help="timed rounds; each runs every engine once per setting")
     p.add_argument("--threads", type=int, default=2, help="threads for every engine (default 2)")
@@ -258,6 +268,7 @@ def main() -> None:
     names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs]
     orts = [n for n in names if n.startswith("ORT")]
     ratios = [(o, ref) for ref in (ENGINES["ct2"], ENGINES["torch"]) if ref in names for o in orts]
+    ratios += [(ENGINES["generate"], ENGINES["ort18"])] if {ENGINES["generate"], ENGINES["ort18"]} <= set(names) else []
     head = ["setting", "precision"] + [f"{n} (tok/s)" for n in names] + [f"{o} / {r}" for o, r in ratios]
     head += ["weights/step (MB)", "% of read bandwidth: " + ", ".join(names)] if step_bytes else []
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))

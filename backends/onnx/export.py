@@ -116,8 +116,8 @@ def write_generate(directory: Path, manifest: dict, metadata: dict[str, str]) ->
     check it with onnx.checker and return its file name."""
     graphs = manifest["graphs"]
     encoder = onnx.load(str(directory / graphs["encoder"])).graph if "encoder" in graphs else None
-    proto = compose(spec_from_data(manifest["spec"], MANIFEST), encoder, onnx.load(str(directory / graphs["decoder"])).graph,
-                    manifest["opset"], metadata)
+    step = onnx.load(str(directory / graphs["decoder"])).graph
+    proto = compose(spec_from_data(manifest["spec"], MANIFEST), encoder, step, manifest["opset"], metadata)
     path = directory / "generate.onnx"
     save_graph(proto, path)
     onnx.checker.check_model(str(path), full_check=True)

@@ -188,7 +188,8 @@ def _loop(b: Builder, s: _Setup, step: onnx.GraphProto):
     i64 = lambda x: b.const(np.int64(x))  # noqa: E731
     row_t = lambda table: b.op("Gather", table, t, axis=0)  # noqa: E731
     width, early = row_t(s.widths), row_t(s.early)
-    names = {"tgt": v["tokens"], "beam_rows": v["beam_rows"], "top_k": width} | ({"offset": v["offset"]} if offset else {})
+    names = {"tgt": v["tokens"], "beam_rows": v["beam_rows"], "top_k": width}
+    names |= {"offset": v["offset"]} if offset else {}
     names |= {p.name: v[p.name] for p in pasts}
     names |= {i.name: i.name for i in step.input if i.name.startswith("cross.") or i.name == "memory_bias"}
     b.nodes += _inline(step, "step", names, b)

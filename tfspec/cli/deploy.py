@@ -81,8 +81,8 @@ def _print_int8(record: dict) -> None:
                  f"{record['greedy_tokens']} ({record['sentences_equal']}/{record['sentences']} sentences; random "
                  "weights flip easily: `tfspec evaluate RUN --backend onnx --int8` gives the BLEU difference)")
     if "generate_sentences" in record:
-        line += (f"; generate.onnx equal to the Python search over the int8 graphs: {record['generate_sentences_equal']}"
-                 f"/{record['generate_sentences']} sentences")
+        line += ("; generate.onnx equal to the Python search over the int8 graphs: "
+                 f"{record['generate_sentences_equal']}/{record['generate_sentences']} sentences")
     print(line)
 
 
