@@ -78,7 +78,10 @@ class Rule:
     head's query, key and value rows together ((h, 3, d) rows: BLOOM's and GPT-NeoX's
     query_key_value); ``per_group``: the same stored group by group of g key/value heads, each
     group's h/g query heads, then its key and its value ((g, h/g + 2, d) rows: Falcon-40B's;
-    per_head is g = h)."""
+    per_head is g = h); ``stack``: the IR tensor is the checkpoint tensors, one per expert,
+    stacked along a new first axis (a mixture of experts' (E, f, d) ``w_1`` from Mixtral's
+    ``experts.{j}.w1``: transformers 5 fuses the experts when it loads them and saves them
+    apart again)."""
 
     ir: str
     hf: tuple[str, ...]
@@ -105,6 +108,8 @@ class Rule:
             return {name: (rows, *shape[1:]) for name, rows in zip(self.hf, self._rows(shape))}
         if self.layout == "split":
             return {self.hf[0]: (sum(self.rows), *shape[1:])}
+        if self.layout == "stack":
+            return dict.fromkeys(self.hf, tuple(shape[1:]))
         return {self.hf[0]: tuple(shape)}
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
@@ -116,6 +121,8 @@ class Rule:
             return parts[0] + 1
         if self.layout == "split":
             return np.split(parts[0], np.cumsum(self.rows)[:-1])[self.part]
+        if self.layout == "stack":
+            return np.stack(parts)
         if self.layout in ("transpose", "row"):
             return parts[0].T if self.layout == "transpose" else parts[0][0]
         return np.concatenate(parts) if self.layout == "concat" else parts[0]
@@ -131,6 +138,8 @@ class Rule:
             return {self.hf[0]: value.T if self.layout == "transpose" else value[None]}
         if self.layout == "concat":
             return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
+        if self.layout == "stack":
+            return dict(zip(self.hf, value))
         return {self.hf[0]: value}
 
 
