@@ -137,11 +137,11 @@ class Llama(Family):
         checked that every layer is alike)."""
         v, first = spec.vocab, spec.plan("decoder")[0]
         a, pos = first.attention, first.attention.positions
+        ffn = next(s for s in first.sublayers if s.component == "ffn")  # a feed-forward layer or a mixture of experts
         config = {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
-                  "hidden_size": spec.d_model, "intermediate_size": first.ffn.d_ff, "head_dim": a.d_k,
+                  "hidden_size": spec.d_model, "intermediate_size": ffn.d_ff, "head_dim": a.d_k,
                   "num_hidden_layers": spec.decoder.num_layers, "num_attention_heads": a.heads,
-                  "num_key_value_heads": a.kv_heads, "hidden_act": ACTIVATION_NAMES.get(first.ffn.activation,
-                                                                                      first.ffn.activation),
+                  "num_key_value_heads": a.kv_heads, "hidden_act": ACTIVATION_NAMES.get(ffn.activation, ffn.activation),
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
                   "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
