@@ -49,6 +49,8 @@ def misfit(family: Family, spec: Spec) -> str | None:
         rebuilt = Spec.model_validate({"name": spec.name, **family.spec_data(source)})
     except ValidationError as e:
         return f"its {family.title} configuration is not a valid spec ({e.errors()[0]['msg']})"
+    except TfspecError as e:  # the family's import refuses what its config() wrote: a spec it cannot hold
+        return f"{family.title} does not import its own configuration of it ({str(e).removeprefix('error: ')})"
     ours, theirs = _flat(spec, family.free), _flat(rebuilt, family.free)
     differ = [key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)]
     if not differ:
