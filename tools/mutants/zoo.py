@@ -45,3 +45,69 @@ MUTANTS = [
              "else spec.positional",
          tests=[QK_NORM_TESTS[0] + "[smollm3]"]),
 ]
+
+GEMMA_BLOOM_TESTS = "tests/test_import_gemma2_bloom.py::test_logits_and_greedy_tokens_match_transformers"
+TORCH_CAP = ("        if self.softcap is not None:  # Gemma 2: c * tanh(s / c) bounds every logit by c\n"
+             "            scores = torch.tanh(scores / self.softcap) * self.softcap\n")
+TORCH_TERMS_TO_MASK = (
+    "        if self.relative:  # Shaw et al. (2018), eq. 4: q_i · a_K(clip(j - i)) joins the score\n"
+    "            far = self.positions[\"max_distance\"]\n"
+    "            offsets = torch.arange(Lk, device=q.device)[None, :] - torch.arange(Lk - Lq, Lk, device=q.device)"
+    "[:, None]\n"
+    "            index = (offsets.clamp(-far, far) + far).expand(*scores.shape)\n"
+    "            scores = scores + (q @ self.rel_k.T * self.scale).gather(-1, index)\n"
+    "        for term in self.terms:  # T5's bucketed bias, ALiBi's distance penalty\n"
+    "            scores = scores + term(ctx, self, Lq, Lk, q.device)\n"
+    "        if causal:\n"
+    "            mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)\n"
+    "        if mask is not None:\n"
+    "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n")
+
+MUTANTS += [
+    dict(name="ALiBi slopes in reverse head order (the steepest slope on the last head)",
+         file="tfspec/ir/positions.py",
+         old="        slopes = np.concatenate([slopes, extra])\n    return slopes\n",
+         new="        slopes = np.concatenate([slopes, extra])\n    return slopes[::-1].copy()\n",
+         tests=[GEMMA_BLOOM_TESTS + "[bloom]"]),
+    dict(name="attention soft-capping applied after the mask (masked logits capped to -c, not hidden) (PyTorch)",
+         file="backends/torch/attention.py",
+         old=TORCH_CAP + TORCH_TERMS_TO_MASK,
+         new=TORCH_TERMS_TO_MASK + TORCH_CAP,
+         tests=[GEMMA_BLOOM_TESTS + "[gemma2]"]),
+    dict(name="sandwich norm: the norm after each sub-layer declared but its output unused",
+         file="tfspec/ir/build.py",
+         old="        y = b.norm(f\"{name}_{'out_' if norm == 'sandwich' else ''}norm\", y)\n",
+         new="        b.norm(f\"{name}_{'out_' if norm == 'sandwich' else ''}norm\", y)\n",
+         tests=[GEMMA_BLOOM_TESTS + "[gemma2]", GEMMA_BLOOM_TESTS + "[gemma3]"]),
+]
+
+PARALLEL_TESTS = "tests/test_import_parallel_families.py::"
+PARALLEL_FULL = PARALLEL_TESTS + "test_logits_and_greedy_tokens_match_transformers"
+
+MUTANTS += [
+    dict(name="parallel residual: the feed-forward branch reads the attention's output (sequential layer)",
+         file="tfspec/ir/build.py",
+         old='y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", x))',
+         new='y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", out))',
+         tests=[PARALLEL_FULL + "[gpt_neox]", PARALLEL_FULL + "[falcon-40b]"]),
+    dict(name="parallel_shared_norm: a norm per sub-layer instead of the one shared (Phi, falcon-7b)",
+         file="tfspec/ir/build.py",
+         old='shared = b.norm(f"{layer.names[0]}_norm", x) if layer.residual == "parallel_shared_norm" else None',
+         new="shared = None",
+         tests=[PARALLEL_FULL + "[phi-qk-norm]", PARALLEL_TESTS + "test_default_config_counts_as_transformers"]),
+    dict(name="Falcon-40B's grouped query_key_value read with keys and values swapped",
+         file="tfspec/interop/hf/family.py",
+         old="x[:, -2], x[:, -1]]).reshape(value.shape)",
+         new="x[:, -1], x[:, -2]]).reshape(value.shape)",
+         tests=[PARALLEL_FULL + "[falcon-40b]"]),
+    dict(name="Falcon's two parallel norms swapped (attention reads ln_mlp)",
+         file="tfspec/interop/hf/falcon.py",
+         old='"parallel": ("ln_attn", "ln_mlp")',
+         new='"parallel": ("ln_mlp", "ln_attn")',
+         tests=[PARALLEL_FULL + "[falcon-40b]"]),
+    dict(name="GPT-NeoX's rotary_pct (transformers 4 files) ignored: the default quarter rotated",
+         file="tfspec/interop/hf/gpt_neox.py",
+         old='"rotary_pct": "partial_rotary_factor"',
+         new='"rotary_pct": "rotary_fraction"',
+         tests=[PARALLEL_TESTS + "test_other_layouts_match_transformers_in_pytorch[gpt_neox-sequential]"]),
+]

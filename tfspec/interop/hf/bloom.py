@@ -21,7 +21,7 @@ untied output. Defaults are BloomConfig's (a 2-layer, 64-wide test shape).
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import Family, Rule, Source, _show, norm_rules, number, register
+from tfspec.interop.hf.family import Family, Rule, Source, norm_rules, number, register
 
 TRAINED_LENGTH = 2048
 """BLOOM's training sequence length (BigScience, 2022, §3.3): tfspec's max_len for its ALiBi."""
@@ -98,11 +98,11 @@ class Bloom(Family):
 
 def _aliased(c: dict, key: str, where: str, default: int) -> int:
     """BloomConfig's ``key`` under whichever of its spellings the configuration uses."""
-    given = [name for name in ALIASES[key] if c.get(name) is not None]
-    if len({c[name] for name in given}) > 1:
-        raise TfspecError(f"{where}: {given[0]} ({_show(c[given[0]])}) and {given[1]} ({_show(c[given[1]])}) name "
-                          "one setting and disagree; keep one")
-    return number(c, given[0], where) if given else default
+    given = {name: number(c, name, where) for name in ALIASES[key] if c.get(name) is not None}
+    if len(set(given.values())) > 1:
+        (first, one), (second, other) = list(given.items())[:2]
+        raise TfspecError(f"{where}: {first} ({one}) and {second} ({other}) name one setting and disagree; keep one")
+    return next(iter(given.values()), default)
 
 
 def _vocab(c: dict, where: str) -> dict:
