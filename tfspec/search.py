@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tfspec.errors import TfspecError
+
 
 class Decoder(Protocol):
     bos: int
@@ -75,19 +77,47 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
-           prefix: np.ndarray | None = None) -> list[list[int]]:
+           prefix: np.ndarray | None = None, prefix_mask: np.ndarray | None = None) -> list[list[int]]:
     """Decode each row of ``src`` (B, S, right-padded with ``decoder.pad``), or continue each
-    row of ``prefix`` for decoder-only models; return the output token ids without BOS/EOS."""
+    row of ``prefix`` for decoder-only models; return the output token ids without BOS/EOS.
+    Prompts of different lengths share a batch left-padded, ``prefix_mask`` (B, L) true at
+    their real tokens: padding is what the mask says, never a token id, so a prompt may hold
+    the pad id as a word (Qwen2's <|endoftext|> is pad, bos and eos at once)."""
     if prefix is None:
         prefix = np.full((len(src), 1), decoder.bos, dtype=np.int64)
+    ragged = prefix_mask is not None and not prefix_mask.all()
+    if ragged and not getattr(decoder, "takes_masks", False):
+        raise TfspecError(f"{type(decoder).__name__} decodes prompts of one length: give each its own batch")
     limits = _limits(decoder, src, prefix, options)
     state = decoder.start(src)
     if src is None:  # decoder-only: one empty state, copied per row
         state = decoder.select(state, np.zeros(len(prefix), dtype=np.int64), cross=True)
+    if ragged:  # from here on the mask's rows follow the search's reorderings
+        decoder = _Prompted(decoder, np.asarray(prefix_mask, dtype=bool))
     if options.beam == 1:
         pick = _Picker(options.sampling) if options.sampling is not None else None
         return _greedy(decoder, state, prefix, limits, options.min_length, pick)
     return _beam(decoder, state, prefix, limits, options)
+
+
+class _Prompted:
+    """``decoder`` whose first step is told which prompt tokens are padding (``mask``), its
+    rows following the search's reorderings until then; every other call passes through."""
+
+    def __init__(self, decoder, mask: np.ndarray):
+        self.decoder, self.mask = decoder, mask
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, state, tokens, k):
+        mask, self.mask = self.mask, None
+        return self.decoder.step(state, tokens, k) if mask is None else self.decoder.step(state, tokens, k, mask=mask)
+
+    def select(self, state, rows, cross):
+        if self.mask is not None:
+            self.mask = self.mask[rows]
+        return self.decoder.select(state, rows, cross)
 
 
 def _limits(decoder, src, prefix, options) -> np.ndarray:

@@ -59,9 +59,9 @@ class MultiHeadAttention(OpModule):
             if self.qk_norm != "none":
                 q, k = self._normed(q, "q"), self._normed(k, "k")
             if self.frequencies is not None:  # one rotation table per call, for every layer
-                offset = ctx.state.offset if ctx.state is not None else 0
-                cos, sin = ctx.cached(("rotary", offset, Lq, self.rotary_key),
-                                      lambda: rotation(self.frequencies, offset, Lq, x.device, x.dtype))
+                offset, rows = ctx.start(self.q_seq), ctx.positions.get(self.q_seq)
+                cos, sin = ctx.cached(("rotary", offset, Lq, self.rotary_key), lambda: rotation(
+                    self.frequencies, offset if rows is None else rows, Lq, x.device, x.dtype))
                 q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             if cache is None and self.plain:
                 k, v = repeat_heads(k, h // g, 2), repeat_heads(v, h // g, 2)
@@ -155,12 +155,17 @@ def repeat_heads(t: torch.Tensor, times: int, dim: int) -> torch.Tensor:
     return t if times == 1 else t.repeat_interleave(times, dim)
 
 
-def rotation(frequencies: torch.Tensor, offset: int, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rotation(frequencies: torch.Tensor, offset, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (L, 1, r/2) of rotary position embedding (Su et al. 2021) at positions
-    offset..offset+L-1: pair i turns by position x frequencies[i] (``rotary_frequencies``),
+    offset..offset+L-1, or (B, L, 1, r/2) at each row's positions when ``offset`` is an int64
+    (B, L) tensor: pair i turns by position x frequencies[i] (``rotary_frequencies``),
     computed in float64."""
-    angles = torch.arange(offset, offset + length, dtype=torch.float64, device=device)[:, None] * frequencies.to(device)
-    return tuple(t.to(dtype)[:, None, :] for t in (angles.cos(), angles.sin()))
+    if isinstance(offset, torch.Tensor):
+        positions = offset.to(device, torch.float64)
+    else:
+        positions = torch.arange(offset, offset + length, dtype=torch.float64, device=device)
+    angles = positions[..., None] * frequencies.to(device)
+    return tuple(t.to(dtype)[..., None, :] for t in (angles.cos(), angles.sin()))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

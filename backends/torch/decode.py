@@ -27,9 +27,15 @@ class TorchDecoder:
         pad = src == self.pad
         return DecodeState(memory=memory, src_padding=pad if bool(pad.any()) else None)
 
+    takes_masks = True
+    """``step`` takes a prompt batch's mask (``tfspec.search.search``'s ``prefix_mask``)."""
+
     @torch.inference_mode()
-    def step(self, state: DecodeState, tokens: np.ndarray, k: int):
-        logits = self.model.run({"tgt": torch.from_numpy(tokens).to(self.device)}, state=state)["logits"]
+    def step(self, state: DecodeState, tokens: np.ndarray, k: int, mask: np.ndarray | None = None):
+        feeds = {"tgt": torch.from_numpy(tokens).to(self.device)}
+        if mask is not None:  # a left-padded batch of prompts: padding as the mask says
+            feeds["tgt_mask"] = torch.from_numpy(mask).to(self.device)
+        logits = self.model.run(feeds, state=state)["logits"]
         values, ids = torch.log_softmax(logits[:, -1].float(), -1).topk(min(k, logits.shape[-1]))
         return values.cpu().numpy(), ids.cpu().numpy(), state
 

@@ -40,18 +40,20 @@ class Positional(OpModule):
         self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
-        start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
-        end = start + x.shape[1]
+        rows = ctx.positions.get(self.seq)  # (B, L) where rows start at different lengths
+        start = ctx.start(self.seq)
+        end = start + x.shape[1] if rows is None else int(rows.max()) + 1
         if end > self.max_len:
             raise TfspecError(f"input of length {end} is longer than positional.max_len ({self.max_len}) "
                               "of this spec; raise max_len or shorten the input")
         if self.kind == "learned":
-            return x + self.weight[start + self.offset:end + self.offset]
+            return x + (self.weight[start + self.offset:end + self.offset] if rows is None else
+                        self.weight[rows + self.offset])
         table = self._table
         if table is None or table.device != x.device or table.dtype != x.dtype:
             table = torch.from_numpy(sinusoids(self.max_len, self.d_model, self.layout))
             table = self._table = table.to(x.device, x.dtype)
-        return x + table[start:end]
+        return x + (table[start:end] if rows is None else table[rows])
 
 
 @lowering("image_positional")
@@ -65,7 +67,10 @@ class ImagePositional(OpModule):
         self.height, self.width, self.depth, self.seq = a["height"], a["width"], a["channels"], node.shape[1]
 
     def forward(self, ctx, x):
-        start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
+        if self.seq in ctx.positions:
+            raise TfspecError("image positions are raster positions: rows of one batch cannot start at different "
+                              "lengths (pad on the right)")
+        start = ctx.start(self.seq)
         end = start + x.shape[1]
         if end > self.height * self.width * self.depth:
             raise TfspecError(f"input of length {end} is longer than the image ({self.height} x {self.width} x "
@@ -103,7 +108,9 @@ class Timestep(OpModule):
 
     def forward(self, ctx, x):
         L, d = x.shape[1:]
-        start = ctx.state.offset if ctx.state is not None and self.seq == "T" else 0
+        if self.positions and self.seq in ctx.positions:
+            raise TfspecError("a universal stack's position signal needs rows that start together (pad on the right)")
+        start = ctx.start(self.seq)
         rows = max(self.step, start + L) + 1
         table = self._table
         if table is None or len(table) < rows or table.device != x.device or table.dtype != x.dtype:

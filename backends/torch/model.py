@@ -40,6 +40,12 @@ class DecodeState:
     """bool (B, S), True at source padding; None when nothing is padded."""
     cross: set[str] = field(default_factory=set)
     """Names of cache entries computed from the source only (cross-attention keys/values)."""
+    key_padding: torch.Tensor | None = None
+    """bool (B, offset), True at the target positions fed as padding (the left padding of
+    prompts of different lengths); None when none was."""
+    next_position: torch.Tensor | None = None
+    """int64 (B,): the position of each row's next token, where rows started at different
+    lengths; None: every row's is ``offset``."""
 
     def select(self, index: torch.Tensor, cross: bool = True) -> DecodeState:
         """The state of rows ``index`` (beam reordering, expansion, dropping finished rows).
@@ -47,8 +53,29 @@ class DecodeState:
         rows among copies of the same source may skip copying them."""
         cache = {name: value if (not cross and name in self.cross) else tuple(t.index_select(0, index) for t in value)
                  for name, value in self.cache.items()}
-        memory, pad = (None if t is None else t.index_select(0, index) for t in (self.memory, self.src_padding))
-        return DecodeState(cache, self.offset, memory, pad, self.cross)
+        rows = (None if t is None else t.index_select(0, index)
+                for t in (self.memory, self.src_padding, self.key_padding, self.next_position))
+        memory, pad, keys, position = rows
+        return DecodeState(cache, self.offset, memory, pad, self.cross, keys, position)
+
+    def feed(self, mask: torch.Tensor | None, length: int, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Record ``length`` new target tokens (``mask``: bool (B, length), True at real ones,
+        for a prompt batch; None: all real) and return (key padding over every cached position
+        or None, (B, length) positions of the new tokens or None when they are offset..)."""
+        if mask is not None and not bool(mask.all()):
+            pad = torch.cat([self.key_padding, ~mask], 1) if self.key_padding is not None else ~mask
+            base = self.next_position if self.next_position is not None else torch.full(
+                (len(mask),), self.offset, device=device)
+            positions = base[:, None] + (mask.long().cumsum(1) - 1).clamp(min=0)
+            self.key_padding, self.next_position = pad, base + mask.long().sum(1)
+            return pad, positions
+        if self.key_padding is None:
+            return None, None
+        batch = len(self.key_padding)
+        self.key_padding = torch.cat([self.key_padding, self.key_padding.new_zeros(batch, length)], 1)
+        positions = self.next_position[:, None] + torch.arange(length, device=device)
+        self.next_position = self.next_position + length
+        return self.key_padding, positions
 
 
 @dataclass
@@ -62,7 +89,15 @@ class RunContext:
     """Set when decoding incrementally: the new target tokens follow ``state.offset`` others."""
     ponder: list = field(default_factory=list)
     """Weighted ponder costs of adaptive-computation stacks, for the training loss."""
+    positions: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Sequence symbol -> int64 (B, L) positions of each row's vectors, where rows differ (a
+    left-padded batch); absent: 0.. (or the state's offset..) for every row."""
     _masks: dict = field(default_factory=dict)
+
+    def start(self, seq: str) -> int:
+        """The position of the first vector of ``seq`` when rows share it: a decoding state's
+        offset for the target, else 0."""
+        return self.state.offset if self.state is not None and seq == "T" else 0
 
     def cached(self, key, build):
         """Something built once per call (a mask, a rotation table) and shared by the layers
@@ -78,6 +113,8 @@ class RunContext:
 
     def _build_mask(self, layer, q_seq, kv_seq, lq, lk, device):
         pad = self.padding.get(kv_seq)
+        if pad is not None and pad.shape[1] > lk:  # a banded kind keeps only its newest keys
+            pad = pad[:, pad.shape[1] - lk:]
         if pad is None and layer.plain_causal and lq == lk:
             return None, True  # lets SDPA use its fused causal kernel
         # Self-attention queries are the last lq of the lk positions (lq < lk with a KV cache).
@@ -172,23 +209,33 @@ class TorchModel(nn.Module):
         positions whose keys, values and hidden states the state caches, and the state is
         updated in place. Decoding feeds no target padding (finished rows keep emitting).
         ``frames`` come with ``lengths`` (B,) int64: how many of each row's frames are real.
+        ``src_mask``/``tgt_mask`` (B, L), true or 1 at real tokens, say where padding is; without
+        one, padding is the pad id (tfspec's own batches). A target row padded on the left
+        (prompts of different lengths) counts its positions from its first real token.
         """
         ports = self.graph.ports
-        padding = {}
+        padding, positions = {}, {}
         if "frames" in feeds:
             padding["S"] = frames.frame_padding(feeds["lengths"], feeds["frames"].shape[1])
             feeds = {k: v for k, v in feeds.items() if k != "lengths"}
+        masks = {seq: feeds[f"{port}_mask"].bool() for port, seq in (("src", "S"), ("tgt", "T"))
+                 if f"{port}_mask" in feeds}
+        feeds = {k: v for k, v in feeds.items() if not k.endswith("_mask")}
         for port, seq in (("src", "S"), ("tgt", "T")):
             if port in feeds and not (state is not None and port == "tgt"):
-                pad = feeds[port] == self.pad_id
-                if port == "tgt" and self.starts_with_pad:  # the first target token is the start token
-                    pad[:, 0] = False
+                pad = ~masks[seq] if seq in masks else self._inferred_padding(port, feeds[port])
                 padding[seq] = pad if bool(pad.any()) else None
+                if seq in masks and padding[seq] is not None and not bool(masks[seq][:, 0].all()):
+                    positions[seq] = (masks[seq].long().cumsum(1) - 1).clamp(min=0)
+        if state is not None and "tgt" in feeds:
+            padding["T"], row_positions = state.feed(masks.get("T"), feeds["tgt"].shape[1], feeds["tgt"].device)
+            if row_positions is not None:
+                positions["T"] = row_positions
         if state is not None and "S" not in padding:
             padding["S"] = state.src_padding
         if "segments" in ports and "src" in feeds and "segments" not in feeds:  # one segment: ids 0
             feeds = {**feeds, "segments": torch.zeros_like(feeds["src"])}
-        ctx = RunContext(self.training, padding, state)
+        ctx = RunContext(self.training, padding, state, positions=positions)
         if state is not None and state.memory is not None:
             feeds = {"memory": state.memory, **feeds}
         env = {ports[name]: value for name, value in feeds.items()}
@@ -198,6 +245,13 @@ class TorchModel(nn.Module):
         if state is not None and "tgt" in feeds:
             state.offset += feeds["tgt"].shape[1]
         return {o: env[ports[o]] for o in outputs}
+
+    def _inferred_padding(self, port: str, tokens: torch.Tensor) -> torch.Tensor:
+        """Padding found by the pad id, for batches tfspec pads itself (training, evaluation)."""
+        pad = tokens == self.pad_id
+        if port == "tgt" and self.starts_with_pad:  # the first target token is the start token
+            pad[:, 0] = False
+        return pad
 
     def _plan(self, fed: tuple[str, ...], targets: tuple[str, ...]) -> list[_Step]:
         """The steps needed for ``targets`` given ``fed``, in IR order (cached)."""
