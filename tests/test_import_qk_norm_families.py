@@ -93,6 +93,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
 
 @pytest.mark.parametrize("case,change,needle", [
     ("qwen3", {"use_sliding_window": True, "sliding_window": 8}, "use_sliding_window: true is not supported"),
+    ("qwen3", {"layer_types": ["full_attention", "sliding_attention"], "sliding_window": 8},
+     "layer_types: [\"full_attention\", \"sliding_attention\"] is not supported; tfspec imports Qwen3 with every"),
     ("qwen3", {"mlp_bias": True}, "unknown field mlp_bias"),
     ("qwen3", {"head_dim": "24"}, "head_dim must be an integer"),
     ("qwen3", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},

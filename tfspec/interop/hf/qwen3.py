@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, register
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import Rule, Source, _show, register
 from tfspec.interop.hf.llama import Llama, Qwen2
 
 
@@ -25,13 +26,16 @@ class Qwen3(Qwen2):
     title = "Qwen3"
     architectures = {"Qwen3ForCausalLM": "model.", "Qwen3Model": ""}
     export_architecture = "Qwen3ForCausalLM"
-    mapped = tuple(f for f in Llama.mapped if f != "mlp_bias")
+    mapped = tuple(f for f in Llama.mapped if f != "mlp_bias") + ("layer_types",)
+    ignored = {k: v for k, v in Qwen2.ignored.items() if k != "layer_types"}
     defaults = {"vocab_size": 151936, "intermediate_size": 22016, "head_dim": 128, "max_position_embeddings": 32768}
     """Qwen3Config's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
     qk_norm = "head"
 
     def spec_data(self, source: Source) -> dict:
-        return super().spec_data(replace(source, config=self.defaults | source.config))
+        data = super().spec_data(replace(source, config=self.defaults | source.config))
+        full_attention_only(source.config, source.where, data["decoder"]["layers"], self.title)
+        return data
 
     _biases = Llama._biases  # attention_bias: q, k, v and o alike
 
@@ -51,3 +55,13 @@ def qk_norm_rules(spec) -> list[Rule]:
     return [Rule(f"{name}.{part}_norm", (f"layers.{layer.index}.self_attn.{part}_norm.weight",))
             for layer in spec.plan("decoder") for name, sub in zip(layer.names, layer.sublayers)
             if getattr(sub, "qk_norm", "none") != "none" for part in "qk"]
+
+
+def full_attention_only(c: dict, where: str, layers: int, title: str) -> None:
+    """Refuse ``layer_types`` unless it lists full_attention for every layer: sliding_attention
+    layers (a sliding window, which no published Qwen3 or SmolLM3 uses) are not imported."""
+    types = c.get("layer_types")
+    if types is not None and (not isinstance(types, list) or len(types) < layers
+                              or any(t != "full_attention" for t in types[:layers])):
+        raise TfspecError(f"{where}: layer_types: {_show(types)} is not supported; tfspec imports {title} with "
+                          "every layer full_attention")

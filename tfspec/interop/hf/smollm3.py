@@ -17,6 +17,7 @@ from dataclasses import replace
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Source, _show, number, register
 from tfspec.interop.hf.llama import Llama
+from tfspec.interop.hf.qwen3 import full_attention_only
 
 
 @register
@@ -40,7 +41,7 @@ class SmolLM3(Llama):
         c, where = self.defaults | source.config, source.where
         data = super().spec_data(replace(source, config=c))
         layers = data["decoder"]["layers"]
-        _full_attention(c, where, layers)
+        full_attention_only(c, where, layers, self.title)
         groups: list[dict] = []
         for rotated in _rotated_layers(c, where, layers):
             if groups and groups[-1]["rotated"] == rotated:
@@ -71,11 +72,3 @@ def _rotated_layers(c: dict, where: str, layers: int) -> list[bool]:
                           f"(rotary) or 0 (no positions) for each of the {layers} layers")
     return [v == 1 for v in listed[:layers]]
 
-
-def _full_attention(c: dict, where: str, layers: int) -> None:
-    """Refuse ``layer_types`` unless every layer is full_attention (sliding windows are not imported)."""
-    types = c.get("layer_types")
-    if types is not None and (not isinstance(types, list) or len(types) < layers
-                              or any(t != "full_attention" for t in types[:layers])):
-        raise TfspecError(f"{where}: layer_types: {_show(types)} is not supported; tfspec imports SmolLM3 with "
-                          "every layer full_attention")
