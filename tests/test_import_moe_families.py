@@ -1,0 +1,113 @@
+"""`tfspec import` of Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE checkpoints against transformers:
+small random mixtures of experts (4 experts, top 2, every weight perturbed, routers included)
+written by ``save_pretrained``, imported through the CLI; logits of the PyTorch backend and of
+the exported ONNX graph equal transformers' at the real tokens of a right-padded batch, 20
+greedy tokens equal ``generate``'s, the default configurations count what transformers counts,
+import -> ``export --format hf`` -> ``from_pretrained`` gives the original logits back, and
+bad configurations are refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
+                            perturb, right_padded)
+from tfspec.spec import load_spec
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB, PAD = 120, 1  # no model below generates id 1 in its 20 greedy tokens
+SHAPE = {"vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+         "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 40, "rms_norm_eps": 1e-3,
+         "pad_token_id": PAD, "bos_token_id": 2, "eos_token_id": 3, "num_experts_per_tok": 2}
+"""rms_norm_eps off its defaults, so that an importer ignoring it computes something else."""
+CASES = {
+    # renormalised top 2 of 4, a 6-token sliding window (the batch is 13 long)
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, "sliding_window": 6}),
+    # layer 0 dense (mlp_only_layers), layer 1 4 experts 24 wide and a gated shared expert 40 wide; not renormalised
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", {
+        "num_experts": 4, "moe_intermediate_size": 24, "shared_expert_intermediate_size": 40, "mlp_only_layers": [0]}),
+    # layer 0 dense by decoder_sparse_step 2, heads 16 wide under a 32-wide model, renormalised, tied
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", {
+        "num_experts": 4, "moe_intermediate_size": 24, "decoder_sparse_step": 2, "head_dim": 16,
+        "norm_topk_prob": True, "tie_word_embeddings": True}),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, "attention_bias": True}),
+}
+"""case -> (config class, model class, config fields beyond SHAPE)."""
+
+
+def save(case: str, path):
+    """A random ``case`` model written to ``path``; returns it (eval mode)."""
+    config_class, model_class, fields = CASES[case]
+    transformers.utils.logging.disable_progress_bar()
+    torch.manual_seed(0)
+    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**SHAPE | fields)).eval())
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
+    tokens, keep = right_padded(VOCAB, PAD)
+    assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
+
+
+def test_dense_and_sparse_layers_are_where_transformers_puts_them(cli, tmp_path):
+    """decoder_sparse_step 2 with mlp_only_layers [3] over 6 layers: layers 1 and 5 sparse."""
+    config = transformers.Qwen2MoeConfig(**SHAPE | CASES["qwen2_moe"][2] | {
+        "num_hidden_layers": 6, "decoder_sparse_step": 2, "mlp_only_layers": [3]})
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
+    with torch.device("meta"):
+        layers = transformers.Qwen2MoeForCausalLM(config).model.layers
+    theirs = [type(layer.mlp).__name__.endswith("SparseMoeBlock") for layer in layers]
+    ours = [layer.sublayers[1].kind == "moe" for layer in load_spec(tmp_path / "ours").plan("decoder")]
+    assert ours == theirs == [False, True, False, False, False, True]
+
+
+DEFAULTS = {"mixtral": ("MixtralConfig", "MixtralForCausalLM"), "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+            "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), "olmoe": ("OlmoeConfig", "OlmoeForCausalLM")}
+"""Each family's default configuration: MixtralConfig() (Mixtral-8x7B's), Qwen2MoeConfig() (Qwen1.5-MoE-A2.7B's),
+Qwen3MoeConfig() (128 experts, top 8, 24 layers of 2048), OlmoeConfig() (OLMoE-1B-7B's)."""
+
+
+@pytest.mark.parametrize("family", DEFAULTS)
+def test_default_config_counts_as_transformers(family, cli, tmp_path):
+    config_class, model_class = DEFAULTS[family]
+    assert_config_imports_at_count(cli, tmp_path / "hf", getattr(transformers, config_class)(), model_class)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
+    tokens, keep = right_padded(VOCAB, PAD)
+    assert_hf_round_trip(cli, tmp_path / "original", save(case, tmp_path / "original"), CASES[case][1], tokens, keep)
+
+
+@pytest.mark.parametrize("case,change,needle", [
+    ("mixtral", {"attention_bias": True}, "unknown field attention_bias"),
+    ("mixtral", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
+     "rope type \"yarn\" is not supported"),
+    ("mixtral", {"num_experts_per_tok": 5}, "num_experts_per_tok (5) must be between 1 and num_local_experts (4)"),
+    ("mixtral", {"num_experts": 8}, "num_local_experts (4) and num_experts (8) disagree"),
+    ("mixtral", {"num_local_experts": "4"}, "num_local_experts must be an integer"),
+    ("qwen2_moe", {"hidden_act": "gelu_fast"}, "hidden_act: \"gelu_fast\" is not supported"),
+    ("qwen2_moe", {"use_sliding_window": True}, "use_sliding_window: true is not supported"),
+    ("qwen2_moe", {"decoder_sparse_step": 0}, "decoder_sparse_step must be a positive integer"),
+    ("qwen2_moe", {"mlp_only_layers": "0"}, "mlp_only_layers: \"0\" is not supported"),
+    ("qwen2_moe", {"qkv_bias": "yes"}, "qkv_bias must be true or false"),
+    ("qwen3_moe", {"norm_topk_prob": 1}, "norm_topk_prob must be true or false"),
+    ("qwen3_moe", {"num_local_experts": 0}, "num_experts_per_tok (2) must be between 1 and num_experts (0)"),
+    ("olmoe", {"clip_qkv": 8.0}, "clip_qkv: 8.0 is not supported"),
+    ("olmoe", {"head_dim": 16}, "unknown field head_dim")])
+def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
+    config_class, _, fields = CASES[case]
+    config = json.loads(getattr(transformers, config_class)(**SHAPE | fields).to_json_string()) | change
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()
