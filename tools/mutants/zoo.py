@@ -7,10 +7,9 @@ QK_NORM_TESTS = ["tests/test_import_qk_norm_families.py::test_logits_and_greedy_
 TORCH_NORM = ("            if self.qk_norm != \"none\":\n"
               "                q, k = self._normed(q, \"q\"), self._normed(k, \"k\")\n")
 TORCH_ROTARY = ("            if self.frequencies is not None:  # one rotation table per call, for every layer\n"
-                "                offset = ctx.state.offset if ctx.state is not None else 0\n"
-                "                cos, sin = ctx.cached((\"rotary\", offset, Lq, self.rotary_key),\n"
-                "                                      lambda: rotation(self.frequencies, offset, Lq, x.device, "
-                "x.dtype))\n"
+                "                offset, rows = ctx.start(self.q_seq), ctx.positions.get(self.q_seq)\n"
+                "                cos, sin = ctx.cached((\"rotary\", offset, Lq, self.rotary_key), lambda: rotation(\n"
+                "                    self.frequencies, offset if rows is None else rows, Lq, x.device, x.dtype))\n"
                 "                q, k = rotate(q, cos, sin), rotate(k, cos, sin)\n")
 ONNX_NORM = ("        if a[\"qk_norm\"] != \"none\":\n"
              "            q, k = _normed(b, node, q, \"q\"), _normed(b, node, k, \"k\")\n")
