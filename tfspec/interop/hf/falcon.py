@@ -55,7 +55,10 @@ class Falcon(GPTNeoX):
     defaults = {"vocab_size": 65024, "hidden_size": 4544, "num_hidden_layers": 32, "num_attention_heads": 71,
                 "max_position_embeddings": 2048, "bos_token_id": 11, "eos_token_id": 11, "tie_word_embeddings": True}
     """FalconConfig's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
-    names = {"embed": "word_embeddings", "layers": "h", "attention": "self_attention", "final": "ln_f"}
+    heads = ("lm_head.",)
+    names = {"embed": "word_embeddings", "layers": "h", "attention": "self_attention", "final": "ln_f",
+             "output": "lm_head"}
+    buffers = {}
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
@@ -103,9 +106,6 @@ class Falcon(GPTNeoX):
 
     def _qkv(self, ours: str, theirs: str, attention) -> Rule:
         return Rule(ours, (theirs,), "per_group", heads=attention.heads, kv_heads=attention.kv_heads)
-
-    def dropped(self, architecture: str) -> dict[str, str]:
-        return {k: v for k, v in super().dropped(architecture).items() if k == "lm_head.weight"}
 
     def config(self, spec) -> dict:
         """The fields GPT-NeoX's configuration shares with Falcon's, and Falcon's own: the new

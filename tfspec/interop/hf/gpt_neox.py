@@ -7,7 +7,8 @@ read the layer's input in parallel, each through its own LayerNorm (``residual: 
 ``use_parallel_residual: false`` gives the sequential pre-norm layer); the MLP is one GELU
 layer, not gated, and always biased; the query, key, value and output projections are biased
 unless ``attention_bias`` is false; ``query_key_value`` holds each head's query, key and value
-rows together (rule layout ``per_head``). transformers 4 files name the rotary settings
+rows together (rule layout ``per_head``); the output projection is stored as ``embed_out``
+(transformers 5 calls it lm_head in memory and writes that name back). transformers 4 files name the rotary settings
 ``rotary_pct`` and ``rotary_emb_base``; ``rope_parameters`` (transformers 5), when set, wins.
 ``gelu_fast`` (gpt-neox-20b) is tanh GELU with sqrt(2/pi) written to ten digits: in float32 it
 differs from ``gelu_new`` no more than ``gelu_new`` from ``gelu_pytorch_tanh``. Defaults are
@@ -32,6 +33,7 @@ class GPTNeoX(StableLm):
     title = "GPT-NeoX"
     architectures = {"GPTNeoXForCausalLM": "gpt_neox.", "GPTNeoXModel": ""}
     export_architecture = "GPTNeoXForCausalLM"
+    heads = ("embed_out.",)
     mapped = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "hidden_act", "max_position_embeddings", "layer_norm_eps", "rope_parameters", "rope_scaling",
               "rotary_pct", "rotary_emb_base", "attention_bias", "use_parallel_residual", "tie_word_embeddings",
@@ -45,8 +47,14 @@ class GPTNeoX(StableLm):
                 "num_attention_heads": 64, "hidden_act": "gelu", "max_position_embeddings": 2048,
                 "bos_token_id": 0, "eos_token_id": 2}
     """GPTNeoXConfig's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
-    names = {"embed": "embed_in", "layers": "layers", "attention": "attention", "final": "final_layer_norm"}
-    """Where this family's checkpoints keep the embedding, the layers, their attention and the final norm."""
+    names = {"embed": "embed_in", "layers": "layers", "attention": "attention", "final": "final_layer_norm",
+             "output": "embed_out"}
+    """Where this family's checkpoints keep the embedding, the layers, their attention, the final
+    norm and the output projection."""
+    buffers = {**{f"layers.*.attention.{b}": "the causal-mask buffer of older checkpoints (Pythia's)"
+                  for b in ("bias", "masked_bias")},
+               "layers.*.attention.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
+    """Tensors older checkpoints store beside the weights, which the computation does not read."""
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
@@ -67,13 +75,14 @@ class GPTNeoX(StableLm):
         return super()._rotary(c | old, where)
 
     def rename(self, name: str) -> str:
-        return "lm_head." + name.removeprefix("embed_out.") if name.startswith("embed_out.") else name
+        """The output projection under transformers 5's in-memory name (lm_head) as it is stored."""
+        return self.names["output"] + name.removeprefix("lm_head") if name.startswith("lm_head.") else name
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         n = self.names
         rules = [Rule("decoder.embed.weight", (f"{n['embed']}.weight",)), *norm_rules("decoder.norm", n["final"])]
         if spec.tie_embeddings == "none" and architecture.endswith("ForCausalLM"):
-            rules.append(Rule("output.weight", ("lm_head.weight",)))
+            rules.append(Rule("output.weight", (f"{n['output']}.weight",)))
         for layer in spec.plan("decoder"):
             (attn, ffn), theirs = layer.names, f"{n['layers']}.{layer.index}."
             qkv, dense = f"{theirs}{n['attention']}.query_key_value", f"{theirs}{n['attention']}.dense"
@@ -98,10 +107,8 @@ class GPTNeoX(StableLm):
         return Rule(ours, (theirs,), "per_head", heads=attention.heads)
 
     def dropped(self, architecture: str) -> dict[str, str]:
-        return super().dropped(architecture) | {
-            f"layers.*.attention.{b}": "the causal-mask buffer of older checkpoints (Pythia's)"
-            for b in ("bias", "masked_bias")} | {
-            "layers.*.attention.rotary_emb.inv_freq": "rotary frequencies, computed from the config"}
+        output = super().dropped(architecture)["lm_head.weight"]  # Llama's reason: tied, or no projection
+        return {f"{self.names['output']}.weight": output, **self.buffers}
 
     def config(self, spec) -> dict:
         """StableLM's fields this family shares, and its own (the rotary settings under the names
