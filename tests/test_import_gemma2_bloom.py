@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip, perturb,
-                            right_padded)
+from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
+                            perturb, right_padded)
 
 transformers = pytest.importorskip("transformers")
 

@@ -12,10 +12,10 @@ the output tied, RMSNorms computing x * (1 + w)) with these differences:
   30: ``output_softcap``);
 - scores are scaled by query_pre_attn_scalar^-0.5 (the attention's ``scale``; gemma-2-27b's is
   144, not its 128-wide heads);
-- layers attend as ``layer_types`` says, sliding-window layers (the last ``sliding_window``
-  tokens: causal restricted attention, r = sliding_window - 1) alternating with global ones
-  from the first (the default when a configuration lists none): a stack of groups, which
-  ``export --format hf`` writes back as ``layer_types``;
+- layers attend as ``layer_types`` says: sliding-window layers (the last ``sliding_window``
+  tokens: causal restricted attention, r = sliding_window - 1) and global ones, alternating from
+  a sliding first layer where a configuration lists none; a stack of groups, which ``export
+  --format hf`` writes back as ``layer_types``;
 - the activation is ``hidden_activation``, named as transformers' ACT2FN names it ("gelu" is
   exact GELU here); transformers never reads Gemma 2's ``hidden_act``.
 
@@ -44,8 +44,8 @@ class Gemma2(Gemma):
     export_architecture = "Gemma2ForCausalLM"
     mapped = tuple(f for f in Gemma.mapped if f != "hidden_act") + (
         "query_pre_attn_scalar", "sliding_window", "layer_types", "attn_logit_softcapping", "final_logit_softcapping")
-    ignored = {"hidden_act": "transformers' Gemma 2 computes hidden_activation and never reads this (the published "
-                             "configs write both)",
+    ignored = {"hidden_act": "transformers computes hidden_activation and never reads this (gemma-2's configs "
+                             "write both)",
                "cache_implementation": "how transformers caches keys and values while generating",
                "sliding_window_size": "an early name of sliding_window (gemma-2 configs of transformers 4.42) that "
                                       "transformers no longer reads"}
