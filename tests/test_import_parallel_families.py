@@ -13,8 +13,8 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip, perturb,
-                            right_padded)
+from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
+                            perturb, right_padded)
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -24,18 +24,19 @@ transformers = pytest.importorskip("transformers")
 VOCAB, PAD = 120, 0
 SHAPE = {"vocab_size": VOCAB, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
          "max_position_embeddings": 40, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": PAD}
-EPS = {"gpt_neox": {"layer_norm_eps": 1e-3, "intermediate_size": 96}, "phi": {"layer_norm_eps": 1e-3,
-                                                                                "intermediate_size": 96},
+EPS = {"gpt_neox": {"layer_norm_eps": 1e-3, "intermediate_size": 96},
+       "phi": {"layer_norm_eps": 1e-3, "intermediate_size": 96},
        "falcon": {"layer_norm_epsilon": 1e-3, "ffn_hidden_size": 96}}
-"""Epsilons off their defaults, so that an importer ignoring them computes something else."""
+"""Each family's epsilon (off its default, so that an importer ignoring it computes something
+else) and MLP width, under its own names."""
 CLASSES = {"gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM"), "phi": ("PhiConfig", "PhiForCausalLM"),
            "falcon": ("FalconConfig", "FalconForCausalLM")}
 CASES = {
     # Pythia: parallel residual, two norms, rotary on a quarter of each head's 16 features
     "gpt_neox": ({}, {}),
     # sequential layers, unbiased attention; config.json as transformers 4 wrote it (gpt-neox-20b's gelu_fast)
-    "gpt_neox-sequential": ({"use_parallel_residual": False, "attention_bias": False},
-                            {"rope_parameters": None, "rotary_pct": 0.5, "rotary_emb_base": 100, "hidden_act": "gelu_fast"}),
+    "gpt_neox-sequential": ({"use_parallel_residual": False, "attention_bias": False}, {
+        "rope_parameters": None, "rotary_pct": 0.5, "rotary_emb_base": 100, "hidden_act": "gelu_fast"}),
     # phi-2: one shared norm, half the features rotated, grouped-query attention, biased output
     "phi": ({"num_key_value_heads": 2}, {}),
     # queries and keys LayerNormed per head, the output tied (its bias still its own); transformers 4's fields

@@ -65,8 +65,9 @@ class Falcon(GPTNeoX):
         d_model, bias = number(c, "hidden_size", where), _flag(c, "bias", where, False)
         d_ff = 4 * d_model if c.get("ffn_hidden_size") is None else number(c, "ffn_hidden_size", where)
         return super().spec_data(replace(source, config=c)) | {
-            "kv_heads": self._kv_heads(c, where), "d_ff": d_ff, "activation": activation(c, "activation", where, "gelu"),
-            "norm_eps": number(c, "layer_norm_epsilon", where, float, 1e-5), "attention_dropout": 0.0, "bias": bias}
+            "kv_heads": self._kv_heads(c, where), "d_ff": d_ff, "bias": bias, "attention_dropout": 0.0,
+            "activation": activation(c, "activation", where, "gelu"),
+            "norm_eps": number(c, "layer_norm_epsilon", where, float, 1e-5)}
 
     def _projection_biases(self, c: dict, where: str) -> dict:
         return dict.fromkeys(("q", "k", "v", "o", "ffn"), _flag(c, "bias", where, False))

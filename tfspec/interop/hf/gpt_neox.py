@@ -61,7 +61,8 @@ class GPTNeoX(StableLm):
         if c.get("hidden_act") == "gelu_fast":  # gpt-neox-20b's: tanh GELU to float32 rounding (docstring)
             c = c | {"hidden_act": "gelu_new"}
         return super().spec_data(replace(source, config=c)) | {
-            "gated": False, "bias": True, "biases": self._projection_biases(c, where), "residual": self._residual(c, where)}
+            "gated": False, "bias": True, "biases": self._projection_biases(c, where),
+            "residual": self._residual(c, where)}
 
     def _projection_biases(self, c: dict, where: str) -> dict:
         attention = _flag(c, "attention_bias", where, True)

@@ -83,8 +83,9 @@ class Phi(StableLm):
         return rules
 
     def dropped(self, architecture: str) -> dict[str, str]:
-        return super().dropped(architecture) | (
-            {} if architecture.endswith("ForCausalLM") else {"lm_head.bias": f"{architecture} has no output projection"})
+        if architecture.endswith("ForCausalLM"):
+            return super().dropped(architecture)
+        return super().dropped(architecture) | {"lm_head.bias": f"{architecture} has no output projection"}
 
     def config(self, spec) -> dict:
         """StableLM's fields this family shares, and its own."""
