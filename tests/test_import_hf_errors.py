@@ -43,10 +43,10 @@ SUPPORTED = supported()
 
 
 def test_unsupported_model_type(cli, tmp_path):
-    (tmp_path / "mixtral").mkdir()
-    (tmp_path / "mixtral" / "config.json").write_text(json.dumps({"model_type": "mixtral", "hidden_size": 4096}))
-    line = refused(cli, tmp_path, tmp_path / "mixtral")
-    assert line.endswith(f"model_type 'mixtral' is not supported; tfspec imports: {SUPPORTED}")
+    (tmp_path / "mamba").mkdir()
+    (tmp_path / "mamba" / "config.json").write_text(json.dumps({"model_type": "mamba", "hidden_size": 4096}))
+    line = refused(cli, tmp_path, tmp_path / "mamba")
+    assert line.endswith(f"model_type 'mamba' is not supported; tfspec imports: {SUPPORTED}")
 
 
 def test_model_type_of_another_type(cli, tmp_path):
