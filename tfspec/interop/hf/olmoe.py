@@ -9,7 +9,8 @@ wide (``mixtral.py``'s ``Experts``), each token running the ``num_experts_per_to
 renormalised only with ``norm_topk_prob``. ``attention_bias`` biases q, k, v and o. Heads are
 always hidden_size / heads wide (transformers sizes the query norm so): ``head_dim`` is refused
 as unknown. Refused by name: ``clip_qkv`` (OLMo 1's clamping of q, k and v, which no published
-OLMoE sets). Defaults are OlmoeConfig's (OLMoE-1B-7B's shape: 64 experts, top 8).
+OLMoE sets). Defaults are OlmoeConfig's (OLMoE-1B-7B's shape, 64 experts, top 8, with experts 2048
+wide, not its 1024).
 """
 
 from __future__ import annotations
