@@ -103,8 +103,11 @@ class Gemma2(Gemma):
     def structure(self, spec) -> str | None:
         if reason := super().structure(spec):
             return reason
-        return None if spec.norm == "sandwich" else (f"{self.title} normalises each sub-layer's input and output "
-                                                     f"(norm: sandwich); this spec's norm is {spec.norm}")
+        if spec.norm != "sandwich":
+            return f"{self.title} normalises each sub-layer's input and output (norm: sandwich), not {spec.norm}"
+        if any(layer.attention is None or layer.ffn is None for layer in spec.plan("decoder")):
+            return f"each {self.title} layer is self-attention, then a feed-forward layer"
+        return None
 
     def config(self, spec) -> dict:
         """Gemma's fields (less ``hidden_act``) and each layer's kind, window, scale and caps."""
