@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.search import SearchOptions, search
@@ -52,8 +53,18 @@ def decoder(request):
     return TorchDecoder(model)
 
 
+@pytest.fixture(scope="module")
+def onnx_decoder(decoder, tmp_path_factory):
+    """The same weights exported: the step graph's attention_mask and position_offset."""
+    directory = tmp_path_factory.mktemp("export")
+    export(decoder.model, directory, parity=False)
+    return OnnxModel(directory, device="cpu").decoder()
+
+
+@pytest.mark.parametrize("backend", ["torch", "onnx"])
 @pytest.mark.parametrize("beam", [1, 3])
-def test_ragged_prompts_decode_as_each_alone(decoder, beam):
+def test_ragged_prompts_decode_as_each_alone(decoder, onnx_decoder, backend, beam):
+    decoder = decoder if backend == "torch" else onnx_decoder
     rng = np.random.default_rng(0)
     prompts = [rng.integers(4, 100, n) for n in LENGTHS]
     prompts[1][4] = decoder.pad  # the pad id as a word: the mask, not the id, says what is padding
@@ -100,6 +111,22 @@ def test_the_pad_token_inside_an_input_is_attended_as_in_transformers(cli, tmp_p
     got = search(TorchDecoder(model), None, SearchOptions(beam=1, max_length=8, min_length=8, max_extra=8),
                  prefix=tokens.numpy(), prefix_mask=np.ones(tokens.shape, bool))
     assert [list(map(int, row)) for row in want] == got
+
+
+def test_step_graphs_of_decoders_with_state_beyond_keys_take_no_masks(tmp_path):
+    """A convolution carries a window from step to step that a mask cannot clean: such decoders
+    keep prompts of one length, in both backends, and say so."""
+    from tfspec.errors import TfspecError
+
+    spec = Spec.model_validate(BASE | {"decoder": {"layers": 1, "block": [
+        {"kind": "conv", "kernel": 3, "causal": True}, "causal_self_attention", "ffn"]}})
+    model = build_module(spec).eval()
+    export(model, tmp_path, parity=False)
+    for decoder in (TorchDecoder(model), OnnxModel(tmp_path, device="cpu").decoder()):
+        assert not decoder.takes_masks
+        with pytest.raises(TfspecError, match="prompts of one length"):
+            search(decoder, None, SearchOptions(beam=1), prefix=np.array([[0, 5], [6, 7]]),
+                   prefix_mask=np.array([[False, True], [True, True]]))
 
 
 def test_decoders_without_masks_refuse_ragged_prompts():

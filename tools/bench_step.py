@@ -23,7 +23,8 @@ import onnxruntime as ort
 
 def feeds(session, batch: int, past: int, src: int = 32) -> dict[str, np.ndarray]:
     """Inputs for one step of ``session``'s step graph."""
-    sizes = {"batch": batch, "past_batch": batch, "src_batch": batch, "new_len": 1, "past_len": past, "src_len": src}
+    sizes = {"batch": batch, "past_batch": batch, "src_batch": batch, "new_len": 1, "past_len": past, "src_len": src,
+             "total_len": past + 1}
     rng, out = np.random.default_rng(0), {}
     for i in session.get_inputs():
         shape = [sizes.get(d, d) if isinstance(d, str) else d for d in i.shape]

@@ -15,10 +15,14 @@ onnxruntime's profile (base model, CPU), for copies this does once per search.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from onnx import TensorProto, helper
+
+
+NO_PADDING = (np.ones((1, 1), np.int64), np.zeros(1, np.int64))
+"""``attention_mask`` and ``position_offset`` of a batch without padding (they broadcast)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,11 @@ class DeviceState:
     (``repeat(arange(S), B // S)``, the step graph's grouping)."""
     offset: int
     """Target positions decoded so far (the ``offset`` input of graphs that take one)."""
+    key_mask: np.ndarray | None = None
+    """int64 (B, offset): 0 at the padding of a batch of prompts of different lengths (the step
+    graph's ``attention_mask``); None when no row had padding."""
+    position_offset: np.ndarray | None = None
+    """int64 (B,): each row's padding count, subtracted from its positions (``position_offset``)."""
 
     @property
     def pasts(self) -> dict:
@@ -50,6 +59,7 @@ class OnnxDecoder:
         self.eos_ids = vocab.stop_ids
         self.model, self.session = model, model.sessions["decoder"]
         self.inputs = {i.name: i for i in self.session.get_inputs()}
+        self._masks = "attention_mask" in self.inputs
         outputs = {o.name: o for o in self.session.get_outputs()}
         self.presents = [name for name in outputs if name.startswith("present.")]
         self.pasts = [name.replace("present.", "past.", 1) for name in self.presents]
@@ -72,11 +82,22 @@ class OnnxDecoder:
         rows = np.arange(batch, dtype=np.int64)
         return DeviceState(values, rows, rows, 0)
 
-    def step(self, state: DeviceState, tokens: np.ndarray, k: int):
-        values, ids, state = self.run(state, tokens, ["top_values", "top_ids"], k)
+    @property
+    def takes_masks(self) -> bool:
+        """The step graph takes ``attention_mask`` and ``position_offset`` (``graphs``): prompts
+        of different lengths decode in one left-padded batch."""
+        return self._masks
+
+
+    def step(self, state: DeviceState, tokens: np.ndarray, k: int, mask: np.ndarray | None = None):
+        if mask is not None:  # a left-padded batch of prompts: keys masked, positions shifted per row
+            state = replace(state, key_mask=np.zeros((len(tokens), state.offset), np.int64),
+                            position_offset=(~mask).sum(1).astype(np.int64))
+        values, ids, state = self.run(state, tokens, ["top_values", "top_ids"], k, mask)
         return values, ids, state
 
-    def run(self, state: DeviceState, tokens: np.ndarray, outputs: list[str], k: int = 1):
+    def run(self, state: DeviceState, tokens: np.ndarray, outputs: list[str], k: int = 1,
+            mask: np.ndarray | None = None):
         """Feed ``tokens`` (B, L); return the named outputs (copied to the host), then the
         next state, whose pasts are this step's presents, still on the device."""
         b = self.binding
@@ -85,6 +106,13 @@ class OnnxDecoder:
         b.bind_cpu_input("beam_rows", state.rows)
         if "offset" in self.inputs:
             b.bind_cpu_input("offset", np.array(state.offset, np.int64))
+        key_mask = state.key_mask
+        if key_mask is not None:
+            new = np.ones(tokens.shape, np.int64) if mask is None else mask.astype(np.int64)
+            key_mask = np.ascontiguousarray(np.concatenate([key_mask, new], 1))
+        if self.takes_masks:  # bound every step: a binding outlives the search that made it
+            b.bind_cpu_input("attention_mask", NO_PADDING[0] if key_mask is None else key_mask)
+            b.bind_cpu_input("position_offset", NO_PADDING[1] if key_mask is None else state.position_offset)
         for name, value in state.values.items():
             b.bind_ortvalue_input(name, value)
         b.clear_binding_outputs()  # fresh outputs: ORT must not write into last step's presents
@@ -97,7 +125,8 @@ class OnnxDecoder:
         host = [value.numpy() for value in results[: len(outputs)]]
         values = state.values | dict(zip(self.pasts, results[len(outputs):]))
         rows = np.arange(len(tokens), dtype=np.int64)
-        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1]))
+        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1], key_mask,
+                                   state.position_offset))
 
     def select(self, state: DeviceState, rows: np.ndarray, cross: bool) -> DeviceState:
         """Pasts: only the row map changes (the next step gathers them). Per-source values
@@ -113,7 +142,8 @@ class OnnxDecoder:
             if not np.array_equal(kept, np.arange(state.sources[-1] + 1)):
                 values = values | self._take({n: values[n] for n in self.shared}, kept)
             sources = np.repeat(np.arange(len(first)), len(sources) // len(first))
-        return DeviceState(values, np.ascontiguousarray(state.rows[rows]), sources, state.offset)
+        masks = (None if m is None else np.ascontiguousarray(m[rows]) for m in (state.key_mask, state.position_offset))
+        return DeviceState(values, np.ascontiguousarray(state.rows[rows]), sources, state.offset, *masks)
 
     def _take(self, values: dict, rows: np.ndarray) -> dict:
         """``values``' rows ``rows``, gathered on the device by a graph of Gathers."""

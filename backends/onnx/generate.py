@@ -43,7 +43,8 @@ from tfspec.ir import Graph
 
 from .builder import Builder
 from .graphs import emit
-from .search_graph import NEG_INF, among, beam_constants, beam_step
+from . import search_loops
+from .search_graph import beam_constants
 
 OPTIONAL = {"min_length": 0, "max_extra": 2**30}
 """Optional inputs (graph inputs with an initializer) and their defaults; 2**30: no bound (within int32,
@@ -77,19 +78,17 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
         inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, []))
         b.initializers[name] = numpy_helper.from_array(np.array(default, np.int64), name)
     s = _Setup(b, spec, encoder is not None)
+    shared = {}
     if encoder is not None:
-        names = {"src": s.ids} | {o.name: o.name for o in encoder.output if o.name != "memory"}
+        shared = {o.name: (o.type.tensor_type.elem_type, len(o.type.tensor_type.shape.dim))
+                  for o in encoder.output if o.name != "memory"}
+        names = {"src": s.ids} | {name: name for name in shared}
         if any(i.name == "segments" for i in encoder.input):  # one segment, as OnnxModel.run feeds it
             names["segments"] = b.op("Mul", s.ids, b.const(np.int64(0)))
         b.nodes += _inline(encoder, "encoder", names, b)
-    body, carried, initial = _loop(b, s, step)
-    nodes, true = b.nodes, b.const(np.bool_(True))
-    initializers = _dedupe(list(b.initializers.values()), [nodes, body.node], keep=set(OPTIONAL))
-    final = {"result": "sequences", "length": "sequences_lengths"}
-    outs = [final.get(name, f"generate/final.{name}") for name, _ in carried]
-    nodes.append(helper.make_node("Loop", [s.trips, true, *initial], outs, name="generate/Loop", body=body))
-    nodes.append(helper.make_node("Cast", ["generate/final.best"], ["sequences_scores"], to=TensorProto.FLOAT,
-                                  name="generate/scores"))
+    *_, best = search_loops.search(b, s, step, shared, lambda graph, prefix, names: _inline(graph, prefix, names, b))
+    nodes = b.nodes + [helper.make_node("Cast", [best], ["sequences_scores"], to=TensorProto.FLOAT, name="generate/scores")]
+    initializers = _dedupe(list(b.initializers.values()), nodes, keep=set(OPTIONAL))
     outputs = [helper.make_tensor_value_info("sequences", TensorProto.INT64, ["batch", "out_len"]),
                helper.make_tensor_value_info("sequences_scores", TensorProto.FLOAT, ["batch"]),
                helper.make_tensor_value_info("sequences_lengths", TensorProto.INT64, ["batch"])]
@@ -100,8 +99,8 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
 
 
 class _Setup:
-    """What the graph computes once, before the loop: clean ids, k, each sentence's limit,
-    per-step tables and the first tokens (names of graph values)."""
+    """What the graph computes once, before the search: clean ids, k, each sentence's limit,
+    per-step tables, a decoder-only model's prompts (names of graph values)."""
 
     def __init__(self, b: Builder, spec, encoder: bool):
         vocab = spec.vocab
@@ -115,29 +114,18 @@ class _Setup:
         if positions is not None:  # the first step's tokens fit the positions: a prompt leaves one for bos
             ids = b.op("Slice", ids, b.ints(0), b.ints(positions - (0 if self.encoder else 1)), b.ints(1))
         self.ids, self.n = ids, b.shape_of(ids, 0)
-        k = b.op("Max", "num_beams", i64(1))
-        self.beam = beam_constants(b, self.n, k, vocab.stop_ids)
-        self.rows = b.op("Mul", self.n, k)  # N = n * k decoder rows, a sentence's k hypotheses together
-        self.lines = b.op("Mul", b.op("Range", i64(0), self.n, i64(1)), k)  # (n,): each sentence's first row
-        self.pad_column = b.op("Expand", b.const(np.full((1, 1), vocab.pad_id, np.int64)),
-                               b.op("Concat", unsq(self.n), b.ints(1), axis=0))
+        self.beam = beam_constants(b, self.n, b.op("Max", "num_beams", i64(1)), vocab.stop_ids)
         self.limits = self._limits(b, positions)
-        self.trips = b.op("ReduceMax", self.limits, keepdims=0)
-        self._tables(b, k, vocab.tgt_size)
-        bos = b.op("Expand", b.const(np.full((1, 1), vocab.bos_id, np.int64)),
-                   b.op("Concat", unsq(self.rows if self.encoder else self.n), b.ints(1), axis=0))
-        if self.encoder:
-            self.first = bos
-        else:  # bos then the prompt, as `tfspec translate` feeds a decoder-only model; each row k times
-            prompt = b.op("Concat", bos, ids, axis=1)
-            spread = b.op("Expand", b.op("Unsqueeze", prompt, b.ints(1)),
-                          b.op("Concat", unsq(self.n), unsq(k), b.op("Shape", prompt, start=1, end=2), axis=0))
-            self.first = b.op("Reshape", spread, b.op("Concat", unsq(self.rows), b.ints(-1), axis=0))
+        self._tables(b, vocab.tgt_size)
+        if not self.encoder:  # bos then the prompt, as `tfspec translate` feeds a decoder-only model
+            bos = b.op("Expand", b.const(np.full((1, 1), vocab.bos_id, np.int64)),
+                       b.op("Concat", unsq(self.n), b.ints(1), axis=0))
+            self.prompt = b.op("Concat", bos, ids, axis=1)
 
     def _limits(self, b: Builder, positions: int | None) -> str:
         """Each sentence's most output tokens (``tfspec.search._limits``), capped where positions
         are bounded so that the last token fed sits at position positions - 1 at most; 0 for an
-        empty source (such a sentence is never alive)."""
+        empty source (such a sentence is never decoded)."""
         i64 = lambda v: b.const(np.int64(v))  # noqa: E731
         if self.encoder:
             length = b.op("ReduceSum", b.op("Cast", b.op("Not", b.op("Equal", self.ids, i64(self.vocab.pad_id))),
@@ -153,102 +141,21 @@ class _Setup:
         fed = i64(1) if self.encoder else b.op("Add", b.shape_of(self.ids, 1), i64(1))  # the first step's tokens
         return b.op("Min", limits, b.op("Sub", i64(positions + 1), fed))
 
-    def _tables(self, b: Builder, k: str, vocab: int) -> None:
+    def _tables(self, b: Builder, vocab: int) -> None:
         """Per-step values, one row per step t (the loop gathers row t): whether end of sequence
-        is still banned, the top-k width to ask the step for, each sentence's ``at_limit`` and the
-        length penalty of length t + 1."""
+        is still banned, the top-k width to ask the step for, the length penalty of length t + 1."""
         i64 = lambda v: b.const(np.int64(v))  # noqa: E731
-        steps = b.op("Range", i64(0), self.trips, i64(1))
+        steps = b.op("Range", i64(0), b.op("ReduceMax", self.limits, keepdims=0), i64(1))
         self.early = b.op("Less", steps, "min_length")
         banned = b.op("Add", b.op("Mul", b.op("Cast", self.early, to=TensorProto.INT64), i64(len(self.beam.stops))),
                       i64(int(self.pad_banned)))
         # 2k candidates always leave k words; the decoders' clamp to the vocabulary
         self.widths = b.op("Unsqueeze", b.op("Min", b.op("Add", self.beam.two_k, banned), i64(vocab)), b.ints(1))
-        later = b.op("Unsqueeze", b.op("Add", steps, i64(1)), b.ints(1))
-        self.at_limits = b.op("GreaterOrEqual", later, b.op("Unsqueeze", self.limits, b.ints(0)))  # (steps, n)
         f64 = lambda v: b.const(np.float64(v), np.float64)  # noqa: E731
         alpha = b.op("Div", b.op("Round", b.op("Mul", b.op("Cast", "length_penalty", to=TensorProto.DOUBLE),
                                                f64(ALPHA_DIGITS))), f64(ALPHA_DIGITS))
         self.penalties = b.op("Pow", b.op("Div", b.op("Cast", b.op("Add", steps, i64(6)), to=TensorProto.DOUBLE),
                                           f64(6)), alpha)  # ((5 + t + 1) / 6) ** alpha
-
-
-def _loop(b: Builder, s: _Setup, step: onnx.GraphProto):
-    """The Loop body: one decoding step, then ``beam_step`` and ``_beam``'s bookkeeping. Returns
-    the body, the loop-carried (name, element type) pairs and their initial values."""
-    pasts = [i for i in step.input if i.name.startswith("past.")]
-    offset = [("offset", TensorProto.INT64)] if any(i.name == "offset" for i in step.input) else []
-    carried = [("tokens", TensorProto.INT64), *[(p.name, p.type.tensor_type.elem_type) for p in pasts],
-               ("beam_rows", TensorProto.INT64), *offset, ("scores", TensorProto.DOUBLE),
-               ("finished", TensorProto.INT64), ("best", TensorProto.DOUBLE), ("result", TensorProto.INT64),
-               ("length", TensorProto.INT64), ("hyps", TensorProto.INT64), ("alive", TensorProto.BOOL)]
-    initial = _initial(b, s, pasts, bool(offset))
-    outer, b.nodes = b.nodes, []
-    v, t = {name: f"loop/{name}" for name, _ in carried}, "loop/t"
-    i64 = lambda x: b.const(np.int64(x))  # noqa: E731
-    row_t = lambda table: b.op("Gather", table, t, axis=0)  # noqa: E731
-    width, early = row_t(s.widths), row_t(s.early)
-    names = {"tgt": v["tokens"], "beam_rows": v["beam_rows"], "top_k": width}
-    names |= {"offset": v["offset"]} if offset else {}
-    names |= {p.name: v[p.name] for p in pasts}
-    names |= {i.name: i.name for i in step.input if i.name.startswith("cross.") or i.name == "memory_bias"}
-    b.nodes += _inline(step, "step", names, b)
-    ids, banned = "step/top_ids", b.op("And", among(b, "step/top_ids", s.beam.stops), early)
-    if s.pad_banned:
-        banned = b.op("Or", banned, b.op("Equal", ids, i64(s.vocab.pad_id)))
-    values = b.op("Where", banned, b.const(NEG_INF, np.float64), b.op("Cast", "step/top_values", to=TensorProto.DOUBLE))
-    step_ = beam_step(b, s.beam, v["scores"], values, ids, width, v["finished"], row_t(s.at_limits), row_t(s.penalties))
-    alive = v["alive"]
-    improved = b.op("And", alive, b.op("Greater", step_.best, v["best"]))
-    kept = b.op("Gather", v["hyps"], b.op("Add", s.lines, b.op("Squeeze", step_.best_row, b.ints(1))), axis=0)
-    rows = b.op("Reshape", b.op("Add", b.op("Unsqueeze", s.lines, b.ints(1)), step_.rows), b.ints(-1))
-    tokens = b.op("Reshape", step_.tokens, b.ints(-1, 1))
-    updated = {
-        "tokens": tokens, "beam_rows": rows, "scores": step_.scores,
-        "finished": b.op("Add", v["finished"], step_.ended),
-        "best": b.op("Where", alive, b.op("Max", v["best"], step_.best), v["best"]),
-        "result": b.op("Where", b.op("Unsqueeze", improved, b.ints(1)), b.op("Concat", kept, step_.best_token, axis=1),
-                       b.op("Concat", v["result"], s.pad_column, axis=1)),
-        "length": b.op("Where", improved, b.op("Add", t, b.op("Cast", b.op("Squeeze", step_.cut, b.ints(1)),
-                                                               to=TensorProto.INT64)), v["length"]),
-        "hyps": b.op("Concat", b.op("Gather", v["hyps"], rows, axis=0), tokens, axis=1),
-        "alive": b.op("And", alive, step_.going),
-    } | {p.name: "step/" + p.name.replace("past.", "present.", 1) for p in pasts}
-    if offset:
-        updated["offset"] = b.op("Add", v["offset"], b.shape_of(v["tokens"], 1))
-    going = b.op("Greater", b.op("ReduceMax", b.op("Cast", updated["alive"], to=TensorProto.INT64), keepdims=0), i64(0))
-    ranks = {"tokens": 2, "scores": 2, "result": 2, "hyps": 2, "offset": 0}
-    ranks |= {p.name: len(p.type.tensor_type.shape.dim) for p in pasts}
-    info = lambda name, elem, rank=1: helper.make_tensor_value_info(name, elem, [None] * rank)  # noqa: E731
-    body = helper.make_graph(b.nodes, "step", [info(t, TensorProto.INT64, 0), info("loop/cond", TensorProto.BOOL, 0)]
-                             + [info(v[n], e, ranks.get(n, 1)) for n, e in carried],
-                             [info(going, TensorProto.BOOL, 0)] + [info(updated[n], e, ranks.get(n, 1))
-                                                                   for n, e in carried])
-    b.nodes = outer
-    return body, carried, initial
-
-
-def _initial(b: Builder, s: _Setup, pasts, offset: bool) -> list[str]:
-    """The loop-carried values before the first step, in ``_loop``'s order: empty pasts (zero
-    windows and states), each row continuing itself, only a sentence's first copy alive
-    (``tfspec.search._beam``: scores 0, -inf, ...), no hypothesis finished yet."""
-    i64, unsq = (lambda x: b.const(np.int64(x))), (lambda x: b.op("Unsqueeze", x, b.ints(0)))
-    out = [s.first]
-    for p in pasts:
-        dims = [d.dim_param or d.dim_value for d in p.type.tensor_type.shape.dim][1:]
-        shape = b.op("Concat", unsq(s.rows), b.ints(*[0 if isinstance(d, str) else d for d in dims]), axis=0)
-        zero = np.zeros(1, helper.tensor_dtype_to_np_dtype(p.type.tensor_type.elem_type))
-        out.append(b.op("ConstantOfShape", shape, value=numpy_helper.from_array(zero)))
-    out += [b.op("Range", i64(0), s.rows, i64(1))] + ([i64(0)] if offset else [])
-    first_copy = b.op("Where", b.op("Equal", s.beam.columns, i64(0)), b.const(np.float64(0), np.float64),
-                      b.const(NEG_INF, np.float64))  # (k,)
-    n_1 = unsq(s.n)
-    empty = lambda rows: b.op("ConstantOfShape", b.op("Concat", unsq(rows), b.ints(0), axis=0),  # noqa: E731
-                              value=numpy_helper.from_array(np.zeros(1, np.int64)))
-    out += [b.op("Expand", first_copy, b.op("Concat", n_1, s.beam.k_1d, axis=0)), b.op("Expand", i64(0), n_1),
-            b.op("Expand", b.const(NEG_INF, np.float64), n_1), empty(s.n), b.op("Expand", i64(0), n_1),
-            empty(s.rows), b.op("Greater", s.limits, i64(0))]
-    return out
 
 
 def _inline(graph: onnx.GraphProto, prefix: str, names: dict[str, str], b: Builder) -> list:
@@ -269,10 +176,10 @@ def _inline(graph: onnx.GraphProto, prefix: str, names: dict[str, str], b: Build
     return list(graph.node)
 
 
-def _dedupe(initializers: list, node_lists: list, keep: set[str]) -> list:
+def _dedupe(initializers: list, nodes: list, keep: set[str]) -> list:
     """One initializer per distinct tensor (weights the encoder and the step share, such as a tied
-    embedding, and equal constants such as a sinusoid table), its readers pointed at it; ``keep``
-    (inputs' defaults) stay as they are."""
+    embedding, and equal constants such as a sinusoid table), its readers pointed at it, in the
+    Loop bodies too; ``keep`` (inputs' defaults) stay as they are."""
     first: dict[tuple, str] = {}
     alias: dict[str, str] = {}
     out = []
@@ -284,7 +191,12 @@ def _dedupe(initializers: list, node_lists: list, keep: set[str]) -> list:
         if tensor.name not in keep:
             first[key] = tensor.name
         out.append(tensor)
-    for nodes in node_lists:
+
+    def point(nodes) -> None:
         for node in nodes:
             node.input[:] = [alias.get(x, x) for x in node.input]
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    point(attribute.g.node)
+    point(nodes)
     return out

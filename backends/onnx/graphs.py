@@ -15,6 +15,11 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              search reorders the state inside the graph. ``cross.*`` and ``memory_bias``
              have one row per source (``src_batch``); the batch's rows come in equal groups,
              one per source, in order (a sentence's hypotheses), which share its rows.
+             Decoder-only models' step graphs whose padding masks alone hide
+             (``Graph.masks_padding``) also take ``attention_mask`` (batch, total_len), 0 at
+             padded keys, and ``position_offset`` (batch,), subtracted from each row's positions:
+             a batch of prompts of different lengths, left-padded, decodes in one batch
+             (without padding: ones and zeros, which broadcast from (1, 1) and (1,)).
 ``decoder_static``  the same step over shapes that stay fixed from step to step, so onnxruntime
              can capture it as a CUDA graph: each self-attention past is a preallocated
              ``max_len`` cache into which the step writes its keys/values at ``offset`` (1,)
@@ -52,6 +57,10 @@ class Emit:
         self.bias: dict[str, str] = {}
         self._cache: dict = {}
         self._offset: str | None = None
+        self.key_pads: dict[str, str] = {}
+        """Sequence symbol -> bool (B, total), True at padded keys of a step graph's cache."""
+        self.shift: str | None = None
+        """int64 (B,) or (1,): subtracted from a step graph's target positions (``position_offset``)."""
         self.lengths: dict[str, str] = {}
         """Sequence symbol -> int64 scalar length, read from its token input (a flat view of a
         sequence no longer shows it)."""
@@ -121,7 +130,12 @@ class Emit:
             return self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
                 "Range", self.b.const(np.int64(0)), length, self.b.const(np.int64(1)))))
         start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
-        return self.b.op("Range", start, self.b.op("Add", start, length), self.b.const(np.int64(1)))
+        positions = self.b.op("Range", start, self.b.op("Add", start, length), self.b.const(np.int64(1)))
+        if self.shift is None or seq != "T":
+            return positions
+        return self.cached("row_positions", lambda: self.b.op("Max", self.b.op(  # (B, L): each row's own
+            "Sub", self.b.op("Unsqueeze", positions, self.b.ints(0)), self.b.op("Unsqueeze", self.shift, self.b.ints(1))),
+            self.b.const(np.int64(0))))
 
     def offset(self) -> str:
         """Target positions already decoded: the past length of the first self-attention that
@@ -141,9 +155,10 @@ class Emit:
 
     def key_bias(self, seq: str) -> str | None:
         """Additive (B, 1, 1, L) mask: a large negative value at padded keys."""
-        if seq not in self.bias and seq in self.pads:
+        pads = self.pads.get(seq) or self.key_pads.get(seq)
+        if seq not in self.bias and pads is not None:
             b = self.b
-            self.bias[seq] = b.op("Unsqueeze", b.op("Where", self.pads[seq], b.neg(), b.const(0.0)), b.ints(1, 2))
+            self.bias[seq] = b.op("Unsqueeze", b.op("Where", pads, b.neg(), b.const(0.0)), b.ints(1, 2))
         return self.bias.get(seq)
 
     def mask(self, layer, q_seq: str, kv_seq: str, q: str, k: str) -> str | None:
@@ -152,6 +167,9 @@ class Emit:
         key = (layer, q_seq, kv_seq)
         if key not in self._cache:
             b, bias = self.b, self.key_bias(kv_seq)
+            if bias is not None and kv_seq in self.key_pads and layer.band() is not None:  # keys it kept
+                bias = b.op("Slice", bias, b.op("Unsqueeze", b.op("Neg", b.shape_of(k, 2)), b.ints(0)),
+                            b.ints(2**62), b.ints(3))
             rows, cols = (Index(b, t) for t in self.grid(q_seq, kv_seq, q, k))
             visible = layer.visible(rows, cols)
             if self.static and q_seq == kv_seq:  # slots not yet written hold stale values
@@ -247,6 +265,15 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     return b.model(metadata or {})
 
 
+def _row_inputs(e: Emit) -> None:
+    """A step graph's ``attention_mask`` and ``position_offset`` (module docstring). Required
+    inputs, not initializers onnxruntime could default: IO binding cannot bind those."""
+    b = e.b
+    mask = b.input("attention_mask", ["batch", "total_len"], TensorProto.INT64)
+    e.key_pads["T"] = b.op("Equal", mask, b.const(np.int64(0)))
+    e.shift = b.input("position_offset", ["batch"], TensorProto.INT64)
+
+
 ROWWISE = {"add", "dropout", "dense", "ffn", "layer_norm", "rms_norm", "attention", "act", "act_state", "projection"}
 """IR ops that treat every position alike (attention reads the sequence through its own
 reshapes): they take and give the residual stream's flat (B * L, d) view. Every other op gets
@@ -278,6 +305,9 @@ def _tokens(e: Emit, node) -> str:
     tokens = b.input(node.name, ["batch", length], TensorProto.INT64)
     if seq not in e.lengths:
         e.lengths[seq] = b.shape_of(tokens, 1)
+    decoder_only = e.graph.spec.family == "decoder-only"
+    if e.kind == "step" and not e.static and decoder_only and e.graph.masks_padding("decoder"):
+        _row_inputs(e)
     if e.kind != "step" and not node.attrs.get("optional"):
         vocab = e.graph.spec.vocab
         pads = b.op("Equal", tokens, b.const(np.int64(vocab.pad_id)))

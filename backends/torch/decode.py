@@ -27,8 +27,11 @@ class TorchDecoder:
         pad = src == self.pad
         return DecodeState(memory=memory, src_padding=pad if bool(pad.any()) else None)
 
-    takes_masks = True
-    """``step`` takes a prompt batch's mask (``tfspec.search.search``'s ``prefix_mask``)."""
+    @property
+    def takes_masks(self) -> bool:
+        """``step`` takes a prompt batch's mask (``tfspec.search.search``'s ``prefix_mask``)
+        where masks alone hide padding (``Graph.masks_padding``)."""
+        return self.model.graph.masks_padding("decoder")
 
     @torch.inference_mode()
     def step(self, state: DecodeState, tokens: np.ndarray, k: int, mask: np.ndarray | None = None):

@@ -106,6 +106,14 @@ class Graph:
         """Each tied use ``<node>.<role>`` -> the canonical parameter it shares."""
         return {f"{n.name}.{role}": p for n in self.nodes() for role, p in n.params.items() if not n.owns(role)}
 
+    def masks_padding(self, stack: str) -> bool:
+        """Whether padding inside ``stack``'s rows is hidden by attention masks alone: no op
+        there mixes positions otherwise (convolutions, recurrences, halting, image and step
+        positions), so prompts of different lengths may share a left-padded batch."""
+        mixing = {"conv", "recurrent", "act", "act_state", "timestep", "image_positional", "local_2d"}
+        return not any(n.op in mixing or (n.layer is not None and n.layer.kind == "local_2d_self_attention")
+                       for n in self.nodes() if n.stack == stack)
+
     def needed(self, fed: set[str] | tuple[str, ...], targets) -> set[str]:
         """Ops on the paths into ``targets`` that stop at ``fed`` ops (which are included):
         what a backend must run, or declare as inputs, to compute ``targets``."""
