@@ -107,6 +107,18 @@ def test_counts_by_hand():
     assert row.forward == 2 * 10 * D * 8 + 2 * 3 * 2 * 10 * D * F + 3 * 2 * 10 * D * F + 2 * 10 * D
 
 
+def test_report_gives_active_parameters_by_hand(cli):
+    """Mixtral 8x7B: each token runs 2 of 8 SwiGLU experts (3 x 4096 x 14336 each) in each of
+    32 layers, so 6 experts per layer are idle: about 12.9B active, as Jiang et al. report."""
+    import json
+
+    code, out, _ = cli("report", "zoo/mixtral-8x7b", "--format", "json")
+    params = json.loads(out)["params"]
+    assert code == 0 and params["active"] == params["total"] - 32 * 6 * 3 * 4096 * 14336 == 12_879_925_248
+    code, out, _ = cli("report", "zoo/mixtral-8x7b")
+    assert "12,879,925,248 active per token" in out.splitlines()[0]
+
+
 def test_mixtral_8x7b_has_transformers_count():
     spec = load_spec("zoo/mixtral-8x7b")
     config = transformers.MixtralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336,

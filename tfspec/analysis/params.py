@@ -17,17 +17,22 @@ class ParamReport:
     """Section (embeddings, encoder, decoder, output) -> component -> count."""
     tied: dict[str, str]
     """``<node>.<role>`` that reuses another node's parameter -> that parameter."""
+    active: int
+    """Parameters each token uses: the total less a mixture of experts' unchosen experts."""
 
     def to_json(self) -> dict:
         params = {name: {**parts, "total": sum(parts.values())} for name, parts in self.sections.items()}
-        return {"total": self.total, **params, "tied": self.tied}
+        return {"total": self.total, "active": self.active, **params, "tied": self.tied}
 
 
 def analyze_params(graph: Graph) -> ParamReport:
     """Count every IR parameter once, under the section and component of the op that owns it."""
     sections: dict[str, dict[str, int]] = {}
+    idle = 0
     for node in graph.nodes():
         owned = sum(graph.params[p].numel for role, p in node.params.items() if node.owns(role))
+        if node.layer is not None:
+            idle += node.layer.idle({role: graph.params[p].numel for role, p in node.params.items() if node.owns(role)})
         if node.component in ("embedding", "positional"):
             section = "embeddings"
         else:
@@ -35,4 +40,4 @@ def analyze_params(graph: Graph) -> ParamReport:
         if owned or node.component in ("embedding", "projection"):
             parts = sections.setdefault(section, {})
             parts[node.component] = parts.get(node.component, 0) + owned
-    return ParamReport(graph.name, graph.num_params, sections, graph.tied())
+    return ParamReport(graph.name, graph.num_params, sections, graph.tied(), graph.num_params - idle)

@@ -81,6 +81,8 @@ def cmd_report(args) -> int:
     dims = (f"{spec.family}; d_model {spec.d_model}, heads {spec.heads}{kv}, d_k {spec.d_k}, d_v {spec.d_v}, "
             f"d_ff {spec.d_ff}; " + ", ".join(f"{n} {s.num_layers} layers" for n, s in spec.stacks))
     heading = f"{spec.name}: {report.total:,} parameters ({millions(report.total)})"
+    if report.active != report.total:  # a mixture of experts: each token runs top_k of E
+        heading += f", {report.active:,} active per token ({millions(report.active)})"
     if args.format == "markdown":
         print(f"### {heading}\n\n{dims}\n")
     else:

@@ -67,6 +67,11 @@ class Sublayer(SpecModel):
         node records); itself unless overridden."""
         return self
 
+    def idle(self, params: dict[str, int]) -> int:
+        """How many of this layer's parameters (``params``: role -> count) a token leaves unused
+        (a mixture of experts' unchosen experts): what active-parameter counts leave out."""
+        return 0
+
     def lower(self, b: LayerBuilder, name: str, x: str) -> str:
         """Add this layer's op(s) to the IR reading node ``x``; return the output node."""
         raise NotImplementedError

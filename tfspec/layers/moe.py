@@ -72,6 +72,11 @@ class MixtureOfExperts(Sublayer):
         layer._filled = frozenset(k for k in (*inherited, "shared_d_ff") if getattr(self, k) is None)
         return layer
 
+    def idle(self, params: dict[str, int]) -> int:
+        """The routed experts a token does not run: (E - top_k) / E of w_1, w_2 and w_3."""
+        routed = sum(params.get(role, 0) for role in ("w_1", "w_2", "w_3"))
+        return routed * (self.experts - self.top_k) // self.experts
+
     def flops(self, s, dense=False):
         """Per position: the router (d x E), top_k experts and the shared network, each
         2 (or 3 when gated) d x width products; a token's work, not the E experts' weights."""

@@ -1,0 +1,112 @@
+"""Mixture-of-experts in ONNX: the emitted graph (each expert runs on the rows routed to it)
+against the formulation that runs every expert on every row and weights the outputs by the
+router's (mostly zero) probabilities, on the same Mixtral-shaped model and weights.
+
+Both exports come from one spec and one set of random weights; the dense one swaps in the
+lowering written below (the baseline, kept here, not in tfspec). Decoding steps (one new token
+per row after ``--past`` cached positions) and a prompt pass (``--prompt`` tokens, the ``model``
+graph) alternate within each round; medians and their ratios are printed.
+
+    python tools/bench_moe.py                     # d_model 512, 8 experts of 1792, top 2, 4 layers
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_step import feeds  # noqa: E402
+
+from tfspec.backends.onnx import export  # noqa: E402
+from tfspec.backends.onnx import lowerings  # noqa: E402
+from tfspec.backends.onnx.moe import _ffn, route  # noqa: E402
+from tfspec.backends.torch import build_module  # noqa: E402
+from tfspec.spec import Spec  # noqa: E402
+
+
+def dense(e, node, x):
+    """Every expert on every row, (E, N, d), summed with the router's weights scattered into (N, E)."""
+    b, a, p = e.b, node.attrs, node.params
+    d = b.weights[p["w_router"]].shape[1]
+    flat = b.rows(x, d)
+    top, chosen = route(b, a, flat, p["w_router"])
+    zeros = b.op("Mul", b.linear(flat, p["w_router"]), b.const(0.0))  # (N, E)
+    weights = b.op("ScatterElements", zeros, chosen, top, axis=1)
+    every = [_ffn(b, a, flat, *(b.const(b.weights[p[r]][i]) if r in p else None for r in ("w_1", "w_3", "w_2")))
+             for i in range(a["experts"])]
+    stacked = b.op("Concat", *[b.op("Unsqueeze", y, b.ints(0)) for y in every], axis=0)  # (E, N, d)
+    y = b.op("ReduceSum", b.op("Mul", stacked, b.op("Unsqueeze", b.op("Transpose", weights, perm=[1, 0]),
+                                                    b.ints(2))), b.ints(0), keepdims=0)
+    b.flat.add(y)
+    return y if x in b.flat else b.sequence(y, d)
+
+
+def spec(args) -> Spec:
+    return Spec.model_validate({
+        "name": "mixtral-shaped", "family": "decoder-only", "vocab": 8000, "d_model": args.d_model, "heads": 8,
+        "kv_heads": 2, "d_ff": args.d_ff, "gated": True, "activation": "silu", "bias": False, "norm": "pre",
+        "norm_type": "rms", "dropout": 0.0, "positional": {"kind": "rotary", "max_len": 4096},
+        "decoder": {"layers": args.layers, "block": ["causal_self_attention",
+                                                     {"kind": "moe", "experts": args.experts, "top_k": args.top_k}]}})
+
+
+def _once(run, repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        run()
+    return (time.perf_counter() - start) / repeats * 1e3
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--d-model", type=int, default=512)
+    p.add_argument("--d-ff", type=int, default=1792)
+    p.add_argument("--experts", type=int, default=8)
+    p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--past", type=int, default=32)
+    p.add_argument("--prompt", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--threads", type=int, default=2)
+    args = p.parse_args()
+    model = build_module(spec(args)).eval()
+    directories = [Path(tempfile.mkdtemp(prefix=f"moe-{kind}-")) for kind in ("routed", "dense")]
+    export(model, directories[0], parity=False)
+    routed, lowerings.LOWERINGS["moe"] = lowerings.LOWERINGS["moe"], dense
+    try:
+        export(model, directories[1], parity=False)
+    finally:
+        lowerings.LOWERINGS["moe"] = routed
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = args.threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    print(f"{model.graph.num_params:,} parameters; {args.experts} experts of {args.d_ff}, top {args.top_k}, "
+          f"{args.layers} layers, d_model {args.d_model}; {args.threads} threads")
+    print("ms, median of rounds   routed experts   every expert   every/routed")
+    for label, graph, batch in [("step, batch 1", "decoder", 1), ("step, batch 8", "decoder", 8),
+                                ("step, batch 32", "decoder", 32), (f"prompt of {args.prompt}", "model", 1)]:
+        sessions = [ort.InferenceSession(str(d / f"{graph}.onnx"), options) for d in directories]
+        if graph == "decoder":
+            inputs = [feeds(s, batch, args.past) for s in sessions]
+            runs = [lambda s=s, i=i: s.run(["top_ids"], i) for s, i in zip(sessions, inputs)]
+        else:
+            tokens = {"tgt": np.random.default_rng(0).integers(4, 8000, (1, args.prompt))}
+            runs = [lambda s=s: s.run(["logits"], tokens) for s in sessions]
+        times: list[list[float]] = [[], []]
+        for _ in range(args.rounds):
+            for i, run in enumerate(runs):
+                times[i].append(_once(run, 10 if graph == "decoder" else 2))
+        ours, theirs = (statistics.median(t) for t in times)
+        print(f"{label:22s} {ours:15.3f} {theirs:14.3f} {theirs / ours:13.2f}x")
+
+
+if __name__ == "__main__":
+    main()
