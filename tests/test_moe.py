@@ -98,6 +98,24 @@ def test_moe_trains():
     assert {"w_router", "w_1", "w_2", "w_3"} <= moved
 
 
+def test_router_losses_equal_transformers_load_balancing_and_by_hand():
+    """Training adds balance x transformers' load_balancing_loss_func (per token, so times the
+    real tokens: the loss is a sum over tokens) plus z_loss x sum of logsumexp(logits)^2;
+    padded positions count in neither."""
+    from transformers.models.mixtral.modeling_mixtral import load_balancing_loss_func
+
+    model, moe = block(moe_spec(experts=4, top_k=2, balance=0.5, z_loss=0.25))
+    x = torch.randn(2, 6, D)
+    pad = torch.zeros(2, 6, dtype=torch.bool)
+    pad[1, 4:] = True
+    ctx = RunContext(training=True, padding={"T": pad})
+    moe(ctx, x)
+    logits = (x.reshape(-1, D) @ moe.w_router.T)[~pad.reshape(-1)]
+    balance = load_balancing_loss_func((logits,), 4, 2)
+    z = torch.logsumexp(logits, -1).square().sum()
+    torch.testing.assert_close(ctx.aux_losses[0], 0.5 * balance * 10 + 0.25 * z, rtol=1e-5, atol=0)
+
+
 def test_counts_by_hand():
     spec = moe_spec(experts=8, top_k=2, shared=1, shared_gate=True)
     dense = Spec.model_validate(spec.model_dump() | {"decoder": {"layers": 2, "block": ["causal_self_attention", "ffn"]}})

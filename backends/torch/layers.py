@@ -152,7 +152,7 @@ class AdaptiveComputationTime(OpModule):
         if self.last and self.penalty:  # the ponder cost (steps + remainder) of non-padded positions
             pad = ctx.padding.get(self.seq)
             cost = updates + remainders
-            ctx.ponder.append(self.penalty * (cost if pad is None else cost.masked_fill(pad, 0.0)).sum())
+            ctx.aux_losses.append(self.penalty * (cost if pad is None else cost.masked_fill(pad, 0.0)).sum())
         return torch.cat([state, halting[..., None], remainders[..., None], updates[..., None]], -1)
 
 

@@ -87,8 +87,9 @@ class RunContext:
     """Sequence symbol (S, T) -> bool (B, L), True at padding; None when nothing is padded."""
     state: DecodeState | None = None
     """Set when decoding incrementally: the new target tokens follow ``state.offset`` others."""
-    ponder: list = field(default_factory=list)
-    """Weighted ponder costs of adaptive-computation stacks, for the training loss."""
+    aux_losses: list = field(default_factory=list)
+    """Terms the training loss adds (summed over tokens, as the loss is): adaptive computation's
+    ponder cost, a mixture of experts' load-balancing and router z-losses."""
     positions: dict[str, torch.Tensor] = field(default_factory=dict)
     """Sequence symbol -> int64 (B, L) positions of each row's vectors, where rows differ (a
     left-padded batch); absent: 0.. (or the state's offset..) for every row."""
@@ -155,8 +156,8 @@ class TorchModel(nn.Module):
         self._tie()
         self._check_against_ir()
         self._plans: dict = {}
-        self.ponder = None
-        """The last forward pass's weighted ponder cost (adaptive computation time), if any."""
+        self.aux_loss = None
+        """The last forward pass's auxiliary loss (``RunContext.aux_losses`` summed), if any."""
 
     def _attach(self, name: str, module: nn.Module) -> None:
         parent = self
@@ -241,7 +242,7 @@ class TorchModel(nn.Module):
         env = {ports[name]: value for name, value in feeds.items()}
         for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
             env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
-        self.ponder = sum(ctx.ponder) if ctx.ponder else None
+        self.aux_loss = sum(ctx.aux_losses) if ctx.aux_losses else None
         if state is not None and "tgt" in feeds:
             state.offset += feeds["tgt"].shape[1]
         return {o: env[ports[o]] for o in outputs}

@@ -18,12 +18,16 @@ class MixtureOfExperts(OpModule):
         a = node.attrs
         self.experts, self.top_k, self.normalize = a["experts"], a["top_k"], a["normalize"]
         self.act, self.gated, self.p = ACTIVATIONS[a["activation"]], a["gated"], a["dropout"]
+        self.balance, self.z_loss, self.seq = a.get("balance", 0.0), a.get("z_loss", 0.0), node.shape[1]
 
     def forward(self, ctx, x):
         B, L, d = x.shape
         flat = x.reshape(-1, d)
-        probs = torch.softmax(F.linear(flat, self.w_router).float(), -1)  # (N, E), in float32 as Mixtral
+        logits = F.linear(flat, self.w_router).float()
+        probs = torch.softmax(logits, -1)  # (N, E), in float32 as Mixtral
         weights, chosen = probs.topk(self.top_k, -1)  # (N, k)
+        if ctx.training and (self.balance or self.z_loss):
+            ctx.aux_losses.append(self._router_losses(ctx, logits, probs, chosen))
         if self.normalize:
             weights = weights / weights.sum(-1, keepdim=True)
         weights = weights.to(x.dtype)
@@ -40,6 +44,19 @@ class MixtureOfExperts(OpModule):
                 y = torch.sigmoid(F.linear(flat, self.w_shared_gate)) * y
             out = out + y
         return out.view(B, L, d)
+
+    def _router_losses(self, ctx, logits, probs, chosen) -> torch.Tensor:
+        """The load-balancing loss E x sum_e f_e P_e (transformers' ``load_balancing_loss_func``:
+        f_e counts every one of a token's top_k choices) and the router z-loss, over the batch's
+        real tokens, times their number: the training loss is a sum over tokens."""
+        pad = ctx.padding.get(self.seq)
+        if pad is not None:
+            keep = ~pad.reshape(-1)
+            logits, probs, chosen = logits[keep], probs[keep], chosen[keep]
+        n = len(probs)
+        routed = F.one_hot(chosen, self.experts).float().sum((0, 1)) / n  # (E,)
+        loss = self.balance * self.experts * (routed * probs.mean(0)).sum() * n
+        return loss + self.z_loss * torch.logsumexp(logits, -1).square().sum()
 
     def _ffn(self, ctx, x, w_1, w_3, w_2):
         """One expert: act(x W1) (* x W3 when gated), dropout, then W2 (no biases)."""

@@ -49,6 +49,14 @@ class MixtureOfExperts(Sublayer):
     """Inner size of the shared experts together; defaults to shared x d_ff."""
     shared_gate: bool = False
     """Scale the shared experts' output by sigmoid(x w_gate), one learned vector (Qwen2-MoE)."""
+    balance: Annotated[float, Field(ge=0, le=1e3)] = 0.01
+    """Weight of the load-balancing loss training adds, E x sum_e f_e P_e per token (f_e: the
+    share of tokens routed to expert e, P_e: its mean router probability; Switch Transformer's
+    alpha = 0.01, transformers' router_aux_loss_coef): it keeps the router from sending every
+    token to a few experts. 0: none."""
+    z_loss: Annotated[float, Field(ge=0, le=1e3)] = 0.0
+    """Weight of the router z-loss, logsumexp(router logits)^2 per token (ST-MoE: 0.001), which
+    keeps the router's logits small. 0: none."""
     activation: Activation | None = None
     """Defaults to the spec's activation."""
     gated: bool | None = None
@@ -103,5 +111,6 @@ class MixtureOfExperts(Sublayer):
             if layer.shared_gate:
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
+                 "balance": layer.balance, "z_loss": layer.z_loss,
                  "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout}
         return b.op(name, "moe", [x], attrs=attrs, params=params, layer=layer)

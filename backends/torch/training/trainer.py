@@ -136,8 +136,8 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                 with autocast, (net.no_sync() if not sync and ddp.world > 1 else contextlib.nullcontext()):
                     logits = net(*[batch[k] for k in inputs])
                     loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing)
-                    if model.ponder is not None:  # adaptive computation time: steps cost
-                        loss = loss + model.ponder
+                    if model.aux_loss is not None:  # ponder cost, load balancing: summed over tokens too
+                        loss = loss + model.aux_loss
                     (loss * ddp.world / step_tokens).backward()
                 loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
             if ddp.world > 1:  # the step's sums over all ranks: a NaN on any rank reaches every rank
