@@ -61,6 +61,18 @@ def cmd_graph(args) -> int:
     return 0
 
 
+def _attention_sizes(spec) -> str:
+    """"heads 32 (8 key/value), d_k 128, d_v 128, " as the layers' plans resolve them (their
+    distinct values joined by "/" where layers differ); empty without attention."""
+    layers = [p.attention for name, _ in spec.stacks for p in spec.plan(name) if p.attention is not None]
+    if not layers:
+        return ""
+    values = {f: "/".join(str(v) for v in dict.fromkeys(getattr(a, f) for a in layers))
+              for f in ("heads", "kv_heads", "d_k", "d_v")}
+    kv = f" ({values['kv_heads']} key/value)" if values["kv_heads"] != values["heads"] else ""
+    return f"heads {values['heads']}{kv}, d_k {values['d_k']}, d_v {values['d_v']}, "
+
+
 def cmd_report(args) -> int:
     spec = load_spec(args.spec)
     graph = build_graph(spec)
@@ -77,9 +89,8 @@ def cmd_report(args) -> int:
         rows.append([section, f"{subtotal:,}", f"{100 * subtotal / report.total:.1f}%"])
         rows += [[f"  {part}", f"{n:,}", ""] for part, n in parts.items()]
     rows.append(["total", f"{report.total:,}", "100.0%"])
-    kv = f" ({spec.num_kv_heads} key/value)" if spec.num_kv_heads != spec.heads else ""
-    dims = (f"{spec.family}; d_model {spec.d_model}, heads {spec.heads}{kv}, d_k {spec.d_k}, d_v {spec.d_v}, "
-            f"d_ff {spec.d_ff}; " + ", ".join(f"{n} {s.num_layers} layers" for n, s in spec.stacks))
+    dims = f"{spec.family}; d_model {spec.d_model}, {_attention_sizes(spec)}d_ff {spec.d_ff}; " + ", ".join(
+        f"{n} {s.num_layers} layers" for n, s in spec.stacks)
     heading = f"{spec.name}: {report.total:,} parameters ({millions(report.total)})"
     if report.active != report.total:  # a mixture of experts: each token runs top_k of E
         heading += f", {report.active:,} active per token ({millions(report.active)})"
