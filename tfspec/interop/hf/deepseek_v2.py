@@ -1,0 +1,153 @@
+"""DeepSeek-V2 (``model_type: deepseek_v2``): transformers' DeepseekV2ForCausalLM and
+DeepseekV2Model as tfspec specs (deepseek-ai/DeepSeek-V2-Lite and its -Chat model).
+
+Llama (``llama.py``: pre-RMSNorm, SwiGLU, rotary positions) with two differences. Attention
+is multi-head latent attention (tfspec's ``latent_attention`` layer, fields named as the
+config's: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim), whose
+decoding cache holds kv_lora_rank + qk_rope_head_dim values per position. Layers from
+``first_k_dense_replace`` on are mixtures of ``n_routed_experts`` experts
+``moe_intermediate_size`` wide (``mixtral.py``'s ``Experts``): each token runs the
+``num_experts_per_tok`` its softmax router scores highest, weighted by those probabilities as
+they are (DeepSeek-V2 never renormalises: ``norm_topk_prob`` is not read), plus
+``n_shared_experts`` ungated shared experts on every token; the layers before are dense SwiGLU
+``intermediate_size`` wide.
+
+DeepSeek rotates the rope features in interleaved pairs (x_0, x_1), (x_2, x_3), ...; tfspec's
+rotary rotates halves (x_i, x_{i+r/2}). The rows of each head's rope features in q_proj (or
+q_b_proj) and kv_a_proj_with_mqa are permuted at import, even ones first, then odd ones
+(``RotaryPairs``), and back at export: scores are sums over features, so the model computes
+the same thing. Refused by name: routing other than ``greedy`` (DeepSeek-V2's
+group_limited_greedy), a routed_scaling_factor other than 1, rope types other than default
+(DeepSeek-V2's yarn), biases. Defaults are DeepseekV2Config's (num_experts_per_tok has none:
+it must be given).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+import numpy as np
+
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.llama import Llama
+from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, first_moe
+
+MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+"""The configuration's latent attention fields, named as the layer's."""
+
+
+@dataclass(frozen=True)
+class RotaryPairs(Rule):
+    """A projection whose rows come in blocks of ``block`` (one per head) ending in ``rope``
+    rotary rows stored in DeepSeek's interleaved pairs: the IR holds each block's rope rows
+    even ones first, then odd ones (tfspec's rotate-half layout)."""
+
+    block: int = 0
+    rope: int = 0
+
+    def _order(self, rows: int) -> np.ndarray:
+        index = np.arange(rows).reshape(-1, self.block)
+        pe = index[:, self.block - self.rope:]
+        return np.concatenate([index[:, :self.block - self.rope], pe[:, 0::2], pe[:, 1::2]], 1).ravel()
+
+    def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
+        return parts[0][self._order(len(parts[0]))]
+
+    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        return {self.hf[0]: value[np.argsort(self._order(len(value)))]}
+
+
+@register
+class DeepseekV2(Experts, Llama):
+    model_type = "deepseek_v2"
+    title = "DeepSeek-V2"
+    architectures = {"DeepseekV2ForCausalLM": "model.", "DeepseekV2Model": ""}
+    export_architecture = "DeepseekV2ForCausalLM"
+    grouped = True
+    mapped = tuple(f for f in Llama.mapped if f not in ("attention_bias", "mlp_bias", "head_dim")) + MLA_FIELDS + (
+        "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
+        "first_k_dense_replace")
+    required = {"attention_bias": (False,), "mlp_bias": (False,), "topk_method": ("greedy",),
+                "routed_scaling_factor": (1.0,)}
+    ignored = Llama.ignored | MOE_IGNORED | {
+        **dict.fromkeys(("head_dim", "qk_head_dim"), "set by transformers from qk_rope_head_dim and qk_nope_head_dim, "
+                        "whatever the file says"),
+        **dict.fromkeys(("n_group", "topk_group"), "read only by topk_method group_limited_greedy, which must be "
+                        "greedy"),
+        "norm_topk_prob": "DeepSeek-V2's greedy router never reads it: the top-k probabilities are not renormalised"}
+    rope_types: ClassVar[tuple[str, ...]] = ("default",)
+    expert_counts = ("n_routed_experts", "num_experts")
+    renormalises = False
+    defaults = {"vocab_size": 102400, "n_routed_experts": 64, "n_shared_experts": 2, "moe_intermediate_size": 1407,
+                "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                "v_head_dim": 128, "bos_token_id": 1, "eos_token_id": 2}
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = self.defaults | source.config, source.where
+        heads = number(c, "num_attention_heads", where, default=32)
+        if number(c, "num_key_value_heads", where, default=heads) != heads:
+            raise TfspecError(f"{where}: num_key_value_heads ({c['num_key_value_heads']}) must equal "
+                              f"num_attention_heads ({heads}): latent attention decodes keys and values for every head")
+        data = super().spec_data(source)
+        return data | {"kv_heads": heads}
+
+    def _attention(self, c: dict, where: str):
+        c = self.defaults | c
+        layer = {"kind": "latent_attention", **{k: number(c, k, where) for k in MLA_FIELDS if k != "q_lora_rank"}}
+        if c.get("q_lora_rank") is not None:
+            layer["q_lora_rank"] = number(c, "q_lora_rank", where)
+        return layer
+
+    def _sparse(self, c: dict, where: str, layers: int) -> list[bool]:
+        """Layer i is a mixture of experts from first_k_dense_replace on, as transformers' decoder layer decides."""
+        first = number(c, "first_k_dense_replace", where, default=0)
+        return [i >= first for i in range(layers)]
+
+    def _moe(self, c: dict, where: str) -> dict:
+        return super()._moe(c, where) | {"d_ff": number(c, "moe_intermediate_size", where),
+                                         "shared": number(c, "n_shared_experts", where)}
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        """``Experts``' rules, the attention's replaced by latent attention's."""
+        rules = [r for r in super().rules(spec, architecture) if not r.ir.split(".")[-1].startswith(("w_qkv", "w_o"))]
+        for layer in spec.plan("decoder"):
+            a, ours, theirs = layer.attention, f"decoder.layers.{layer.index}.self_attn.", f"layers.{layer.index}.self_attn."
+            width = a.qk_nope_head_dim + a.qk_rope_head_dim
+            q = ("q", "q_proj") if a.q_lora_rank is None else ("qb", "q_b_proj")
+            rules += [RotaryPairs(f"{ours}w_{q[0]}", (f"{theirs}{q[1]}.weight",), block=width, rope=a.qk_rope_head_dim),
+                      RotaryPairs(f"{ours}w_kva", (f"{theirs}kv_a_proj_with_mqa.weight",),
+                                  block=a.kv_lora_rank + a.qk_rope_head_dim, rope=a.qk_rope_head_dim),
+                      Rule(f"{ours}kv_norm", (f"{theirs}kv_a_layernorm.weight",)),
+                      Rule(f"{ours}w_kvb", (f"{theirs}kv_b_proj.weight",)), Rule(f"{ours}w_o", (f"{theirs}o_proj.weight",))]
+            if a.q_lora_rank is not None:
+                rules += [Rule(f"{ours}w_qa", (f"{theirs}q_a_proj.weight",)),
+                          Rule(f"{ours}q_norm", (f"{theirs}q_a_layernorm.weight",))]
+        return rules
+
+    def _moe_rules(self, i: int, name: str, moe) -> list[Rule]:
+        """Mixtral's, the shared experts under ``shared_experts`` (one network n_shared_experts x wide)."""
+        return [replace(r, hf=tuple(h.replace(".shared_expert.", ".shared_experts.") for h in r.hf))
+                for r in super()._moe_rules(i, name, moe)]
+
+    def structure(self, spec) -> str | None:
+        if reason := super().structure(spec):
+            return reason
+        layers = spec.plan("decoder")
+        if any(layer.attention is None or layer.attention.kind != "latent_attention" for layer in layers):
+            return f"{self.title}'s attention layers are latent attention; this spec has others"
+        sparse = [any(s.kind == "moe" for s in layer.sublayers) for layer in layers]
+        moe = first_moe(spec)
+        if sparse != sorted(sparse) or moe.normalize or moe.shared_gate:
+            return (f"{self.title} has dense layers, then mixtures of experts (not renormalised, shared experts "
+                    "ungated)")
+        return None
+
+    def config(self, spec) -> dict:
+        a, moe = spec.plan("decoder")[0].attention, first_moe(spec)
+        config = {k: v for k, v in super().config(spec).items() if k not in ("head_dim", "attention_bias", "mlp_bias")}
+        dense = sum(not any(s.kind == "moe" for s in layer.sublayers) for layer in spec.plan("decoder"))
+        return config | {k: getattr(a, k) for k in MLA_FIELDS} | {
+            "intermediate_size": spec.d_ff, "moe_intermediate_size": moe.d_ff, "n_shared_experts": moe.shared,
+            "first_k_dense_replace": dense, "topk_method": "greedy"}
