@@ -37,6 +37,7 @@ COMMANDS = {
     "export": ("deploy", "write ONNX graphs (or a Hugging Face checkpoint), check them against PyTorch"),
     "translate": ("deploy", "decode input lines with an exported model (onnxruntime)"),
     "generate": ("generate", "continue a text prompt with a decoder-only model"),
+    "serve": ("serve", "serve an exported model over HTTP (batching, limits, metrics, OpenAI API)"),
     "import": ("interop", "turn a Hugging Face checkpoint directory into a spec and tfspec weights"),
     "data": ("data", "fetch, prepare and tokenize parallel corpora"),
     "train": ("train", "train a spec on a parallel corpus with the paper's recipe"),

@@ -1,0 +1,42 @@
+"""``tfspec serve``: an exported directory behind HTTP (tfspec.serve; docs/serve.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tfspec.cli.types import THREADS, integer, number
+from tfspec.errors import TfspecError
+
+
+def cmd_serve(args) -> int:
+    try:
+        from tfspec.serve import ServeConfig, serve
+    except ImportError as e:
+        raise TfspecError(f"tfspec serve needs {e.name}: pip install 'tfspec[serve]'") from None
+    config = ServeConfig(Path(args.model), max_batch_tokens=args.max_batch_tokens, max_queue=args.max_queue,
+                         timeout=args.timeout, threads=args.threads)
+    print(f"serving {args.model} on http://{args.host}:{args.port} (SIGTERM drains within {args.grace:g}s)",
+          file=sys.stderr)
+    serve(config, args.host, args.port, args.grace)
+    return 0
+
+
+def register(command) -> None:
+    c = command("serve", cmd_serve,
+                "Serve an export directory over HTTP: POST /v1/translate (ids or text), and for decoder-only "
+                "models OpenAI's /v1/completions and /v1/models; GET /health, /ready, /metrics (Prometheus). "
+                "Concurrent requests are decoded together; a full queue answers 503, a late one 504. "
+                "SIGTERM drains: /ready turns false, requests in flight finish, the process exits 0.")
+    c.add_argument("model", metavar="DIR", help="a directory written by `tfspec export`")
+    c.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    c.add_argument("--port", type=integer(0, 65535), default=8000, help="port (default 8000; 0: any free one)")
+    c.add_argument("--max-batch-tokens", type=integer(1, 2**24), default=8192,
+                   help="source or prompt tokens decoded together at most (default 8192)")
+    c.add_argument("--max-queue", type=integer(1, 2**20), default=256,
+                   help="requests waiting at most; more are answered 503 with Retry-After (default 256)")
+    c.add_argument("--timeout", type=number(0, 86400, low_open=True), default=60.0,
+                   help="seconds a request may take; later: 504 and its work is cancelled (default 60)")
+    c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")
+    c.add_argument("--grace", type=number(0, 3600, low_open=True), default=30.0,
+                   help="seconds SIGTERM's drain may take before the process exits (default 30)")

@@ -1,0 +1,204 @@
+"""Dynamic batching: requests queue here and one worker thread decodes them together.
+
+onnxruntime runs in the worker thread (it releases the GIL), so the server's event loop keeps
+accepting and answering while a batch decodes. Requests that arrive during a batch wait in a
+bounded queue (full: the caller answers 503, memory stays bounded) and form the next batch:
+the queued requests whose search options are equal, up to ``max_batch_tokens`` source tokens,
+sorted by length into sub-batches by ``decode_all``, as ``tfspec translate`` sorts its lines.
+A request that times out or whose client leaves is marked cancelled: it is dropped from the
+queue, and a running batch whose requests are all cancelled stops at its next step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from tfspec.evaluate import decode_all
+from tfspec.search import SearchOptions, search
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` requests: the caller sheds this one (503)."""
+
+
+class Cancelled(Exception):
+    """Every request of the running batch was cancelled: the search stops."""
+
+
+@dataclass(eq=False)
+class Job:
+    """One request: its sources (translation) or prompts (decoder-only, with BOS), decoded with
+    ``options``; ``key`` groups the jobs that may share a batch."""
+
+    sources: list[list[int]]
+    options: SearchOptions
+    key: tuple
+    future: asyncio.Future
+    sink: Callable[[int], None] | None = None
+    """Told each new token as the search picks it (decoder-only, one prompt: streaming)."""
+    cancelled: bool = False
+    arrived: float = field(default_factory=time.perf_counter)
+
+    @property
+    def tokens(self) -> int:
+        return sum(map(len, self.sources))
+
+
+class Batcher:
+    """The queue and its worker thread. ``on_batch(jobs, seconds)`` is told of each batch decoded
+    (metrics); results reach each job's future on its event loop."""
+
+    def __init__(self, decoder, decoder_only: bool, max_batch_tokens: int, max_queue: int,
+                 on_batch: Callable[[list[Job]], None] = lambda jobs: None):
+        self.decoder, self.decoder_only = decoder, decoder_only
+        self.max_batch_tokens, self.max_queue, self.on_batch = max_batch_tokens, max_queue, on_batch
+        self.queue: deque[Job] = deque()
+        self.ready = threading.Condition()
+        self.running: list[Job] = []
+        self.stopping = False
+        self.thread = threading.Thread(target=self._work, name="tfspec-serve-decode", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        """End the worker once its current batch is done; queued jobs are left unanswered (the
+        server drains before stopping, so none are queued then)."""
+        with self.ready:
+            self.stopping = True
+            self.ready.notify()
+        self.thread.join(timeout=5)
+
+    def submit(self, job: Job) -> None:
+        with self.ready:
+            if len(self.queue) >= self.max_queue:
+                raise QueueFull
+            self.queue.append(job)
+            self.ready.notify()
+
+    @property
+    def depth(self) -> int:
+        return len(self.queue)
+
+    def _next(self) -> list[Job]:
+        """The oldest live job and the queued ones that may join it, up to the token budget."""
+        with self.ready:
+            while not self.stopping and not any(not j.cancelled for j in self.queue):
+                self.ready.wait()
+            if self.stopping:
+                return []
+            while self.queue[0].cancelled:
+                self.queue.popleft()
+            first = self.queue.popleft()
+            jobs, budget = [first], self.max_batch_tokens - first.tokens
+            for job in list(self.queue):
+                if job.cancelled:
+                    self.queue.remove(job)
+                elif job.key == first.key and job.tokens <= budget:
+                    self.queue.remove(job)
+                    jobs.append(job)
+                    budget -= job.tokens
+            return jobs
+
+    def _work(self) -> None:
+        while jobs := self._next():
+            self.running = jobs
+            try:
+                outputs = self._decode(jobs)
+            except Cancelled:
+                outputs = None
+            except Exception as e:  # a bug in decoding: each waiting request gets its error, not a hang
+                for job in jobs:
+                    _settle(job, error=e)
+                continue
+            finally:
+                self.running = []
+            if outputs is not None:
+                self.on_batch(jobs)
+            for job in jobs:
+                n = len(job.sources)
+                _settle(job, result=outputs[:n] if outputs is not None else None)
+                outputs = outputs[n:] if outputs is not None else None
+
+    def _decode(self, jobs: list[Job]) -> list[list[int]]:
+        decoder = _Cancellable(self.decoder, jobs)
+        sources = [s for job in jobs for s in job.sources]
+        options = jobs[0].options
+        if not self.decoder_only:
+            return decode_all(decoder, sources, options, self.max_batch_tokens, batch_type="tokens")
+        if any(job.sink for job in jobs):
+            decoder = _Streamed(decoder, [job.sink for job in jobs])
+        return prompts(decoder, sources, options)
+
+
+def prompts(decoder, sources: list[list[int]], options: SearchOptions) -> list[list[int]]:
+    """Continue prompts in one left-padded batch (``prefix_mask``); prompts of different lengths
+    only share a batch where the step graph takes masks (the jobs' keys keep them apart else)."""
+    width = max(map(len, sources))
+    prefix = np.full((len(sources), width), decoder.pad, dtype=np.int64)
+    mask = np.zeros((len(sources), width), dtype=bool)
+    for r, s in enumerate(sources):
+        prefix[r, width - len(s):], mask[r, width - len(s):] = s, True
+    return search(decoder, None, options, prefix=prefix, prefix_mask=None if mask.all() else mask)
+
+
+class _Cancellable:
+    """``decoder`` whose steps stop the search (``Cancelled``) once all of ``jobs`` are cancelled."""
+
+    def __init__(self, decoder, jobs: list[Job]):
+        self.decoder, self.jobs = decoder, jobs
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, state, tokens, k, **kw):
+        if all(job.cancelled for job in self.jobs):
+            raise Cancelled
+        return self.decoder.step(state, tokens, k, **kw)
+
+
+class _Streamed:
+    """``decoder`` that hands each row's tokens to its sink as the greedy search feeds them
+    back, following the rows as finished ones leave. The last token of a row is never fed
+    back: the final result carries it."""
+
+    def __init__(self, decoder, sinks: list):
+        self.decoder, self.sinks, self.rows, self.stepped = decoder, sinks, list(range(len(sinks))), False
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, state, tokens, k, **kw):
+        if self.stepped:  # the first step reads the prompts; each later one the last step's picks
+            for row, token in zip(self.rows, tokens[:, 0].tolist()):
+                if self.sinks[row] is not None:
+                    self.sinks[row](token)
+        self.stepped = True
+        return self.decoder.step(state, tokens, k, **kw)
+
+    def select(self, state, rows, cross):
+        if self.stepped:  # before it, decoder-only search copies one empty state per prompt
+            self.rows = [self.rows[r] for r in rows]
+        return self.decoder.select(state, rows, cross)
+
+
+def _settle(job: Job, result=None, error: Exception | None = None) -> None:
+    """Hand the outcome to the job's event loop (a cancelled job's None is never read)."""
+    def settle():
+        if job.future.done():
+            return
+        if error is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(result)
+    try:
+        job.future.get_loop().call_soon_threadsafe(settle)
+    except RuntimeError:  # the loop closed (the server stopped)
+        pass

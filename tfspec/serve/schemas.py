@@ -1,0 +1,62 @@
+"""Request bodies. Strict (``"5"`` is not an id, ``true`` is not a beam) and closed (an unknown
+field, often a typo, is an error naming it): a malformed request is answered 422 with the field's
+path, never guessed at."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_LINES = 256
+"""Lines in one request: larger jobs belong to ``tfspec translate`` (or several requests)."""
+MAX_CHARS = 100_000
+"""Characters in one line or prompt (as ``tfspec translate`` limits a line)."""
+MAX_NEW_TOKENS = 4096
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+Line = Annotated[str, Field(max_length=MAX_CHARS)]
+
+
+class TranslateRequest(Body):
+    """``tfspec translate`` over HTTP: the same options and defaults."""
+
+    ids: Optional[list[list[int]]] = Field(None, max_length=MAX_LINES, description="token ids per line, without EOS")
+    text: Optional[list[Line]] = Field(None, max_length=MAX_LINES, description="lines of text (needs a tokenizer)")
+    beam: int = Field(4, ge=1, le=16, description="beam size; 1 is greedy")
+    alpha: float = Field(0.6, ge=0, le=10, description="GNMT length penalty")
+    max_extra: int = Field(50, ge=0, le=1024, description="output may exceed input length by this")
+
+    @model_validator(mode="after")
+    def _one_input(self):
+        if (self.ids is None) == (self.text is None):
+            raise ValueError("give exactly one of 'ids' and 'text'")
+        return self
+
+
+class CompletionRequest(Body):
+    """OpenAI's ``/v1/completions``, the fields tfspec's search honours."""
+
+    model: str = Field(max_length=256)
+    prompt: Union[Line, Annotated[list[Line], Field(min_length=1, max_length=MAX_LINES)]]
+    max_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description="most tokens generated (OpenAI's default 16)")
+    temperature: float = Field(1.0, ge=0, le=2, description="0 is greedy; else tokens are drawn")
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: Optional[int] = Field(None, ge=0, lt=2**63)
+    stop: Union[None, Annotated[str, Field(min_length=1, max_length=256)],
+                Annotated[list[Annotated[str, Field(min_length=1, max_length=256)]], Field(max_length=4)]] = None
+    stream: bool = False
+    n: int = Field(1, ge=1, le=1, description="choices per prompt: 1")
+    user: Optional[str] = Field(None, max_length=256, description="ignored")
+
+    @property
+    def prompts(self) -> list[str]:
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+    @property
+    def stops(self) -> list[str]:
+        return [] if self.stop is None else [self.stop] if isinstance(self.stop, str) else list(self.stop)

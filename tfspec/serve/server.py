@@ -1,0 +1,38 @@
+"""uvicorn around the application, with a drain on SIGTERM: ``/ready`` turns false and new
+requests get 503, the requests in flight finish, then the server stops (within ``grace``
+seconds in all) and the process exits 0, as a rolling update or a scale-down expects."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import uvicorn
+
+from tfspec.serve.app import ServeConfig, Service, create_app
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, service: Service, grace: float):
+        super().__init__(config)
+        self.service, self.grace, self.deadline = service, grace, None
+
+    def handle_exit(self, sig, frame) -> None:
+        if sig != signal.SIGTERM or self.deadline is not None:
+            return super().handle_exit(sig, frame)  # SIGINT (twice: at once), or SIGTERM again
+        self.service.draining, self.deadline = True, time.monotonic() + self.grace
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.deadline is not None and not self.should_exit:
+            # in flight done, or most of the grace spent: uvicorn's own shutdown gets the rest
+            self.should_exit = self.service.inflight == 0 or time.monotonic() > self.deadline - self.grace / 4
+        return await super().on_tick(counter)
+
+
+def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, grace: float = 30.0,
+          log_level: str = "warning") -> None:
+    service = Service(config)
+    app = create_app(config, service)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                    timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on"), service, grace)
+    server.run()
