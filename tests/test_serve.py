@@ -195,7 +195,7 @@ def test_late_request_is_504_and_its_work_stops(small):
 
 def test_sigterm_drains_in_flight_requests(tiny, tmp_path):
     s = Server(tiny, "--grace", 20, tmp=tmp_path)
-    body = {"ids": lines(16, seed=2), "beam": 4, "max_extra": 40}
+    body = {"ids": lines(16, seed=2), "beam": 2, "max_extra": 20}
     with ThreadPoolExecutor(8) as pool:
         running = [pool.submit(request, s.url + "/v1/translate", body) for _ in range(8)]
         time.sleep(0.5)
@@ -207,3 +207,59 @@ def test_sigterm_drains_in_flight_requests(tiny, tmp_path):
     assert ready == 503 and late[0] == 503 and late[2]["Retry-After"] == "1"
     assert [a[0] for a in answers] == [200] * 8  # none of the in-flight requests lost
     assert s.process.wait(20) == 0
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """(ONNX export of an imported random tiny Llama with its tokenizer.json, its server)."""
+    from test_generate_cli import saved_model
+    from tfspec.cli import main
+
+    pytest.importorskip("openai")
+    tmp = tmp_path_factory.mktemp("llama")
+    model, tok = saved_model("llama", tmp / "hf")
+    tok.save(str(tmp / "hf" / "tokenizer.json"))
+    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
+    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
+    s = Server(tmp / "onnx", tmp=tmp)
+    yield tmp / "onnx", s
+    assert s.stop() == 0
+
+
+PROMPTS = ["Select the cell and click", "Click", "The help page of the menu shows the list of all the options"]
+
+
+def test_openai_client_completions_equal_tfspec_generate(llama, cli):
+    import openai
+
+    directory, s = llama
+    client = openai.OpenAI(base_url=s.url + "/v1", api_key="none")
+    models = client.models.list().data
+    assert len(models) == 1 and models[0].owned_by == "tfspec"
+    name = models[0].id
+    want = [cli("generate", directory, "--prompt", p, "--max-new-tokens", 12)[1].rstrip("\n") for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:  # prompts of three lengths share batches
+        got = list(pool.map(lambda p: client.completions.create(model=name, prompt=p, max_tokens=12, temperature=0),
+                            PROMPTS))
+    assert [p + c.choices[0].text for p, c in zip(PROMPTS, got)] == want
+    assert got[0].usage.completion_tokens > 5 and got[0].choices[0].finish_reason in ("stop", "length")
+    chunks = list(client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=12, temperature=0, stream=True))
+    assert PROMPTS[0] + "".join(c.choices[0].text for c in chunks) == want[0]
+    assert len(chunks) > 3 and chunks[-1].choices[0].finish_reason in ("stop", "length")
+
+
+def test_openai_client_sampling_stop_and_errors(llama):
+    import openai
+
+    client = openai.OpenAI(base_url=llama[1].url + "/v1", api_key="none", max_retries=0)
+    name = client.models.list().data[0].id
+    draw = [client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=10, temperature=1.5, seed=7)
+            for _ in range(2)]
+    assert draw[0].choices[0].text == draw[1].choices[0].text  # a seed repeats its draws
+    full = client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=12, temperature=0).choices[0].text
+    stop = full.strip()[2:4]
+    cut = client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=12, temperature=0, stop=[stop])
+    assert cut.choices[0].text == full[: full.index(stop)] and cut.choices[0].finish_reason == "stop"
+    with pytest.raises(openai.UnprocessableEntityError) as e:
+        client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=0)
+    assert e.value.body["param"] == "max_tokens"
