@@ -47,3 +47,61 @@ def save(case: str, path):
 def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
     tokens, keep = right_padded(VOCAB, PAD)
     assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
+
+
+def hand_count(c) -> tuple[int, int]:
+    """(total, active per token) of DeepseekV2ForCausalLM at configuration ``c``, counted from its
+    fields: every layer's latent attention and norms, then its dense MLP or its router, experts
+    (all of them, or the num_experts_per_tok a token runs) and shared experts."""
+    d, h, e, f = c.hidden_size, c.num_attention_heads, c.n_routed_experts, c.moe_intermediate_size
+    q = d * h * c.qk_head_dim if c.q_lora_rank is None else (d + 1 + h * c.qk_head_dim) * c.q_lora_rank
+    attention = q + d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank + \
+        c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim) + h * c.v_head_dim * d + 2 * d
+    dense, sparse = c.first_k_dense_replace, c.num_hidden_layers - c.first_k_dense_replace
+    base = 2 * c.vocab_size * d + d + c.num_hidden_layers * attention + dense * 3 * d * c.intermediate_size + \
+        sparse * (e * d + 3 * d * f * c.n_shared_experts)
+    return base + sparse * e * 3 * d * f, base + sparse * c.num_experts_per_tok * 3 * d * f
+
+
+@pytest.mark.parametrize("changes", [{}, {"q_lora_rank": None, "first_k_dense_replace": 3}])
+def test_default_config_counts_as_transformers_and_by_hand(changes, cli, tmp_path):
+    """DeepseekV2Config() (num_experts_per_tok, which it leaves unset, as DeepSeek-V2-Lite's 6),
+    and the same with Lite's queries and three dense layers: the total is transformers' count
+    on the meta device; active parameters per token and the cache per token are counted by hand."""
+    config = transformers.DeepseekV2Config(num_experts_per_tok=6, **changes)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
+    code, out, err = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0, err
+    report, (total, active) = json.loads(out), hand_count(config)
+    assert report["params"]["total"] == transformers_count(config, "DeepseekV2ForCausalLM") == total
+    assert report["params"]["active"] == active
+    assert report["kv_cache"]["values_per_token"] == config.num_hidden_layers * (512 + 64)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
+    tokens, keep = right_padded(VOCAB, PAD)
+    assert_hf_round_trip(cli, tmp_path / "original", save(case, tmp_path / "original"), "DeepseekV2ForCausalLM",
+                         tokens, keep)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"topk_method": "group_limited_greedy"}, 'topk_method: "group_limited_greedy" is not supported'),
+    ({"routed_scaling_factor": 16.0}, "routed_scaling_factor: 16.0 is not supported"),
+    ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 40.0}}, 'rope type "yarn" is not'),
+    ({"num_key_value_heads": 2}, "num_key_value_heads (2) must equal num_attention_heads (4)"),
+    ({"num_experts_per_tok": None}, "num_experts_per_tok must be an integer, got null"),
+    ({"num_experts_per_tok": 5}, "num_experts_per_tok (5) must be between 1 and n_routed_experts (4)"),
+    ({"kv_lora_rank": "16"}, "kv_lora_rank must be an integer"),
+    ({"attention_bias": True}, "attention_bias: true is not supported"),
+    ({"hidden_act": "gelu_fast"}, 'hidden_act: "gelu_fast" is not supported'),
+    ({"mla_absorb": True}, "unknown field mla_absorb")])
+def test_unsupported_or_malformed_configs_are_refused_by_name(change, needle, cli, tmp_path):
+    config = json.loads(transformers.DeepseekV2Config(**SHAPE | CASES["q_lora"]).to_json_string()) | change
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()

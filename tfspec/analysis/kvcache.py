@@ -5,7 +5,9 @@ seen, each key/value head's key (d_k values) and value (d_v values): kv_heads x 
 per position and layer. That is why grouped-query (Llama 2 70B, Mistral) and multi-query
 (PaLM, Gemma 2B) attention exist: the cache, not the weights, bounds batch and context on an
 accelerator. A sliding window (Mistral's 4096) caps what a layer keeps; cross-attention keeps
-its keys and values once per source position. Recurrent and convolution states (a fixed
+its keys and values once per source position. Latent attention (DeepSeek-V2) caches one
+latent and one rotated key part per position, kv_lora_rank + qk_rope_head_dim values, for all
+heads. Recurrent and convolution states (a fixed
 number of values per sequence) are not part of this count.
 """
 
@@ -22,7 +24,7 @@ class CachedLayer:
 
     name: str
     per_position: int
-    """Values per cached position: kv_heads x (d_k + d_v)."""
+    """Values per cached position: kv_heads x (d_k + d_v), or a latent attention's latent and key part."""
     positions: int
     """Positions cached at the report's length: n, a window's kept positions, or m sources."""
     limit: int | None
@@ -61,11 +63,11 @@ def analyze_kv_cache(graph: Graph, n: int, m: int | None = None) -> KvCacheRepor
     m = n if m is None else m
     layers = []
     for node in graph.nodes():
-        if node.op != "attention" or node.stack != "decoder":
+        if node.op not in ("attention", "latent_attention") or node.stack != "decoder":
             continue
         a, layer = node.attrs, node.layer
         source = layer.needs_memory
         limit = None if source or layer.band() is None else layer.kept(2**62)
-        layers.append(CachedLayer(node.name, a["kv_heads"] * (a["d_k"] + a["d_v"]),
-                                  m if source else layer.kept(n), limit, source))
+        width = layer.cached_width if node.op == "latent_attention" else a["kv_heads"] * (a["d_k"] + a["d_v"])
+        layers.append(CachedLayer(node.name, width, m if source else layer.kept(n), limit, source))
     return KvCacheReport(n, m, tuple(layers))

@@ -90,8 +90,9 @@ class DeepseekV2(Experts, Llama):
         if number(c, "num_key_value_heads", where, default=heads) != heads:
             raise TfspecError(f"{where}: num_key_value_heads ({c['num_key_value_heads']}) must equal "
                               f"num_attention_heads ({heads}): latent attention decodes keys and values for every head")
-        data = super().spec_data(source)
-        return data | {"kv_heads": heads}
+        attention = self._attention(c, where)  # the model-wide sizes the layers' plans resolve to
+        return super().spec_data(source) | {"kv_heads": heads, "d_v": attention["v_head_dim"],
+                                            "d_k": attention["qk_nope_head_dim"] + attention["qk_rope_head_dim"]}
 
     def _attention(self, c: dict, where: str):
         c = self.defaults | c
@@ -113,14 +114,16 @@ class DeepseekV2(Experts, Llama):
         """``Experts``' rules, the attention's replaced by latent attention's."""
         rules = [r for r in super().rules(spec, architecture) if not r.ir.split(".")[-1].startswith(("w_qkv", "w_o"))]
         for layer in spec.plan("decoder"):
-            a, ours, theirs = layer.attention, f"decoder.layers.{layer.index}.self_attn.", f"layers.{layer.index}.self_attn."
+            a, ours = layer.attention, f"decoder.layers.{layer.index}.self_attn."
+            theirs = f"layers.{layer.index}.self_attn."
             width = a.qk_nope_head_dim + a.qk_rope_head_dim
             q = ("q", "q_proj") if a.q_lora_rank is None else ("qb", "q_b_proj")
             rules += [RotaryPairs(f"{ours}w_{q[0]}", (f"{theirs}{q[1]}.weight",), block=width, rope=a.qk_rope_head_dim),
                       RotaryPairs(f"{ours}w_kva", (f"{theirs}kv_a_proj_with_mqa.weight",),
                                   block=a.kv_lora_rank + a.qk_rope_head_dim, rope=a.qk_rope_head_dim),
                       Rule(f"{ours}kv_norm", (f"{theirs}kv_a_layernorm.weight",)),
-                      Rule(f"{ours}w_kvb", (f"{theirs}kv_b_proj.weight",)), Rule(f"{ours}w_o", (f"{theirs}o_proj.weight",))]
+                      Rule(f"{ours}w_kvb", (f"{theirs}kv_b_proj.weight",)),
+                      Rule(f"{ours}w_o", (f"{theirs}o_proj.weight",))]
             if a.q_lora_rank is not None:
                 rules += [Rule(f"{ours}w_qa", (f"{theirs}q_a_proj.weight",)),
                           Rule(f"{ours}q_norm", (f"{theirs}q_a_layernorm.weight",))]
