@@ -14,7 +14,7 @@ from typing import ClassVar
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
-                                      register)
+                                      register, repeated_layer)
 
 SPECIAL_TOKENS = {"unk_id": "[UNK]", "bos_id": "[CLS]", "eos_id": "[SEP]", "mask_id": "[MASK]"}
 UNCASED_IDS = {"unk_id": 100, "bos_id": 101, "eos_id": 102, "mask_id": 103}
@@ -142,11 +142,12 @@ class Bert(Family):
         return {"logits": "logits"}
 
     def config(self, spec) -> dict:
+        attention, ffn = repeated_layer(spec, "encoder")
         return {"architectures": [self.architecture_for(spec)], "model_type": self.model_type,
                 "vocab_size": spec.vocab.size, "hidden_size": spec.d_model,
-                "num_hidden_layers": spec.encoder.num_layers, "num_attention_heads": spec.heads,
-                "intermediate_size": spec.d_ff,
-                "hidden_act": ACTIVATION_NAMES[spec.activation], "hidden_dropout_prob": spec.dropout,
+                "num_hidden_layers": spec.encoder.num_layers, "num_attention_heads": attention.heads,
+                "intermediate_size": ffn.d_ff,
+                "hidden_act": ACTIVATION_NAMES[ffn.activation], "hidden_dropout_prob": spec.dropout,
                 "attention_probs_dropout_prob": spec.attention_dropout,
                 "max_position_embeddings": spec.positional.max_len, "type_vocab_size": spec.segments,
                 "layer_norm_eps": spec.norm_eps, "pad_token_id": spec.vocab.pad_id, "tie_word_embeddings": True}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, activation, end_ids, eos_token_id, number, register
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, activation, end_ids, eos_token_id, number,
+                                      register, repeated_layer)
 from tfspec.interop.hf.opt import OPT, POSITION_OFFSET
 from tfspec.interop.hf.t5 import _flag
 
@@ -73,11 +74,11 @@ class BioGpt(OPT):
         return None if spec.embed_scale else "BioGPT's embedding is scaled (embed_scale); unscaled, this is OPT"
 
     def config(self, spec) -> dict:
-        v = spec.vocab
+        v, (attention, ffn) = spec.vocab, repeated_layer(spec, "decoder")
         return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
                 "hidden_size": spec.d_model, "num_hidden_layers": spec.decoder.num_layers,
-                "num_attention_heads": spec.heads, "intermediate_size": spec.d_ff,
-                "hidden_act": ACTIVATION_NAMES[spec.activation], "max_position_embeddings": spec.positional.max_len,
+                "num_attention_heads": attention.heads, "intermediate_size": ffn.d_ff,
+                "hidden_act": ACTIVATION_NAMES[ffn.activation], "max_position_embeddings": spec.positional.max_len,
                 "hidden_dropout_prob": spec.dropout, "attention_probs_dropout_prob": spec.attention_dropout,
                 "activation_dropout": spec.activation_dropout, "scale_embedding": spec.embed_scale,
                 "pad_token_id": v.pad_id, "bos_token_id": v.bos_id, "eos_token_id": eos_token_id(v),

@@ -18,7 +18,7 @@ from __future__ import annotations
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import Bert, _dense
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, norm_rules, number,
-                                      register)
+                                      register, repeated_layer)
 
 NORM_EPS = 1e-12
 """The eps of every DistilBERT LayerNorm, written into transformers' code."""
@@ -98,9 +98,10 @@ class DistilBert(Bert):
         return {"memory": "last_hidden_state"} if architecture == self.export_architecture else {"logits": "logits"}
 
     def config(self, spec) -> dict:
+        attention, ffn = repeated_layer(spec, "encoder")
         return {"architectures": [self.architecture_for(spec)], "model_type": self.model_type,
                 "vocab_size": spec.vocab.size, "dim": spec.d_model, "n_layers": spec.encoder.num_layers,
-                "n_heads": spec.heads, "hidden_dim": spec.d_ff, "activation": ACTIVATION_NAMES[spec.activation],
+                "n_heads": attention.heads, "hidden_dim": ffn.d_ff, "activation": ACTIVATION_NAMES[ffn.activation],
                 "dropout": spec.dropout, "attention_dropout": spec.attention_dropout,
                 "max_position_embeddings": spec.positional.max_len, "sinusoidal_pos_embds": False,
                 "pad_token_id": spec.vocab.pad_id, "tie_word_embeddings": True}

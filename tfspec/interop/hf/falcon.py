@@ -25,7 +25,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, _show, activation, number, register
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, number, register,
+                                      repeated_layer)
 from tfspec.interop.hf.gpt_neox import GPTNeoX
 from tfspec.interop.hf.t5 import _flag
 
@@ -113,9 +114,10 @@ class Falcon(GPTNeoX):
         architecture for parallel layers (any number of key/value heads, one or two norms),
         the old one for sequential layers (one key/value head, or one a query head)."""
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
-        parallel, kv_heads = spec.residual != "sequential", spec.plan("decoder")[0].attention.kv_heads
-        return shared | {"ffn_hidden_size": spec.d_ff, "num_kv_heads": kv_heads, "new_decoder_architecture": parallel,
+        parallel, (attention, ffn) = spec.residual != "sequential", repeated_layer(spec, "decoder")
+        kv_heads = attention.kv_heads
+        return shared | {"ffn_hidden_size": ffn.d_ff, "num_kv_heads": kv_heads, "new_decoder_architecture": parallel,
                          "multi_query": kv_heads == 1, "parallel_attn": parallel,
                          "num_ln_in_parallel_attn": 2 if spec.residual == "parallel" else 1,
-                         "activation": ACTIVATION_NAMES.get(spec.activation, spec.activation),
+                         "activation": ACTIVATION_NAMES.get(ffn.activation, ffn.activation),
                          "layer_norm_epsilon": spec.norm_eps, "alibi": False, "bias": spec.has_bias("q")}

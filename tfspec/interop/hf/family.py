@@ -298,6 +298,20 @@ def activation(config: dict, key: str, where: str, default: str) -> str:
     return ACTIVATIONS[value]
 
 
+def repeated_layer(spec, stack: str) -> tuple:
+    """The resolved (``Spec.plan``) self-attention and feed-forward sub-layers of the first layer
+    of ``stack``: what the configuration of a family that repeats one layer describes (``export``
+    has checked that the layers are alike). Where that layer has no such sub-layer (recurrent or
+    convolutional layers, experts in place of the feed-forward layer) a default one resolved
+    against the spec stands in: the configuration then describes layers the spec does not have,
+    and ``misfit`` refuses it, naming the fields that differ."""
+    from tfspec.layers.attention import SelfAttention  # here: the layers import the schema, which imports them
+    from tfspec.layers.ffn import FeedForward
+
+    first = spec.plan(stack)[0]
+    return first.attention or SelfAttention().resolved(spec), first.ffn or FeedForward().resolved(spec)
+
+
 def norm_rules(ours: str, theirs: str) -> list[Rule]:
     """A LayerNorm's scale and shift, named alike on both sides."""
     return [Rule(f"{ours}.weight", (f"{theirs}.weight",)), Rule(f"{ours}.bias", (f"{theirs}.bias",))]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import ACTIVATIONS, Rule, Source, _show, activation, register
+from tfspec.interop.hf.family import ACTIVATIONS, Rule, Source, _show, activation, register, repeated_layer
 from tfspec.interop.hf.llama import Llama
 
 
@@ -51,7 +51,8 @@ class Gemma(Llama):
         """Llama's fields this family has (Gemma has no ``mlp_bias``: its MLP is never biased),
         the tanh GELU under the name Gemma's configs give it."""
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
-        return shared | ({"hidden_act": "gelu_pytorch_tanh"} if spec.activation == "gelu_tanh" else {})
+        tanh = repeated_layer(spec, "decoder")[1].activation == "gelu_tanh"
+        return shared | ({"hidden_act": "gelu_pytorch_tanh"} if tanh else {})
 
     def _activation(self, c: dict, where: str) -> str:
         """``hidden_act`` as transformers 5 reads it for Gemma ("gelu" is the tanh form), with an

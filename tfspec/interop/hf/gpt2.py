@@ -9,7 +9,7 @@ whose weights are stored (in, out): transposed from tfspec's (out, in). One toke
 from __future__ import annotations
 
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
-                                      register)
+                                      register, repeated_layer)
 
 
 @register
@@ -70,10 +70,10 @@ class GPT2(Family):
                 **{f"h.*.attn.{b}": "the causal-mask buffer of older checkpoints" for b in ("bias", "masked_bias")}}
 
     def config(self, spec) -> dict:
-        vocab = spec.vocab
+        vocab, (attention, ffn) = spec.vocab, repeated_layer(spec, "decoder")
         return {"architectures": [self.export_architecture], "model_type": "gpt2", "vocab_size": vocab.size,
                 "n_positions": spec.positional.max_len, "n_embd": spec.d_model, "n_layer": spec.decoder.num_layers,
-                "n_head": spec.heads, "n_inner": spec.d_ff, "activation_function": ACTIVATION_NAMES[spec.activation],
+                "n_head": attention.heads, "n_inner": ffn.d_ff, "activation_function": ACTIVATION_NAMES[ffn.activation],
                 "resid_pdrop": spec.dropout, "embd_pdrop": spec.dropout, "attn_pdrop": spec.attention_dropout,
                 "layer_norm_epsilon": spec.norm_eps, "bos_token_id": vocab.bos_id, "eos_token_id": vocab.eos_id,
                 "pad_token_id": None if vocab.pad_id == vocab.eos_id else vocab.pad_id, "tie_word_embeddings": True}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, norm_rules, number, register
+from tfspec.interop.hf.family import Rule, Source, norm_rules, number, register, repeated_layer
 from tfspec.interop.hf.stablelm import StableLm
 from tfspec.interop.hf.t5 import _flag
 
@@ -115,5 +115,6 @@ class GPTNeoX(StableLm):
         """StableLM's fields this family shares, and its own (the rotary settings under the names
         transformers 4 and 5 both read)."""
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
-        return shared | {"rotary_pct": spec.positional.fraction, "rotary_emb_base": spec.positional.base,
+        positions = repeated_layer(spec, "decoder")[0].positions
+        return shared | {"rotary_pct": positions.fraction, "rotary_emb_base": positions.base,
                          "attention_bias": spec.has_bias("q"), "use_parallel_residual": spec.residual == "parallel"}

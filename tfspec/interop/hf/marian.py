@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
-                                     norm_rules, number, register)
+                                     norm_rules, number, register, repeated_layer)
 
 LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
              "static_position_embeddings", "classif_dropout", "extra_pos_embeddings")
@@ -143,15 +143,16 @@ class Marian(Family):
 
     def config(self, spec) -> dict:
         """The configuration ``spec_data`` reads back as ``spec`` (``misfit`` checks that it does)."""
-        ffn = [layer for _, layer in spec.decoder.entries() if layer.kind == "ffn"]
-        decoder_ffn = (ffn[0].d_ff if ffn else None) or spec.d_ff
+        encoder, encoder_ffn = repeated_layer(spec, "encoder")
+        decoder, decoder_ffn = repeated_layer(spec, "decoder")
         v = spec.vocab
         return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
                 "d_model": spec.d_model, "encoder_layers": spec.encoder.num_layers,
-                "decoder_layers": spec.decoder.num_layers, "encoder_attention_heads": spec.heads,
-                "decoder_attention_heads": spec.heads, "encoder_ffn_dim": spec.d_ff, "decoder_ffn_dim": decoder_ffn,
-                "activation_function": ACTIVATION_NAMES[spec.activation], "dropout": spec.dropout,
-                "attention_dropout": spec.attention_dropout, "activation_dropout": spec.activation_dropout,
+                "decoder_layers": spec.decoder.num_layers, "encoder_attention_heads": encoder.heads,
+                "decoder_attention_heads": decoder.heads, "encoder_ffn_dim": encoder_ffn.d_ff,
+                "decoder_ffn_dim": decoder_ffn.d_ff, "activation_function": ACTIVATION_NAMES[encoder_ffn.activation],
+                "dropout": spec.dropout, "attention_dropout": spec.attention_dropout,
+                "activation_dropout": spec.activation_dropout,
                 "max_position_embeddings": spec.positional.max_len, "scale_embedding": spec.embed_scale,
                 "pad_token_id": v.pad_id, "eos_token_id": eos_token_id(v), "decoder_start_token_id": v.bos_id,
                 "is_encoder_decoder": True, "tie_word_embeddings": True, **self.exported}

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
-                                      norm_rules, number, register)
+                                      norm_rules, number, register, repeated_layer)
 from tfspec.interop.hf.marian import _attention, _ffn
 from tfspec.interop.hf.t5 import _flag
 
@@ -87,11 +87,11 @@ class OPT(Family):
         return {"lm_head.weight": "the output projection, tied to the token embedding"}
 
     def config(self, spec) -> dict:
-        v = spec.vocab
+        v, (attention, ffn) = spec.vocab, repeated_layer(spec, "decoder")
         return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
                 "hidden_size": spec.d_model, "word_embed_proj_dim": spec.d_model,
-                "num_hidden_layers": spec.decoder.num_layers, "num_attention_heads": spec.heads,
-                "ffn_dim": spec.d_ff, "activation_function": ACTIVATION_NAMES[spec.activation],
+                "num_hidden_layers": spec.decoder.num_layers, "num_attention_heads": attention.heads,
+                "ffn_dim": ffn.d_ff, "activation_function": ACTIVATION_NAMES[ffn.activation],
                 "max_position_embeddings": spec.positional.max_len, "dropout": spec.dropout,
                 "attention_dropout": spec.attention_dropout, "enable_bias": spec.bias, "do_layer_norm_before": True,
                 "pad_token_id": v.pad_id, "bos_token_id": v.bos_id, "eos_token_id": eos_token_id(v),

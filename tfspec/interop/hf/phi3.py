@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.family import Rule, Source, number, register, repeated_layer
 from tfspec.interop.hf.llama import Mistral
 from tfspec.interop.hf.stablelm import with_rotated_share
 
@@ -55,13 +55,13 @@ class Phi3(Mistral):
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Llama's rules with the fused tensors: ``w_qkv`` copied whole, W1 and W3 split from gate_up_proj."""
-        fused = []
+        fused, d_ff = [], repeated_layer(spec, "decoder")[1].d_ff
         for rule in super().rules(spec, architecture):
             layer = rule.hf[0].rsplit(".", 3)[0]  # layers.{i} of layers.{i}.self_attn.q_proj.weight
             if rule.ir.endswith(".w_qkv"):
                 rule = Rule(rule.ir, (f"{layer}.self_attn.qkv_proj.weight",))
             elif rule.ir.endswith((".ffn.w_1", ".ffn.w_3")):
-                rule = Rule(rule.ir, (f"{layer}.mlp.gate_up_proj.weight",), "split", (spec.d_ff,) * 2,
+                rule = Rule(rule.ir, (f"{layer}.mlp.gate_up_proj.weight",), "split", (d_ff,) * 2,
                             part=int(rule.ir.endswith("w_3")))
             fused.append(rule)
         return fused
@@ -71,4 +71,5 @@ class Phi3(Mistral):
         rope type only), and its own."""
         shared = {k: v for k, v in super().config(spec).items()
                   if k in self.mapped + ("architectures", "model_type") and k != "rope_scaling"}
-        return shared | {"partial_rotary_factor": spec.positional.fraction, "resid_pdrop": spec.dropout}
+        positions = repeated_layer(spec, "decoder")[0].positions
+        return shared | {"partial_rotary_factor": positions.fraction, "resid_pdrop": spec.dropout}

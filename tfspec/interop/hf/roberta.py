@@ -78,6 +78,7 @@ class Roberta(Bert):
     def structure(self, spec) -> str | None:
         if reason := super().structure(spec):
             return reason
+        # the head's activation, not a layer's: the IR's head.dense reads the spec's own (tfspec/ir/build.py)
         if spec.head_transform and spec.activation != "gelu":
             return f"{self.title}'s masked-LM head applies exact GELU: set activation: gelu"
         return None

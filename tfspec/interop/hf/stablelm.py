@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.family import Rule, Source, number, register, repeated_layer
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.t5 import _flag
 
@@ -58,7 +58,8 @@ class StableLm(Llama):
         """Llama's fields this family shares, and its own (written the transformers 4 way, which
         transformers 5 reads too)."""
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
-        return shared | {"layer_norm_eps": spec.norm_eps, "partial_rotary_factor": spec.positional.fraction,
+        positions = repeated_layer(spec, "decoder")[0].positions
+        return shared | {"layer_norm_eps": spec.norm_eps, "partial_rotary_factor": positions.fraction,
                          "use_qkv_bias": spec.has_bias("q"), "hidden_dropout": spec.dropout,
                          "use_parallel_residual": False, "qk_layernorm": False}
 

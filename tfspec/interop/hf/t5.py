@@ -24,7 +24,7 @@ from typing import ClassVar
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, number,
-                                     register)
+                                     register, repeated_layer)
 
 ATTENTION = 1.0
 """T5's attention scale: q·k unscaled, the 1 / sqrt(d_k) folded into the initialisation."""
@@ -80,8 +80,8 @@ class T5(Family):
             rules.append(Rule("output.weight", ("lm_head.weight",)))
         for stack in ("encoder", "decoder"):
             rules.append(Rule(f"{stack}.norm.weight", (f"{stack}.final_layer_norm.weight",)))
-            for i in range(getattr(spec, stack).num_layers):
-                rules += _layer(spec, stack, i)
+            for layer in spec.plan(stack):
+                rules += _layer(layer)
         return rules
 
     def dropped(self, architecture: str) -> dict[str, str]:
@@ -93,10 +93,11 @@ class T5(Family):
 
     def config(self, spec) -> dict:
         v, pos = spec.vocab, spec.positional
-        projection = "gated-gelu" if spec.gated and spec.activation == "gelu_tanh" else (
-            ("gated-" if spec.gated else "") + next((k for k, a in ACTIVATIONS.items() if a == spec.activation)))
+        attention, ffn = repeated_layer(spec, "encoder")  # one set of sizes for both stacks (``misfit`` checks)
+        projection = "gated-gelu" if ffn.gated and ffn.activation == "gelu_tanh" else (
+            ("gated-" if ffn.gated else "") + next((k for k, a in ACTIVATIONS.items() if a == ffn.activation)))
         return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
-                "d_model": spec.d_model, "d_kv": spec.d_k, "d_ff": spec.d_ff, "num_heads": spec.heads,
+                "d_model": spec.d_model, "d_kv": attention.d_k, "d_ff": ffn.d_ff, "num_heads": attention.heads,
                 "num_layers": spec.encoder.num_layers, "num_decoder_layers": spec.decoder.num_layers,
                 "relative_attention_num_buckets": pos.buckets, "relative_attention_max_distance": pos.max_distance,
                 "n_positions": pos.max_len, "dropout_rate": spec.dropout, "layer_norm_epsilon": spec.norm_eps,
@@ -122,9 +123,11 @@ def _stacks(c: dict, where: str) -> dict:
                                                      {"kind": "cross_attention", **attention}, "ffn"]}}
 
 
-def _layer(spec, stack: str, i: int) -> list[Rule]:
-    """Layer i of ``stack``: T5's ``block.i.layer.<n>`` sub-layers (self-attention, in the
-    decoder cross-attention, then the feed-forward layer), each with its RMSNorm gain."""
+def _layer(layer) -> list[Rule]:
+    """Layer i of a stack (its ``LayerPlan``): T5's ``block.i.layer.<n>`` sub-layers
+    (self-attention, in the decoder cross-attention, then the feed-forward layer), each with its
+    RMSNorm gain."""
+    stack, i = layer.stack, layer.index
     ours, theirs = f"{stack}.layers.{i}.", f"{stack}.block.{i}.layer."
     rules = _attention(ours + "self_attn", theirs + "0.SelfAttention", "qkv")
     rules.append(Rule(ours + "self_attn_norm.weight", (theirs + "0.layer_norm.weight",)))
@@ -137,7 +140,7 @@ def _layer(spec, stack: str, i: int) -> list[Rule]:
                   Rule(ours + "cross_attn_norm.weight", (theirs + "1.layer_norm.weight",))]
         ffn = theirs + "2."
     # Gated (v1.1): wi_0 goes through the activation (tfspec's W1), wi_1 is the linear branch (W3).
-    inner = (("w_1", "wi_0"), ("w_3", "wi_1")) if spec.gated else (("w_1", "wi"),)
+    inner = (("w_1", "wi_0"), ("w_3", "wi_1")) if layer.ffn.gated else (("w_1", "wi"),)
     rules += [Rule(f"{ours}ffn.{w}", (f"{ffn}DenseReluDense.{name}.weight",)) for w, name in inner]
     return rules + [Rule(ours + "ffn.w_2", (ffn + "DenseReluDense.wo.weight",)),
                     Rule(ours + "ffn_norm.weight", (ffn + "layer_norm.weight",))]
