@@ -89,13 +89,16 @@ def test_alibi_attention_by_hand():
     {"residual": "parallel", "positional": {"kind": "rotary", "fraction": 0.5, "max_len": 128}},
     {"residual": "parallel_shared_norm", "norm_type": "layer"},
     {"norm": "output"},
+    {"norm_type": "layer", "norm_bias": False, "residual_scale": 0.22, "embed_multiplier": 12.0},
+    {"norm_type": "layer", "norm_bias": False, "norm_gain": False, "decoder": attention(qk_norm="head")},
     {"decoder": {"groups": [
         {"layers": 1, "block": [{"kind": "causal_self_attention", "positions": {"kind": "rotary", "base": 1e6}}, "ffn"]},
         {"layers": 1, "block": [{"kind": "restricted_self_attention", "r": 3, "causal": True, "heads": 2, "d_k": 12},
                                 "ffn"]},
         {"layers": 1, "block": [{"kind": "causal_self_attention", "positions": "none"}, "ffn"]}]}},
 ], ids=["alibi", "alibi-encoder-decoder", "qk-norm-head-gqa", "qk-norm-all-layernorm-mqa", "softcaps-sandwich",
-        "parallel-partial-rotary", "parallel-shared-norm", "output-norm", "per-layer-positions-heads"])
+        "parallel-partial-rotary", "parallel-shared-norm", "output-norm", "granite-scales-gain-only-norm",
+        "no-parameter-norms", "per-layer-positions-heads"])
 def test_every_new_option_exports_with_parity(fields, opset, tmp_path):
     """onnxruntime against the PyTorch backend: full sequences, steps after pasts, greedy decoding."""
     torch.manual_seed(0)
@@ -116,6 +119,10 @@ def test_parameter_counts_by_hand():
         count(decoder=attention(kv_heads=1), norm_type="layer") == layers * 2 * (4 + 1) * d_k  # gain and bias over q (4 heads) and k (1)
     assert count(norm="sandwich") - plain == layers * 2 * d  # an output norm per sub-layer
     assert count(norm="output") == plain
+    norms = 2 * layers + 1  # two per layer and the final one
+    assert count(norm_type="layer") - plain == norms * d  # LayerNorm's bias
+    assert count(norm_type="layer", norm_bias=False) == plain and plain - count(norm_gain=False) == norms * d
+    assert count(residual_scale=0.5, embed_multiplier=3.0) == plain
     assert count(residual="parallel") == plain
     assert plain - count(residual="parallel_shared_norm") == layers * d  # one norm per layer, not two
     # A layer of 2 heads of width 12: q (2 * 12) and k, v (2 * 12 each) rows, W^O 24 columns.

@@ -170,7 +170,9 @@ def dropout(node, graph):
 
 @lowering("add")
 def add(node, graph):
-    return lambda ctx, x, y: x + y
+    """x + y, the sub-layer's output ``y`` times the spec's residual_scale (Granite)."""
+    scale = node.attrs.get("scale", 1.0)
+    return (lambda ctx, x, y: x + y) if scale == 1.0 else (lambda ctx, x, y: x + y * scale)
 
 
 @lowering("layer_norm")
@@ -180,7 +182,7 @@ class LayerNorm(OpModule):
         self.shape, self.eps = node.shape[-1:], node.attrs["eps"]
 
     def forward(self, ctx, x):
-        return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)
+        return F.layer_norm(x, self.shape, getattr(self, "weight", None), getattr(self, "bias", None), self.eps)
 
 
 @lowering("rms_norm")
@@ -193,7 +195,8 @@ class RMSNorm(OpModule):
         self.shape, self.eps = node.shape[-1:], node.attrs["eps"]
 
     def forward(self, ctx, x):
-        return self.weight * F.rms_norm(x.float(), self.shape, eps=self.eps).to(x.dtype)
+        y = F.rms_norm(x.float(), self.shape, eps=self.eps).to(x.dtype)
+        return y if getattr(self, "weight", None) is None else self.weight * y
 
 
 @lowering("ffn")

@@ -56,13 +56,14 @@ class LayerBuilder:
         return (shape, init) if owner == f"{name}.{role}" else owner
 
     def norm(self, name: str, x: str) -> str:
-        """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``."""
-        d = self.spec.d_model
-        if self.spec.norm_type == "rms":
-            return self.op(name, "rms_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
-                           params={"weight": ((d,), "ones")})
-        return self.op(name, "layer_norm", [x], attrs={"eps": self.spec.norm_eps}, component="norm",
-                       params={"weight": ((d,), "ones"), "bias": ((d,), "zeros")})
+        """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``; without
+        the bias or the gain where the spec says (``norm_bias``, ``norm_gain``)."""
+        s, d = self.spec, self.spec.d_model
+        params = {"weight": ((d,), "ones")} if s.norm_gain else {}
+        if s.uses_norm_bias:
+            params["bias"] = ((d,), "zeros")
+        op = "rms_norm" if s.norm_type == "rms" else "layer_norm"
+        return self.op(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params)
 
 
 def build_graph(spec: Spec) -> Graph:
@@ -102,7 +103,7 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
         tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
         b.graph.ports[INPUT[stack]] = tokens
         weight = tie or ((vocab, s.d_model), f"normal:{s.d_model ** -0.5}")
-        scale = math.sqrt(s.d_model) if s.embed_scale else 1.0
+        scale = (math.sqrt(s.d_model) if s.embed_scale else 1.0) * s.embed_multiplier
         x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
                  params={"weight": weight}, component="embedding")
         embedding = b.graph.node(x).params["weight"]
@@ -169,7 +170,7 @@ def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
     if norm in ("sandwich", "output"):
         y = b.norm(f"{name}_{'out_' if norm == 'sandwich' else ''}norm", y)
     y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
-    y = b.op(f"{name}_add", "add", [x, y])
+    y = b.op(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale})
     return b.norm(f"{name}_norm", y) if norm == "post" else y
 
 
@@ -180,7 +181,8 @@ def _parallel(b: LayerBuilder, layer, x: str) -> str:
     out = x
     for sublayer, name in zip(layer.sublayers, layer.names):
         y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", x))
-        out = b.op(f"{name}_add", "add", [out, b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})])
+        y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
+        out = b.op(f"{name}_add", "add", [out, y], attrs={"scale": b.spec.residual_scale})
     return out
 
 

@@ -214,7 +214,7 @@ def qk_norm_params(layer: Attention, spec) -> dict:
     sizes = {"q": layer.d_k, "k": layer.d_k} if layer.qk_norm == "head" else \
         {"q": layer.heads * layer.d_k, "k": layer.kv_heads * layer.d_k}
     params = {f"{part}_norm": ((size,), "ones") for part, size in sizes.items()}
-    if spec.norm_type == "layer":
+    if spec.uses_norm_bias:
         params |= {f"{part}_norm_bias": ((size,), "zeros") for part, size in sizes.items()}
     return params
 

@@ -295,6 +295,12 @@ class Spec(SpecModel):
     norm_type: Literal["layer", "rms"] = "layer"
     """layer: LayerNorm with gain and bias (the paper); rms: RMSNorm (Zhang & Sennrich 2019),
     x / sqrt(mean(x^2) + eps) times a gain, no mean subtracted and no bias (Llama)."""
+    norm_bias: bool | None = None
+    """LayerNorm's bias; false: a gain only (Cohere, GPT-NeoX-style models trained without
+    one). Defaults to true for LayerNorm; RMSNorm has none."""
+    norm_gain: bool = True
+    """The norms' learned gain; false (with norm_bias false): no parameters at all, x - mean
+    over the standard deviation (OLMo 1's non-parametric LayerNorm)."""
     norm_eps: Epsilon = 1e-5
     final_norm: bool | None = None
     """A norm after each stack's last layer; defaults to false for post-norm, true otherwise."""
@@ -304,6 +310,11 @@ class Spec(SpecModel):
     target embeddings share one, the projection has its own (T5 v1.1)."""
     embed_scale: bool = True
     """Multiply embeddings by sqrt(d_model) (§3.4)."""
+    embed_multiplier: float = Field(1.0, gt=0, le=1e6)
+    """A further factor on the token embeddings (Granite's embedding_multiplier: 12)."""
+    residual_scale: float = Field(1.0, gt=0, le=1e6)
+    """Factor on each sub-layer's output before it joins the residual stream, x + s * f(x)
+    (Granite's residual_multiplier: 0.22)."""
     embed_norm: bool = False
     """LayerNorm on embeddings + positions, before dropout (BERT)."""
     segments: Segments = 0
@@ -369,6 +380,9 @@ class Spec(SpecModel):
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
         self._check_rotary()
         self._check_residual()
+        if self.norm_bias and self.norm_type == "rms":
+            raise field_error("norm_bias", "RMSNorm has no bias (it subtracts no mean): drop norm_bias or use "
+                              "norm_type: layer")
         self._check_image()
         for part in (self.frames, self.head):
             if part is not None and (problem := part.check(self)):
@@ -478,7 +492,7 @@ class Spec(SpecModel):
         as groups). Documentation (description, extends, reference) and the name are left out.
         Equality, hashing and ``export --format hf``'s family check compare this."""
         data = self.model_dump(mode="json", exclude={"name", "description", "extends", "reference"})
-        data |= {"kv_heads": self.num_kv_heads, "final_norm": self.uses_final_norm,
+        data |= {"kv_heads": self.num_kv_heads, "final_norm": self.uses_final_norm, "norm_bias": self.uses_norm_bias,
                  "biases": {p: self.has_bias(p) for p in Biases.model_fields}}
         data["vocab"] |= {"target_size": self.vocab.tgt_size, "eos_ids": list(self.vocab.stop_ids)}
         for name, stack in self.stacks:
@@ -509,6 +523,11 @@ class Spec(SpecModel):
         """Whether ``projection`` (q, k, v, o or ffn) has a bias: its ``biases`` entry, else ``bias``."""
         chosen = getattr(self.biases, projection) if self.biases is not None else None
         return self.bias if chosen is None else chosen
+
+    @property
+    def uses_norm_bias(self) -> bool:
+        """The norms have a bias: ``norm_bias``, else LayerNorm's default (true)."""
+        return self.norm_type == "layer" if self.norm_bias is None else self.norm_bias
 
     @property
     def ties_output(self) -> bool:
