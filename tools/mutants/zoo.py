@@ -134,3 +134,23 @@ MUTANTS += [
          new='"normalize": False, "d_ff": f,',
          tests=[MOE_TESTS + "[mixtral]", MOE_TESTS + "[qwen3_moe]"]),
 ]
+
+MLA_TESTS = "tests/test_import_latent_attention.py::test_logits_and_greedy_tokens_match_transformers"
+
+MUTANTS += [
+    dict(name="deepseek_v2: DeepSeek's interleaved rope rows taken as rotate-half ones (not permuted at import)",
+         file="tfspec/interop/hf/deepseek_v2.py",
+         old="        return parts[0][self._order(len(parts[0]))]\n",
+         new="        return parts[0]\n",
+         tests=[MLA_TESTS + "[lite]"]),
+    dict(name="latent attention: the queries' latent not RMS-normalised, only scaled by its gain (PyTorch)",
+         file="backends/torch/latent_attention.py",
+         old="            q = F.linear(self._norm(F.linear(x, self.w_qa), self.q_norm), self.w_qb)\n",
+         new="            q = F.linear(F.linear(x, self.w_qa) * self.q_norm, self.w_qb)\n",
+         tests=[MLA_TESTS + "[q_lora]"]),
+    dict(name="latent attention: the shared key part left unrotated (ONNX)",
+         file="backends/onnx/latent_attention.py",
+         old="        k_pe = _rotate(b, k_pe, cos, sin, 1, rope, rope)\n",
+         new="",
+         tests=[MLA_TESTS + "[lite]"]),
+]
