@@ -4,8 +4,8 @@ positions, tying and the sinusoid table, each a bug a reader of §3 could plausi
 MUTANTS = [
     dict(name="LayerNorm epsilon ignored (always 1e-5)",
          file="backends/torch/layers.py",
-         old="return F.layer_norm(x, self.shape, self.weight, self.bias, self.eps)",
-         new="return F.layer_norm(x, self.shape, self.weight, self.bias, 1e-5)",
+         old='return F.layer_norm(x, self.shape, getattr(self, "weight", None), getattr(self, "bias", None), self.eps)',
+         new='return F.layer_norm(x, self.shape, getattr(self, "weight", None), getattr(self, "bias", None), 1e-5)',
          tests=["tests/test_torch_reference.py"]),
     dict(name="attention scale 1/sqrt(d_model) instead of 1/sqrt(d_k)",
          file="tfspec/layers/attention.py",

@@ -116,16 +116,16 @@ MOE_TESTS = "tests/test_import_moe_families.py::test_logits_and_greedy_tokens_ma
 MUTANTS += [
     dict(name="moe router: softmax over the top_k logits instead of over all experts (PyTorch)",
          file="backends/torch/moe.py",
-         old="        probs = torch.softmax(F.linear(flat, self.w_router).float(), -1)  # (N, E), in float32 as Mixtral\n"
+         old="        probs = torch.softmax(logits, -1)  # (N, E), in float32 as Mixtral\n"
              "        weights, chosen = probs.topk(self.top_k, -1)  # (N, k)\n",
-         new="        top, chosen = F.linear(flat, self.w_router).float().topk(self.top_k, -1)\n"
+         new="        probs = torch.softmax(logits, -1)\n"
+             "        top, chosen = logits.topk(self.top_k, -1)\n"
              "        weights = torch.softmax(top, -1)\n",
          tests=[MOE_TESTS + "[qwen2_moe]", MOE_TESTS + "[olmoe]"]),
     dict(name="moe router: softmax over the top_k logits instead of over all experts (ONNX)",
          file="backends/onnx/moe.py",
-         old='    probs = b.op("Softmax", logits, axis=-1)  # (N, E), float32\n'
-             '    top, chosen = b.op("TopK", probs, b.ints(a["top_k"]), axis=-1, outputs=2)\n',
-         new='    probs, (top, chosen) = logits, b.op("TopK", logits, b.ints(a["top_k"]), axis=-1, outputs=2)\n'
+         old='    top, chosen = b.op("TopK", b.op("Softmax", logits, axis=-1), b.ints(a["top_k"]), axis=-1, outputs=2)\n',
+         new='    top, chosen = b.op("TopK", logits, b.ints(a["top_k"]), axis=-1, outputs=2)\n'
              '    top = b.op("Softmax", top, axis=-1)\n',
          tests=[MOE_TESTS + "[qwen2_moe]", MOE_TESTS + "[olmoe]"]),
     dict(name="moe: normalize ignored (the top_k probabilities never renormalised)",
