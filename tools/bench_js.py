@@ -35,7 +35,8 @@ NODE_BENCH = REPO / "clients" / "node" / "bench.mjs"
 
 
 def python_engine(model: Path, lines: list[str], beam: int):
-    """A function that translates ``lines`` once with Python onnxruntime, returning (outputs, tokens)."""
+    """(run, decode): ``run`` translates ``lines`` once with Python onnxruntime, returning each
+    line's output ids and the tokens made; ``decode`` turns ids into text."""
     import onnxruntime as ort
 
     from tfspec.backends.onnx.runtime import session_options
@@ -53,8 +54,8 @@ def python_engine(model: Path, lines: list[str], beam: int):
     cap = limit - 1 if limit else 2**40
     scalar = lambda v: np.array(v, np.int64)  # noqa: E731
 
-    def run() -> tuple[list[str], int]:
-        outputs = [""] * len(lines)
+    def run() -> tuple[list[list[int]], int]:
+        outputs: list[list[int]] = [[] for _ in lines]
         tokens = 0
         for rows in groups:
             width = max(len(sources[i]) for i in rows)
@@ -67,10 +68,10 @@ def python_engine(model: Path, lines: list[str], beam: int):
                 feeds["max_extra"] = scalar(50)
             sequences, lengths = session.run(["sequences", "sequences_lengths"], feeds)
             for r, i in enumerate(rows):
-                outputs[i] = codec.decode(sequences[r, :lengths[r]].tolist())
+                outputs[i] = sequences[r, :lengths[r]].tolist()
                 tokens += int(lengths[r]) + 1
         return outputs, tokens
-    return run
+    return run, codec.decode
 
 
 def one_length(lengths: list[int], size: int) -> list[list[int]]:
@@ -83,11 +84,13 @@ def one_length(lengths: list[int], size: int) -> list[list[int]]:
     return out
 
 
-def timed_python(run) -> tuple[float, list[str]]:
+def timed_python(engine) -> tuple[float, list[str]]:
+    """Output tokens/s of the second of two runs (text decoded after the clock stops, as in Node.js)."""
+    run, decode = engine
     run()
     start = time.perf_counter()
     outputs, tokens = run()
-    return tokens / (time.perf_counter() - start), outputs
+    return tokens / (time.perf_counter() - start), [decode(ids) for ids in outputs]
 
 
 def timed_node(model: Path, file: Path, beam: int) -> tuple[float, list[str]]:
