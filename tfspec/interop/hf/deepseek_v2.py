@@ -107,6 +107,9 @@ class DeepseekV2(Experts, Llama):
         return [i >= first for i in range(layers)]
 
     def _moe(self, c: dict, where: str) -> dict:
+        if c.get("num_experts_per_tok") is None:
+            raise TfspecError(f"{where}: num_experts_per_tok is null (DeepseekV2Config leaves it unset and "
+                              "transformers cannot route without it): set it (DeepSeek-V2-Lite: 6)")
         return super()._moe(c, where) | {"d_ff": number(c, "moe_intermediate_size", where),
                                          "shared": number(c, "n_shared_experts", where)}
 
