@@ -131,9 +131,9 @@ def quantize(directory: Path, manifest: dict, generate_metadata: dict[str, str] 
     on x86 CPUs without VNNI onnxruntime's u8 x s8 kernels add pairs of products in 16 bits,
     and full-range weights overflow them (logits off by 1.6 on a model whose logits reach 4,
     against 0.08 with the reduced range, equally fast). generate.onnx is composed again from
-    the quantised encoder and step graphs (the quantiser leaves the matrix products of a Loop
-    body whose weights live in the outer graph in float32) and compared with the Python search
-    over them. Returns how greedy decoding compares with the float32 graphs on the parity
+    the quantised encoder and step graphs, so that it computes what they compute (quantising it
+    whole left the matrix products of its Loop body, whose weights it read from the outer graph,
+    in float32), and compared with the Python search over them. Returns how greedy decoding compares with the float32 graphs on the parity
     inputs, and generate.onnx with the Python search, as recorded in the manifest."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -155,9 +155,9 @@ def quantize(directory: Path, manifest: dict, generate_metadata: dict[str, str] 
         record = {"weights": "int8 (7-bit range), per output channel", "ops": ["MatMul", "Gemm"]}
         if "decoder" in manifest["graphs"]:
             record |= agreement(OnnxModel(directory, device="cpu"), OnnxModel(staging, device="cpu"))
-        if "generate" in manifest["graphs"]:  # a record, not a check: int8 rows decoded together share
-            found = differences(OnnxModel(staging, device="cpu")).values()  # activation scales, and
-            record["generate_sentences"] = sum(n for _, n in found)  # generate.onnx keeps finished rows
+        if "generate" in manifest["graphs"]:  # recorded, as int8 agreement is: float32 parity decides
+            found = differences(OnnxModel(staging, device="cpu")).values()
+            record["generate_sentences"] = sum(n for _, n in found)
             record["generate_sentences_equal"] = record["generate_sentences"] - sum(d for d, _ in found)
         for path in staging.iterdir():  # the graphs and any external weight files
             if path.name != MANIFEST:

@@ -1,8 +1,8 @@
-"""Mutants in generate.onnx (backends/onnx/generate.py, search_graph.py): the search inside one
-graph, each a bug a reader of tfspec.search's beam step could plausibly make when spelling it
+"""Mutants in generate.onnx (backends/onnx/generate.py, search_graph.py, search_loops.py): the
+search inside one graph, each a bug a reader of tfspec.search's beam step could plausibly make when spelling it
 in ONNX operators."""
 
-GENERATE, STEP = "backends/onnx/generate.py", "backends/onnx/search_graph.py"
+GENERATE, STEP, LOOPS = "backends/onnx/generate.py", "backends/onnx/search_graph.py", "backends/onnx/search_loops.py"
 TOKENS = "tests/test_generate_graph.py::test_generate_gives_the_python_search_tokens"
 
 MUTANTS = [
@@ -11,8 +11,7 @@ MUTANTS = [
          new="f64(6)), f64(0))  # ((5 + t + 1) / 6) ** alpha",
          tests=[f"{TOKENS}[tiny]", "tests/test_generate_graph.py::test_scores_are_gnmt_penalised_log_probabilities"]),
     dict(name="generate.onnx's length limit one step late (at_limit from t, not t + 1)",
-         file=GENERATE, old='later = b.op("Unsqueeze", b.op("Add", steps, i64(1)), b.ints(1))',
-         new='later = b.op("Unsqueeze", steps, b.ints(1))',
+         file=LOOPS, old='b.op("GreaterOrEqual", later, v["limits"])', new='b.op("GreaterOrEqual", t, v["limits"])',
          tests=[f"{TOKENS}[tiny]"]),
     dict(name="generate.onnx picks the last of equally scored finished hypotheses",
          file=STEP, old='first = b.op("ArgMax", finals, axis=1, keepdims=1)',
