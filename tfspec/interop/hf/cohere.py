@@ -5,8 +5,8 @@ Llama (``llama.py``: SwiGLU, grouped-query attention, rotary positions) with the
 attention and MLP read one norm of the layer's input and are added to it in parallel
 (``residual: parallel_shared_norm``); the norms are LayerNorms with a gain and no shift
 (``norm_bias: false``, ``layer_norm_eps``); the logits are multiplied by ``logit_scale``
-(``output_scale``, on the last hidden states: the output projection has no bias), tied to the
-embedding unless said; and rotary positions rotate interleaved pairs (x_0, x_1), (x_2, x_3), ...
+(``output_scale``, on the last hidden states: the output projection has no bias; CohereModel,
+without one, ties a plain one to the embedding), tied to the embedding unless said; and rotary positions rotate interleaved pairs (x_0, x_1), (x_2, x_3), ...
 (``InterleavedRotary``). ``attention_bias`` biases q, k, v and o; the MLP is never biased
 (``mlp_bias`` is refused as unknown). Refused by name: ``use_qk_norm`` (c4ai-command-r-plus's
 LayerNorm on queries and keys, whose gains differ per head: tfspec's ``qk_norm: head`` shares one
@@ -82,7 +82,12 @@ class Cohere(Llama):
         c, where = self.defaults | source.config, source.where
         return super().spec_data(replace(source, config=c)) | {
             "norm_type": "layer", "norm_bias": False, "norm_eps": number(c, "layer_norm_eps", where, float, 1e-5),
-            "residual": "parallel_shared_norm", "output_scale": number(c, "logit_scale", where, float, 0.0625)}
+            "residual": "parallel_shared_norm", "output_scale": self._output_scale(source, c)}
+
+    def _output_scale(self, source: Source, c: dict) -> float:
+        """logit_scale for CohereForCausalLM; CohereModel's spec has the plain tied projection."""
+        scale = number(c, "logit_scale", source.where, float, 0.0625)
+        return scale if source.architecture.endswith("ForCausalLM") else 1.0
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Llama's rules, the one norm of each layer its ``input_layernorm``, rotary rows interleaved."""

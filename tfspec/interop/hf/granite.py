@@ -7,15 +7,15 @@ Llama (``llama.py``) with four multipliers, each one spec field: the token embed
 ``attention_multiplier`` in place of 1 / sqrt(head_dim) (the attention's ``scale``); each
 sub-layer's output times ``residual_multiplier`` before it joins the residual stream
 (``residual_scale``: 0.22); the logits divided by ``logits_scaling`` (``output_scale``, its
-inverse, on the last hidden states: the output projection has no bias). Defaults are
-GraniteConfig's (Llama 2 7B's shape with every multiplier 1, so scores are not divided by
-sqrt(head_dim)).
-``export --format hf`` writes Granite only for specs Llama does not compute (``export_rank`` 1).
+inverse, on the last hidden states: the output projection has no bias; GraniteModel, without one,
+ties a plain one to the embedding). Defaults are GraniteConfig's (Llama 2 7B's shape with every
+multiplier 1, so scores are not divided by sqrt(head_dim)). ``export --format hf`` writes Granite only for specs Llama does not compute (``export_rank`` 1).
 """
 
 from __future__ import annotations
 
-from tfspec.interop.hf.family import Source, number, register
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import Source, _show, number, register
 from tfspec.interop.hf.llama import Llama
 
 MULTIPLIERS = ("embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling")
@@ -33,9 +33,14 @@ class Granite(Llama):
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
         multiplier = {key: number(c, key, where, float, 1.0) for key in MULTIPLIERS}
+        for key, value in multiplier.items():
+            if value <= 0:
+                raise TfspecError(f"{where}: {key}: {_show(value)} is not supported; tfspec imports Granite with "
+                                  "positive multipliers")
         return super().spec_data(source) | {"embed_multiplier": multiplier["embedding_multiplier"],
                                             "residual_scale": multiplier["residual_multiplier"],
-                                            "output_scale": 1 / multiplier["logits_scaling"]}
+                                            "output_scale": 1 / multiplier["logits_scaling"]
+                                            if source.architecture.endswith("ForCausalLM") else 1.0}
 
     def _attention(self, c: dict, where: str):
         return {"kind": "causal_self_attention", "scale": number(c, "attention_multiplier", where, float, 1.0)}
