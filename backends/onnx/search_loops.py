@@ -92,22 +92,10 @@ def _steps(b: Builder, s, step, v: dict, state: list, pasts: list, offset: bool,
     if s.pad_banned:
         banned = b.op("Or", banned, b.op("Equal", ids, i64(s.vocab.pad_id)))
     values = b.op("Where", banned, b.const(NEG_INF, np.float64), b.op("Cast", "step/top_values", to=F64))
-    later = b.op("Add", t, i64(1))
-    found = beam_step(b, beam, w["scores"], values, ids, width, w["finished"],
-                      b.op("GreaterOrEqual", later, v["limits"]), row_t(s.penalties))
-    improved = b.op("Greater", found.best, w["best"])
-    kept = b.op("Gather", w["hyps"], b.op("Add", lines, b.op("Squeeze", found.best_row, b.ints(1))), axis=0)
-    rows = b.op("Reshape", b.op("Add", b.op("Unsqueeze", lines, b.ints(1)), found.rows), b.ints(-1))
-    tokens = b.op("Reshape", found.tokens, b.ints(-1, 1))
-    updated = {
-        "t": later, "tokens": tokens, "beam_rows": rows, "scores": found.scores,
-        "finished": b.op("Add", w["finished"], found.ended), "best": b.op("Max", w["best"], found.best),
-        "result": b.op("Where", b.op("Unsqueeze", improved, b.ints(1)), b.op("Concat", kept, found.best_token, axis=1),
-                       b.op("Concat", w["result"], pad_column, axis=1)),
-        "length": b.op("Where", improved, b.op("Add", t, b.op("Cast", b.op("Squeeze", found.cut, b.ints(1)), to=I64)),
-                       w["length"]),
-        "hyps": b.op("Concat", b.op("Gather", w["hyps"], rows, axis=0), tokens, axis=1),
-    } | {p: "step/" + p.replace("past.", "present.", 1) for p, _, _ in pasts}
+    at_limit = b.op("GreaterOrEqual", b.op("Add", t, i64(1)), v["limits"])
+    found = beam_step(b, beam, w["scores"], values, ids, width, w["finished"], at_limit, row_t(s.penalties))
+    updated = _advance(b, w, found, lines, pad_column) | {p: "step/" + p.replace("past.", "present.", 1)
+                                                           for p, _, _ in pasts}
     if offset:
         updated["offset"] = b.op("Add", w["offset"], b.shape_of(w["tokens"], 1))
     every = b.op("Greater", b.op("ReduceMin", b.op("Cast", found.going, to=I64), keepdims=0), i64(0))
@@ -122,6 +110,23 @@ def _steps(b: Builder, s, step, v: dict, state: list, pasts: list, offset: bool,
     b.nodes.append(helper.make_node("Loop", [trips, b.const(np.bool_(True)), *[v[n] for n, _, _ in state], going],
                                     outs, name="generate/steps", body=body))
     return outs
+
+
+def _advance(b: Builder, w: dict, found, lines: str, pad_column: str) -> dict[str, str]:
+    """The state after one step (``tfspec.search._beam``'s loop body): each sentence's best
+    result so far, the hypotheses extended, the next tokens and the past rows they continue."""
+    t = w["t"]
+    improved = b.op("Greater", found.best, w["best"])
+    kept = b.op("Gather", w["hyps"], b.op("Add", lines, b.op("Squeeze", found.best_row, b.ints(1))), axis=0)
+    candidate, padded = b.op("Concat", kept, found.best_token, axis=1), b.op("Concat", w["result"], pad_column, axis=1)
+    rows = b.op("Reshape", b.op("Add", b.op("Unsqueeze", lines, b.ints(1)), found.rows), b.ints(-1))
+    tokens = b.op("Reshape", found.tokens, b.ints(-1, 1))
+    cut = b.op("Cast", b.op("Squeeze", found.cut, b.ints(1)), to=I64)  # the best keeps its word: one token more
+    return {"t": b.op("Add", t, b.const(np.int64(1))), "tokens": tokens, "beam_rows": rows, "scores": found.scores,
+            "finished": b.op("Add", w["finished"], found.ended), "best": b.op("Max", w["best"], found.best),
+            "result": b.op("Where", b.op("Unsqueeze", improved, b.ints(1)), candidate, padded),
+            "length": b.op("Where", improved, b.op("Add", t, cut), w["length"]),
+            "hyps": b.op("Concat", b.op("Gather", w["hyps"], rows, axis=0), tokens, axis=1)}
 
 
 def _narrow(b: Builder, s, v: dict, state: list, inner: list[str], shared: list[str]) -> dict[str, str]:
