@@ -1,4 +1,4 @@
-"""Decoder-only generation: an imported Llama on tfspec vs transformers vs CTranslate2, one run.
+"""Decoder-only generation: an imported Llama (or Mixtral) on tfspec vs transformers vs CTranslate2.
 
 transformers writes a Llama-shaped model with random weights (default ~110M parameters:
 d_model 768, 12 layers, 12 heads sharing 4 key/value heads, SwiGLU 2048, 32000 tokens) and a
@@ -16,6 +16,11 @@ machine's read bandwidth, measured once per round (tools/bandwidth.py), each eng
 
     python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
+    python tools/bench_generate.py --experts 8 --top-k 2  # Mixtral-shaped: 8 experts of d_ff, 2 per token
+
+With ``--experts``, transformers writes a MixtralForCausalLM instead; onnxruntime-genai's format
+carries no mixture of experts and CTranslate2's converter registers no Mixtral, so both sit out;
+the bytes a step reads count the chosen experts only (the active parameters' share).
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ import torch
 
 from bandwidth import fraction, read_bandwidth, weights_read_per_step
 from bench_decode import cpu_seconds
-from tfspec import load_spec
+from tfspec import build_graph, load_spec
+from tfspec.analysis import analyze_params
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
@@ -45,17 +51,20 @@ SETTINGS = (1, 8)  # batch sizes
 
 
 def write_llama(args, directory: Path):
-    """A random LlamaForCausalLM and a word-level tokenizer for its ids, saved by transformers."""
+    """A random LlamaForCausalLM (MixtralForCausalLM with ``--experts``) and a word-level
+    tokenizer for its ids, saved by transformers."""
     import transformers
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
 
-    config = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=args.d_model, intermediate_size=args.d_ff,
-                                      num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                                      num_key_value_heads=args.kv_heads, max_position_embeddings=256,
-                                      bos_token_id=1, eos_token_id=2)
+    family = "Mixtral" if args.experts else "Llama"
+    moe = {"num_local_experts": args.experts, "num_experts_per_tok": args.top_k} if args.experts else {}
+    config = getattr(transformers, f"{family}Config")(
+        vocab_size=args.vocab, hidden_size=args.d_model, intermediate_size=args.d_ff, num_hidden_layers=args.layers,
+        num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, max_position_embeddings=256,
+        bos_token_id=1, eos_token_id=2, **moe)
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = getattr(transformers, f"{family}ForCausalLM")(config).eval()
     model.save_pretrained(directory)
     words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, args.vocab)}}
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(words, unk_token="<unk>")),
@@ -79,14 +88,16 @@ def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
     load_weights(model, work / "imported" / "model.safetensors")
     export(model, work / "onnx", parity=False)
     dec = OnnxModel(work / "onnx", device="cpu", threads=args.threads).decoder()
-    export_genai(model, work / "genai", parity=False)
-    config = og.Config(str(work / "genai"))  # the threads and spinning tfspec's sessions get (runtime.session_options)
-    config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-        "intra_op_num_threads": args.threads, "session.intra_op.allow_spinning": "0"}}}}))
-    genai_model = og.Model(config)
+    if not args.experts:  # genai's format carries no mixture of experts
+        export_genai(model, work / "genai", parity=False)
+        config = og.Config(str(work / "genai"))  # the threads and spinning tfspec's sessions get
+        config.overlay(json.dumps({"model": {"decoder": {"session_options": {
+            "intra_op_num_threads": args.threads, "session.intra_op.allow_spinning": "0"}}}}))
+        genai_model = og.Model(config)
     options = lambda n: SearchOptions(beam=1, min_length=n, max_length=n, max_extra=n)
-    TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
-    gen = ctranslate2.Generator(str(work / "ct2"), device="cpu", intra_threads=args.threads, inter_threads=1)
+    if not args.experts:  # CTranslate2's converter registers no Mixtral (4.8.5: MixtralConfig refused)
+        TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
+        gen = ctranslate2.Generator(str(work / "ct2"), device="cpu", intra_threads=args.threads, inter_threads=1)
     index = {w: i for i, w in enumerate(words)}
 
     def ct2(prompts, n):
@@ -110,14 +121,15 @@ def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
                                     pad_token_id=0)
         return out[:, prompts.shape[1]:].tolist()
 
-    return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts), "ORT GenAI": genai,
-            "transformers": hf, "CTranslate2": ct2}
+    others = {} if args.experts else {"ORT GenAI": genai, "CTranslate2": ct2}
+    return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts), "transformers": hf, **others}
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in (("vocab", 32000), ("d-model", 768), ("d-ff", 2048), ("layers", 12), ("heads", 12),
-                          ("kv-heads", 4), ("prompt", 32), ("new", 64), ("rounds", 3), ("threads", 2)):
+                          ("kv-heads", 4), ("prompt", 32), ("new", 64), ("rounds", 3), ("threads", 2),
+                          ("experts", 0), ("top-k", 2)):
         p.add_argument(f"--{name}", type=int, default=default)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
@@ -134,6 +146,9 @@ def main() -> None:
             for name, run in runs.items() if name != "transformers"))
         times, order, reads = {}, list(runs), []
         step_bytes = weights_read_per_step(Path(tmp) / "onnx" / "decoder.onnx")
+        if args.experts:  # a token reads its chosen experts only
+            report = analyze_params(build_graph(load_spec(Path(tmp) / "imported")))
+            step_bytes = step_bytes * report.active // report.total
         cpu, wall = cpu_seconds(), time.perf_counter()
         for r in range(args.rounds):
             reads.append(read_bandwidth(args.threads, rounds=3))  # in the rounds: under the same load
@@ -144,7 +159,8 @@ def main() -> None:
                     times.setdefault((batch, name), []).append(time.perf_counter() - start)
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
     params = sum(t.numel() for t in hf_model.parameters())
-    print(f"\nLlama {params / 1e6:.0f}M ({args.layers} layers, d_model {args.d_model}, {args.heads} heads / "
+    shape = f"Mixtral, {args.experts} experts (top {args.top_k})" if args.experts else "Llama"
+    print(f"\n{shape} {params / 1e6:.0f}M ({args.layers} layers, d_model {args.d_model}, {args.heads} heads / "
           f"{args.kv_heads} kv, vocab {args.vocab}): prompt {args.prompt} -> exactly {args.new} new tokens, greedy, "
           f"fp32, {args.threads} threads, median of {args.rounds}; meanwhile other processes used "
           f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
