@@ -154,3 +154,18 @@ MUTANTS += [
          new="",
          tests=[MLA_TESTS + "[lite]"]),
 ]
+
+MORE_DECODERS = "tests/test_import_more_decoders.py::test_logits_and_greedy_tokens_match_transformers"
+
+MUTANTS += [
+    dict(name="residual_scale ignored in the ONNX graphs (Granite's residual_multiplier: x + f(x))",
+         file="backends/onnx/lowerings.py",
+         old='    return e.b.op("Add", x, y if scale == 1.0 else e.b.op("Mul", y, e.b.const(scale)))\n',
+         new='    return e.b.op("Add", x, y)\n',
+         tests=[MORE_DECODERS + "[granite]"]),
+    dict(name="interleaved rotary rows (Cohere, GPT-J) taken as rotate-half ones: not permuted at import",
+         file="tfspec/interop/hf/cohere.py",
+         old="        return value[self._order(len(value))]\n",
+         new="        return value\n",
+         tests=[MORE_DECODERS + "[cohere]", MORE_DECODERS + "[gptj]"]),
+]
