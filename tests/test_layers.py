@@ -23,6 +23,12 @@ EXAMPLES = {
                                 {"kind": "local_2d_self_attention", "block": [2, 2], "memory": [1, 1], "width": 4,
                                  "causal": True}],
     "ffn": ["ffn", {"kind": "ffn", "d_ff": 24, "activation": "gelu"}],
+    "latent_attention": [{"kind": "latent_attention", "kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4,
+                          "v_head_dim": 6, "positions": "rotary"},
+                         {"kind": "latent_attention", "q_lora_rank": 12, "kv_lora_rank": 8, "qk_nope_head_dim": 6,
+                          "qk_rope_head_dim": 2, "v_head_dim": 4, "positions": {"kind": "rotary", "base": 500}}],
+    "moe": [{"kind": "moe", "experts": 3, "top_k": 2, "normalize": False},
+            {"kind": "moe", "experts": 2, "top_k": 2, "shared": 1, "shared_gate": True, "gated": True}],
     "recurrent": [{"kind": "recurrent", "cell": c, "bidirectional": b} for c in ("lstm", "gru", "rnn")
                   for b in (False, True)],
     "conv": [{"kind": "conv", "kernel": 3}, {"kind": "conv", "kernel": 3, "dilation": 2, "causal": True},
@@ -104,11 +110,11 @@ def test_receptive_field_matches_the_definition(kind, layer, tmp_path):
 def _reaches(sub, j: int, i: int, layers: int, n: int) -> bool:
     """Whether input position j can influence output i through `layers` layers of `sub`."""
     kind = sub.kind
-    if kind == "ffn":
+    if kind in ("ffn", "moe"):  # position-wise
         return i == j
     if kind == "self_attention" or (kind == "recurrent" and sub.bidirectional):
         return True
-    if kind in ("causal_self_attention", "recurrent"):
+    if kind in ("causal_self_attention", "latent_attention", "recurrent"):  # latent attention is causal
         return i >= j
     if kind == "restricted_self_attention":
         back = ahead = layers * sub.r

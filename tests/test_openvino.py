@@ -23,7 +23,7 @@ ort = pytest.importorskip("onnxruntime")
 
 SPECS = ["tiny", "zoo/lstm-attention", "zoo/convs2s", "zoo/transformer-relative", "zoo/transformer-rotary",
          "zoo/universal", "zoo/gpt2", "zoo/bert-base", "table3/E1"]
-SIZES = {"batch": 2, "src_len": 5, "tgt_len": 4, "new_len": 2, "past_len": 3, "max_len": 6, "src_batch": 1}
+SIZES = {"batch": 2, "src_len": 5, "tgt_len": 4, "new_len": 2, "past_len": 3, "total_len": 5, "max_len": 6, "src_batch": 1}
 
 
 def feeds(session, rng, vocab: int) -> dict[str, np.ndarray]:
