@@ -26,7 +26,8 @@ LLAMA_LIKE = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2
               "num_key_value_heads": 2, "max_position_embeddings": 40}
 SHAPE = {"granite": LLAMA_LIKE | {"rms_norm_eps": 1e-3}, "cohere": LLAMA_LIKE | {"layer_norm_eps": 1e-3},
          "olmo": LLAMA_LIKE,
-         "gptj": {"n_embd": 64, "n_inner": 96, "n_layer": 2, "n_head": 4, "n_positions": 40, "layer_norm_epsilon": 1e-3}}
+         "gptj": {"n_embd": 64, "n_inner": 96, "n_layer": 2, "n_head": 4, "n_positions": 40,
+                  "layer_norm_epsilon": 1e-3}}
 """Each family's tiny shape under its own names; epsilons off their defaults (OLMo's is fixed)."""
 CLASSES = {"granite": ("GraniteConfig", "GraniteForCausalLM"), "cohere": ("CohereConfig", "CohereForCausalLM"),
            "olmo": ("OlmoConfig", "OlmoForCausalLM"), "gptj": ("GPTJConfig", "GPTJForCausalLM")}

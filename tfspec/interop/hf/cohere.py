@@ -6,9 +6,10 @@ attention and MLP read one norm of the layer's input and are added to it in para
 (``residual: parallel_shared_norm``); the norms are LayerNorms with a gain and no shift
 (``norm_bias: false``, ``layer_norm_eps``); the logits are multiplied by ``logit_scale``
 (``output_scale``, on the last hidden states: the output projection has no bias; CohereModel,
-without one, ties a plain one to the embedding), tied to the embedding unless said; and rotary positions rotate interleaved pairs (x_0, x_1), (x_2, x_3), ...
-(``InterleavedRotary``). ``attention_bias`` biases q, k, v and o; the MLP is never biased
-(``mlp_bias`` is refused as unknown). Refused by name: ``use_qk_norm`` (c4ai-command-r-plus's
+without one, ties a plain one to the embedding), tied to the embedding unless said; and rotary
+positions rotate interleaved pairs (x_0, x_1), (x_2, x_3), ... (``InterleavedRotary``).
+``attention_bias`` biases q, k, v and o; the MLP is never biased (``mlp_bias`` is refused as
+unknown). Refused by name: ``use_qk_norm`` (c4ai-command-r-plus's
 LayerNorm on queries and keys, whose gains differ per head: tfspec's ``qk_norm: head`` shares one
 gain between heads). Defaults are CohereConfig's (command-r-v01's shape).
 """

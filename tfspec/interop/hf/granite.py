@@ -9,7 +9,8 @@ sub-layer's output times ``residual_multiplier`` before it joins the residual st
 (``residual_scale``: 0.22); the logits divided by ``logits_scaling`` (``output_scale``, its
 inverse, on the last hidden states: the output projection has no bias; GraniteModel, without one,
 ties a plain one to the embedding). Defaults are GraniteConfig's (Llama 2 7B's shape with every
-multiplier 1, so scores are not divided by sqrt(head_dim)). ``export --format hf`` writes Granite only for specs Llama does not compute (``export_rank`` 1).
+multiplier 1, so scores are not divided by sqrt(head_dim)). ``export --format hf`` writes
+Granite only for specs Llama does not compute (``export_rank`` 1).
 """
 
 from __future__ import annotations
