@@ -76,6 +76,7 @@ def test_config_only_counts_as_transformers(cli, tmp_path):
     ("LlamaConfig", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
      "rope type \"yarn\" is not supported"),
     ("LlamaConfig", {"hidden_act": "gelu_fast"}, "hidden_act"),
+    ("LlamaConfig", {"attention_bias": "yes"}, "attention_bias must be true or false, got \"yes\""),
     ("LlamaConfig", {"moe_experts": 8}, "unknown field moe_experts"),
     ("MistralConfig", {"sliding_window": "4096"}, "sliding_window must be an integer"),
     ("LlamaConfig", {"rope_parameters": [1]}, "rope_parameters must be an object of rotary settings"),

@@ -267,6 +267,14 @@ def number(config: dict, key: str, where: str, kind=int, default=None):
     return value
 
 
+def flag(config: dict, key: str, where: str, default: bool = False) -> bool:
+    """``config[key]`` checked to be true or false (a string "yes" is not a switch)."""
+    value = config.get(key, default)
+    if not isinstance(value, bool):
+        raise TfspecError(f"{where}: {key} must be true or false, got {_show(value)}")
+    return value
+
+
 def end_ids(config: dict, where: str, default) -> dict:
     """``eos_id``, and ``eos_ids`` when the config lists several, from ``eos_token_id``: one id
     or a list (Llama 3.1 Instruct's three), whose first is the one tfspec appends and writes."""

@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
-                                     number, register)
+                                     flag, number, register)
 
 ROPE_TYPES = ("default", "llama3")
 
@@ -47,6 +47,8 @@ class Llama(Family):
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
+        for key in ("attention_bias", "mlp_bias"):  # read as switches by ``_biases``
+            flag(c, key, where)
         d_model = number(c, "hidden_size", where, default=4096)
         heads = number(c, "num_attention_heads", where, default=32)
         head_dim = number(c, "head_dim", where) if c.get("head_dim") is not None else d_model // heads
