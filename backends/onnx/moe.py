@@ -1,10 +1,10 @@
 """The ONNX lowering of the IR ``moe`` op (``tfspec.layers.moe``), in standard operators, as
 ``MixtureOfExperts`` of the PyTorch backend computes it: the router's top_k probabilities
-(float32 softmax over all E experts, renormalised when asked), then, expert by expert, only
-the rows routed to it (NonZero, Gather) through its feed-forward network, scattered back
-weighted (ScatterND with add). A token pays for top_k experts, and a decoding step reads the
-weights of the experts its rows chose only: a step with one row runs top_k of E networks.
-``tools/bench_moe.py`` times this against running every expert on every row."""
+(float32 softmax or sigmoid scores, chosen among groups and with a bias as DeepSeek-V3 does, renormalised
+and scaled when asked), then, expert by expert, only the rows routed to it (NonZero, Gather) through its
+feed-forward network, scattered back weighted (ScatterND with add). A token pays for top_k experts, and a
+decoding step reads the weights of the experts its rows chose only: a step with one row runs top_k of E
+networks. ``tools/bench_moe.py`` times this against running every expert on every row."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def moe(e, node: Node, x: str) -> str:
     b, a, p = e.b, node.attrs, node.params
     d = b.weights[p["w_router"]].shape[1]
     flat = b.rows(x, d)  # (N, d)
-    top, chosen = route(b, a, flat, p["w_router"])  # (N, k) weights and experts
+    top, chosen = route(b, a, flat, p["w_router"], p.get("score_bias"))  # (N, k) weights and experts
     y = b.op("Mul", flat, b.const(0.0))  # (N, d) zeros, made from the input's shape
     for expert in range(a["experts"]):
         hit = b.op("Equal", chosen, b.const(np.int64(expert)))  # (N, k): at most one slot per row
@@ -43,16 +43,44 @@ def moe(e, node: Node, x: str) -> str:
     return y if x in b.flat else b.sequence(y, d)
 
 
-def route(b, a: dict, flat: str, router: str) -> tuple[str, str]:
-    """(N, k) weights in the graph's float type and (N, k) expert ids: the top_k of the
-    router's float32 softmax, divided by their sum with ``normalize`` (Mixtral)."""
+def route(b, a: dict, flat: str, router: str, score_bias: str | None = None) -> tuple[str, str]:
+    """(N, k) weights in the graph's float type and (N, k) expert ids, in float32: the router's
+    softmax (or sigmoid) scores of the top_k experts ``_choose`` picks, divided by their sum
+    (with DeepSeek-V3's 1e-20 floor) with ``normalize``, times ``routed_scale``."""
     logits = b.linear(flat, router)
     if b.elem_type != TensorProto.FLOAT:
         logits = b.op("Cast", logits, to=TensorProto.FLOAT)
-    top, chosen = b.op("TopK", b.op("Softmax", logits, axis=-1), b.ints(a["top_k"]), axis=-1, outputs=2)
+    scores = b.op("Softmax", logits, axis=-1) if a["scoring"] == "softmax" else b.op("Sigmoid", logits)
+    chosen = _choose(b, a, scores, score_bias)
+    top = b.op("GatherElements", scores, chosen, axis=1)
     if a["normalize"]:
-        top = b.op("Div", top, b.op("ReduceSum", top, b.ints(-1), keepdims=1))
+        top = b.op("Div", top, b.op("Add", b.op("ReduceSum", top, b.ints(-1), keepdims=1), _f32(b, 1e-20)))
+    if a["routed_scale"] != 1:
+        top = b.op("Mul", top, _f32(b, a["routed_scale"]))
     return (top if b.elem_type == TensorProto.FLOAT else b.op("Cast", top, to=b.elem_type)), chosen
+
+
+def _choose(b, a: dict, scores: str, score_bias: str | None) -> str:
+    """(N, k) expert ids: the top_k of the scores plus the score bias, among the top_groups
+    groups whose two best sum highest (DeepSeek-V3), as the PyTorch backend's ``_choose``."""
+    if score_bias is not None:
+        scores = b.op("Add", scores, b.const(b.weights[score_bias], dtype=np.float32))
+    groups, top_groups = a["groups"], a["top_groups"]
+    if top_groups < groups:
+        grouped = b.op("Reshape", scores, b.ints(0, groups, -1))  # (N, G, E / G)
+        best = b.op("ReduceSum", b.op("TopK", grouped, b.ints(2), axis=-1, outputs=2)[0], b.ints(-1),
+                    keepdims=0)  # (N, G): each group's two best scores summed
+        picked = b.op("TopK", best, b.ints(top_groups), axis=-1, outputs=2)[1]  # (N, top_groups)
+        ones = b.op("Add", b.op("Mul", b.op("Cast", picked, to=TensorProto.FLOAT), _f32(b, 0.0)), _f32(b, 1.0))
+        keep = b.op("ScatterElements", b.op("Mul", best, _f32(b, 0.0)), picked, ones, axis=1)  # (N, G): 1 kept
+        keep = b.op("Unsqueeze", b.op("Cast", keep, to=TensorProto.BOOL), b.ints(-1))
+        grouped = b.op("Where", keep, grouped, _f32(b, -np.inf))
+        scores = b.op("Reshape", grouped, b.ints(0, -1))
+    return b.op("TopK", scores, b.ints(a["top_k"]), axis=-1, outputs=2)[1]
+
+
+def _f32(b, value: float) -> str:
+    return b.const(np.float32(value), dtype=np.float32)
 
 
 def _ffn(b, a: dict, x: str, w_1: str, w_3: str | None, w_2: str) -> str:

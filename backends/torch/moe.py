@@ -1,6 +1,7 @@
 """The PyTorch lowering of the IR ``moe`` op (``tfspec.layers.moe``): route each position to
-its top_k experts and run each expert only on the positions routed to it, as transformers'
-Mixtral does, so training and decoding pay for top_k experts per token, not E."""
+its top_k experts (softmax or sigmoid scores, DeepSeek-V3's groups and score bias) and run each expert
+only on the positions routed to it, as transformers' Mixtral and DeepSeek-V3 do, so training and decoding
+pay for top_k experts per token, not E."""
 
 from __future__ import annotations
 
@@ -19,18 +20,21 @@ class MixtureOfExperts(OpModule):
         self.experts, self.top_k, self.normalize = a["experts"], a["top_k"], a["normalize"]
         self.act, self.gated, self.p = ACTIVATIONS[a["activation"]], a["gated"], a["dropout"]
         self.balance, self.z_loss, self.seq = a.get("balance", 0.0), a.get("z_loss", 0.0), node.shape[1]
+        self.scoring, self.groups, self.top_groups = a["scoring"], a["groups"], a["top_groups"]
+        self.routed_scale = a["routed_scale"]
 
     def forward(self, ctx, x):
         B, L, d = x.shape
         flat = x.reshape(-1, d)
         logits = F.linear(flat, self.w_router).float()
-        probs = torch.softmax(logits, -1)  # (N, E), in float32 as Mixtral
-        weights, chosen = probs.topk(self.top_k, -1)  # (N, k)
+        probs = torch.softmax(logits, -1) if self.scoring == "softmax" else torch.sigmoid(logits)  # (N, E), float32
+        chosen = self._choose(probs)  # (N, k)
+        weights = probs.gather(1, chosen)
         if ctx.training and (self.balance or self.z_loss):
             ctx.aux_losses.append(self._router_losses(ctx, logits, probs, chosen))
-        if self.normalize:
-            weights = weights / weights.sum(-1, keepdim=True)
-        weights = weights.to(x.dtype)
+        if self.normalize:  # DeepSeek-V3's floor keeps sigmoid scores that all underflow from giving 0 / 0
+            weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
+        weights = (weights * self.routed_scale).to(x.dtype)
         out = torch.zeros_like(flat)
         for expert in range(self.experts):
             rows, slot = (chosen == expert).nonzero(as_tuple=True)
@@ -44,6 +48,17 @@ class MixtureOfExperts(OpModule):
                 y = torch.sigmoid(F.linear(flat, self.w_shared_gate)) * y
             out = out + y
         return out.view(B, L, d)
+
+    def _choose(self, probs: torch.Tensor) -> torch.Tensor:
+        """The top_k experts by score (plus the score bias), among the top_groups groups whose
+        two best sum highest (transformers' DeepseekV3TopkRouter)."""
+        scores = probs if getattr(self, "score_bias", None) is None else probs + self.score_bias
+        if self.top_groups < self.groups:
+            grouped = scores.view(len(scores), self.groups, -1)  # (N, G, E / G)
+            best = grouped.topk(2, -1).values.sum(-1).topk(self.top_groups, -1).indices  # (N, top_groups)
+            keep = torch.zeros_like(grouped[..., 0], dtype=torch.bool).scatter_(1, best, True)  # (N, G)
+            scores = grouped.masked_fill(~keep[..., None], float("-inf")).view_as(scores)
+        return scores.topk(self.top_k, -1).indices
 
     def _router_losses(self, ctx, logits, probs, chosen) -> torch.Tensor:
         """The load-balancing loss E x sum_e f_e P_e (transformers' ``load_balancing_loss_func``:

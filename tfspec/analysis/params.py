@@ -30,14 +30,18 @@ def analyze_params(graph: Graph) -> ParamReport:
     sections: dict[str, dict[str, int]] = {}
     idle = 0
     for node in graph.nodes():
-        owned = sum(graph.params[p].numel for role, p in node.params.items() if node.owns(role))
+        owned = {role: graph.params[p].numel for role, p in node.params.items() if node.owns(role)}
         if node.layer is not None:
-            idle += node.layer.idle({role: graph.params[p].numel for role, p in node.params.items() if node.owns(role)})
+            idle += node.layer.idle(owned)
         if node.component in ("embedding", "positional"):
             section = "embeddings"
         else:
             section = node.stack or "output"
         if owned or node.component in ("embedding", "projection"):
             parts = sections.setdefault(section, {})
-            parts[node.component] = parts.get(node.component, 0) + owned
+            parts.setdefault(node.component, 0)
+            apart = getattr(node.layer, "apart", {})
+            for role, n in owned.items():  # a tensor counted apart by convention has its own line
+                line = apart.get(role, node.component)
+                parts[line] = parts.get(line, 0) + n
     return ParamReport(graph.name, graph.num_params, sections, graph.tied(), graph.num_params - idle)

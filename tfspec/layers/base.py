@@ -50,6 +50,10 @@ class Sublayer(SpecModel):
     """Category in parameter and cost reports: attention, ffn, recurrent, conv."""
     needs_memory: ClassVar[bool] = False
     """Reads the encoder output (cross-attention): only valid in an encoder-decoder's decoder."""
+    apart: ClassVar[dict[str, str]] = {}
+    """Parameter role -> the line parameter reports count it on instead of ``component``: a
+    tensor counted differently by convention (DeepSeek-V3's router score bias, a buffer that
+    transformers' num_parameters leaves out)."""
     _filled: frozenset[str] | None = PrivateAttr(None)
     """The fields ``resolved`` took from the spec (None: not resolved), which reports leave out."""
 

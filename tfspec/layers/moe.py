@@ -7,11 +7,17 @@ E experts holds E times the feed-forward parameters while each token pays for to
 parameter reports count all experts, FLOP reports count the work a token does (router,
 top_k experts, shared experts), which is what makes these models cheap per token.
 
-Routing, as published models compute it: p = softmax(x W_router) over all E experts (in
-float32); the top_k largest are kept; with ``normalize`` they are divided by their sum
-(Mixtral; Qwen2-MoE and OLMoE's ``norm_topk_prob``). ``shared`` experts run on every token
-beside the routed ones (Qwen2-MoE: one, its output scaled by sigmoid(x w_gate) with
-``shared_gate``; DeepSeek: ungated).
+Routing, as published models compute it (transformers' MixtralSparseMoeBlock and
+DeepseekV3TopkRouter), in float32: scores p = softmax(x W_router) over all E experts
+(``scoring: softmax``: Mixtral, Qwen2-MoE, OLMoE, DeepSeek-V2) or sigmoid(x W_router) each
+(``scoring: sigmoid``: DeepSeek-V3). The experts are chosen by p + b, b a learned bias per
+expert (``score_bias``: DeepSeek-V3's e_score_correction_bias, which moves choices only, never
+weights), among the ``top_groups`` best of ``groups`` equal groups of experts (a group's score
+the sum of its two best; DeepSeek-V3's n_group, topk_group); the top_k chosen keep their
+scores p, divided by their sum with ``normalize`` (Mixtral; Qwen2-MoE, OLMoE and DeepSeek-V3's
+``norm_topk_prob``), then multiplied by ``routed_scale`` (DeepSeek-V3's routed_scaling_factor).
+``shared`` experts run on every token beside the routed ones (Qwen2-MoE: one, its output
+scaled by sigmoid(x w_gate) with ``shared_gate``; DeepSeek: ungated).
 """
 
 from __future__ import annotations
@@ -41,6 +47,20 @@ class MixtureOfExperts(Sublayer):
     normalize: bool = True
     """Rescale the top_k probabilities to sum to 1 (Mixtral: always; Qwen2-MoE and OLMoE: their
     norm_topk_prob, false by default)."""
+    scoring: Literal["softmax", "sigmoid"] = "softmax"
+    """How the router's logits become scores: softmax over the experts (Mixtral, Qwen2-MoE,
+    OLMoE, DeepSeek-V2) or a sigmoid each (DeepSeek-V3)."""
+    score_bias: bool = False
+    """A learned bias per expert added to the scores to choose experts, not to weight them
+    (DeepSeek-V3's e_score_correction_bias, a buffer transformers does not count: reports show
+    it on its own line)."""
+    groups: Experts = 1
+    """Equal groups of experts; only the top_groups groups whose two best scores sum highest
+    are chosen from (DeepSeek-V3's n_group: 8)."""
+    top_groups: Experts | None = None
+    """Groups each position chooses from (DeepSeek-V3's topk_group: 4); defaults to all."""
+    routed_scale: Annotated[float, Field(gt=0, le=1e3)] = 1.0
+    """Multiplies the routed experts' weights (DeepSeek-V3's routed_scaling_factor: 2.5)."""
     d_ff: Width | None = None
     """Inner size of each routed expert; defaults to the spec's d_ff."""
     shared: Annotated[int, Field(ge=0, le=64)] = 0
@@ -62,12 +82,25 @@ class MixtureOfExperts(Sublayer):
     gated: bool | None = None
     """Experts as gated linear units (SwiGLU with silu); defaults to the spec's gated."""
     symbols: ClassVar[dict[str, str]] = {"d_ff": "d_ff"}
+    apart: ClassVar[dict[str, str]] = {"score_bias": "router score bias"}
 
     def check(self, spec) -> str | None:
         if self.top_k > self.experts:
             return f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): pick top_k <= experts"
         if self.shared_gate and not self.shared:
             return "shared_gate scales the shared experts' output, but shared is 0: set shared: 1 or drop it"
+        return self._check_groups()
+
+    def _check_groups(self) -> str | None:
+        size, top = self.experts // self.groups, self.top_groups or self.groups
+        if self.groups > 1 and (self.experts % self.groups or size < 2):
+            return (f"experts ({self.experts}) must be divisible by groups ({self.groups}) into groups of at least "
+                    "2 (a group scores by its two best experts)")
+        if top > self.groups:
+            return f"top_groups ({top}) cannot exceed groups ({self.groups})"
+        if self.top_k > top * size:
+            return (f"top_k ({self.top_k}) cannot exceed the experts of top_groups ({top}) groups of "
+                    f"{size}: pick top_k <= {top * size}")
         return None
 
     def resolved(self, spec) -> MixtureOfExperts:
@@ -103,6 +136,8 @@ class MixtureOfExperts(Sublayer):
                   "w_2": ((e, d, f), "xavier_uniform")}
         if layer.gated:
             params["w_3"] = ((e, f, d), "xavier_uniform")
+        if layer.score_bias:
+            params["score_bias"] = ((e,), "zeros")
         if layer.shared:
             g = layer.shared_d_ff
             params |= {"w_shared_1": ((g, d), "xavier_uniform"), "w_shared_2": ((d, g), "xavier_uniform")}
@@ -111,6 +146,8 @@ class MixtureOfExperts(Sublayer):
             if layer.shared_gate:
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
+                 "scoring": layer.scoring, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
+                 "routed_scale": layer.routed_scale,
                  "balance": layer.balance, "z_loss": layer.z_loss,
                  "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout}
         return b.op(name, "moe", [x], attrs=attrs, params=params, layer=layer)

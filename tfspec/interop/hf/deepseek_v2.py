@@ -80,6 +80,7 @@ class DeepseekV2(Experts, Llama):
     rope_types: ClassVar[tuple[str, ...]] = ("default",)
     expert_counts = ("n_routed_experts", "num_experts")
     renormalises = False
+    routing = Experts.routing | {"normalize": False}
     defaults = {"vocab_size": 102400, "n_routed_experts": 64, "n_shared_experts": 2, "moe_intermediate_size": 1407,
                 "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
                 "v_head_dim": 128, "bos_token_id": 1, "eos_token_id": 2}
@@ -144,10 +145,8 @@ class DeepseekV2(Experts, Llama):
         if any(layer.attention is None or layer.attention.kind != "latent_attention" for layer in layers):
             return f"{self.title}'s attention layers are latent attention; this spec has others"
         sparse = [any(s.kind == "moe" for s in layer.sublayers) for layer in layers]
-        moe = first_moe(spec)
-        if sparse != sorted(sparse) or moe.normalize or moe.shared_gate:
-            return (f"{self.title} has dense layers, then mixtures of experts (not renormalised, shared experts "
-                    "ungated)")
+        if sparse != sorted(sparse) or first_moe(spec).shared_gate:
+            return f"{self.title} has dense layers, then mixtures of experts (shared experts ungated)"
         return None
 
     def config(self, spec) -> dict:

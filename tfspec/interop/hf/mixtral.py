@@ -48,6 +48,9 @@ class Experts:
     ``norm_topk_prob`` says (None: Qwen2-MoE, Qwen3-MoE, OLMoE)."""
     defaults: ClassVar[dict] = {}
     """The config class's values where those ``Llama.spec_data`` falls back on differ."""
+    routing: ClassVar[dict] = {"scoring": "softmax", "score_bias": False, "groups": 1, "routed_scale": 1.0}
+    """The ``moe`` router options the family's routers all have: a spec routed otherwise is
+    not exported as the family."""
 
     def spec_data(self, source: Source) -> dict:
         c = self.defaults | _counted(source.config, self.expert_counts, source.where)
@@ -95,8 +98,11 @@ class Experts:
     def structure(self, spec) -> str | None:
         if reason := super().structure(spec):
             return reason
-        if first_moe(spec) is None:
+        if (moe := first_moe(spec)) is None:
             return f"{self.title}'s feed-forward layers are mixtures of experts; this spec has none"
+        if other := [f"{k} {getattr(moe, k)}" for k, v in self.routing.items() if getattr(moe, k) != v]:
+            return (f"{self.title}'s routers have {', '.join(f'{k} {v}' for k, v in self.routing.items())}; "
+                    f"this spec's have {', '.join(other)}")
         return None
 
     def config(self, spec) -> dict:
