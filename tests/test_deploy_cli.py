@@ -222,3 +222,48 @@ def test_an_imported_directory_exports_its_own_weights(cli, tmp_path):
         want = original(input_ids=tokens).logits.numpy()
     got = OnnxModel(tmp_path / "onnx").logits(tgt=tokens.numpy())
     assert abs(got - want)[keep.numpy()].max() < 1e-4
+
+
+@pytest.mark.parametrize("beam", ["1", "4"])
+def test_decoder_only_prompts_near_the_position_limit(cli, write_spec, tmp_path, beam):
+    """A decoder-only export's prompt takes positions too: prompts of 20 to 70 ids (with EOS,
+    after the start token) continue within the 64 positions, by as many tokens as the search
+    given that room decodes, and a prompt that fills them continues with nothing (this was a
+    traceback: the output ran past the position table)."""
+    from tfspec.backends.onnx import OnnxModel
+
+    spec = write_spec("""
+        name: dec
+        family: decoder-only
+        vocab: 100
+        d_model: 32
+        heads: 4
+        d_ff: 64
+        norm: pre
+        positional: {kind: learned, max_len: 64}
+        output_bias: true
+        decoder: {layers: 1, block: [causal_self_attention, ffn]}
+        """)
+    from tfspec import load_spec
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import save_weights
+
+    model = build_module(load_spec(spec))
+    with torch.no_grad():  # end of sequence made unlikely: outputs run until the room is used up
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+        model.get_parameter("output.bias")[2] = -100.0
+    save_weights(model, tmp_path / "w.safetensors")
+    assert cli("export", spec, "--weights", tmp_path / "w.safetensors", "-o", tmp_path / "out")[0] == 0
+    rows = [list(range(5, 5 + n)) for n in (20, 58, 62, 70)]
+    (tmp_path / "in.txt").write_text("\n".join(" ".join(map(str, r)) for r in rows) + "\n")
+    code, out, err = cli("translate", tmp_path / "out", tmp_path / "in.txt", "--beam", beam, "--max-extra", "50")
+    assert code == 0, err
+    decoder = OnnxModel(tmp_path / "out", device="cpu").decoder()
+    printed = out.split("\n")[:4]
+    for row, line in zip(rows, printed):
+        ids = row + [2] if len(row) + 1 <= 64 else row[:63] + [2]  # cut as translate warns
+        room = 63 - len(ids)
+        expected = [] if room < 1 else search(decoder, None, SearchOptions(beam=int(beam), max_extra=50,
+                                                                          max_length=room), np.array([[1] + ids]))[0]
+        assert line == " ".join(map(str, expected)) and len(expected) == max(min(room, 50), 0)

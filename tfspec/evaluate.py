@@ -8,6 +8,7 @@ with their signatures so numbers can be compared across papers and tools.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -20,15 +21,19 @@ def decode_all(decoder: Decoder, sources: list[list[int]], options: SearchOption
     """Output ids for each source (ids ending with EOS), in input order; empty sources give
     empty outputs. Requests are decoded in batches of similar length (``batches``), as
     CTranslate2's ``translate_batch`` does. Decoder-only models continue each source as a
-    prompt, one at a time."""
+    prompt, one at a time, within ``options.max_length`` positions after the start token: a
+    prompt that fills them continues with nothing."""
     outputs: list[list[int]] = [[] for _ in sources]
     lengths = [len(s) for s in sources]
     for rows in batches(lengths, 1 if decoder_only else batch, batch_type):
         tokens = np.full((len(rows), max(lengths[i] for i in rows)), decoder.pad, dtype=np.int64)
         for r, i in enumerate(rows):
             tokens[r, : lengths[i]] = sources[i]
-        if decoder_only:
-            result = search(decoder, None, options, np.concatenate([[[decoder.bos]], tokens], axis=1))
+        if decoder_only:  # the prompt takes positions too: what is left of max_length is the output's room
+            room = None if options.max_length is None else options.max_length - tokens.shape[1]
+            prefix = np.concatenate([[[decoder.bos]], tokens], axis=1)
+            result = [[]] if room is not None and room < 1 else search(
+                decoder, None, options if room is None else replace(options, max_length=room), prefix)
         else:
             result = search(decoder, tokens, options)
         for i, out in zip(rows, result):
