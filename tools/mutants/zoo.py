@@ -116,17 +116,15 @@ MOE_TESTS = "tests/test_import_moe_families.py::test_logits_and_greedy_tokens_ma
 MUTANTS += [
     dict(name="moe router: softmax over the top_k logits instead of over all experts (PyTorch)",
          file="backends/torch/moe.py",
-         old="        probs = torch.softmax(logits, -1)  # (N, E), in float32 as Mixtral\n"
-             "        weights, chosen = probs.topk(self.top_k, -1)  # (N, k)\n",
-         new="        probs = torch.softmax(logits, -1)\n"
-             "        top, chosen = logits.topk(self.top_k, -1)\n"
-             "        weights = torch.softmax(top, -1)\n",
+         old="        chosen = self._choose(probs)  # (N, k)\n"
+             "        weights = probs.gather(1, chosen)\n",
+         new="        chosen = self._choose(probs)\n"
+             "        weights = torch.softmax(logits.gather(1, chosen), -1)\n",
          tests=[MOE_TESTS + "[qwen2_moe]", MOE_TESTS + "[olmoe]"]),
     dict(name="moe router: softmax over the top_k logits instead of over all experts (ONNX)",
          file="backends/onnx/moe.py",
-         old='    top, chosen = b.op("TopK", b.op("Softmax", logits, axis=-1), b.ints(a["top_k"]), axis=-1, outputs=2)\n',
-         new='    top, chosen = b.op("TopK", logits, b.ints(a["top_k"]), axis=-1, outputs=2)\n'
-             '    top = b.op("Softmax", top, axis=-1)\n',
+         old='    top = b.op("GatherElements", scores, chosen, axis=1)\n',
+         new='    top = b.op("Softmax", b.op("GatherElements", logits, chosen, axis=1), axis=-1)\n',
          tests=[MOE_TESTS + "[qwen2_moe]", MOE_TESTS + "[olmoe]"]),
     dict(name="moe: normalize ignored (the top_k probabilities never renormalised)",
          file="tfspec/layers/moe.py",
@@ -136,6 +134,24 @@ MUTANTS += [
 ]
 
 MLA_TESTS = "tests/test_import_latent_attention.py::test_logits_and_greedy_tokens_match_transformers"
+
+MUTANTS += [
+    dict(name="moe router: DeepSeek-V3's score bias ignored when choosing experts (PyTorch)",
+         file="backends/torch/moe.py",
+         old='        scores = probs if getattr(self, "score_bias", None) is None else probs + self.score_bias\n',
+         new="        scores = probs\n",
+         tests=[MLA_TESTS + "[v3]"]),
+    dict(name="moe router: a group scored by its best expert, not its two best summed (ONNX)",
+         file="backends/onnx/moe.py",
+         old='        best = b.op("ReduceSum", b.op("TopK", grouped, b.ints(2), axis=-1, outputs=2)[0], b.ints(-1),\n',
+         new='        best = b.op("ReduceSum", b.op("TopK", grouped, b.ints(1), axis=-1, outputs=2)[0], b.ints(-1),\n',
+         tests=[MLA_TESTS + "[v3]"]),
+    dict(name="deepseek_v3: routed_scaling_factor not read (weights unscaled)",
+         file="tfspec/interop/hf/deepseek_v3.py",
+         old='                        "routed_scale": scale}',
+         new='                        "routed_scale": 1.0}',
+         tests=[MLA_TESTS + "[v3_ungrouped]"]),
+]
 
 MUTANTS += [
     dict(name="deepseek_v2: DeepSeek's interleaved rope rows taken as rotate-half ones (not permuted at import)",
