@@ -165,6 +165,10 @@ def difference(model_type: str, model, imported) -> str:
     transformers keeps as buffers or lacks, grouped over layers: 'transformers counts
     encoder.embed_positions.weight (1,048,576, frozen)'. An unexplained remainder is given as a number."""
     groups = _unshared(model_type, model, imported)
+    plain = {kind: sum(sum(sizes) for (k, _), sizes in groups.items() if k == kind)
+             for kind in ("tfspec counts", "transformers counts")}
+    if plain["tfspec counts"] == plain["transformers counts"]:  # the same tensors fused in memory, split on disk
+        groups = {key: sizes for key, sizes in groups.items() if key[0] not in plain}
     parts = [f"{kind} {what if kind == 'sizes differ:' else _group(what, sizes)}"
              for (kind, what), sizes in sorted(groups.items())]
     signed = {"tfspec counts": 1, "tfspec counts the buffer": 1, "transformers counts": -1, "sizes differ:": 1}
