@@ -10,6 +10,7 @@ Python search on corrected inputs for what the graph does with bad ones.
 
 from __future__ import annotations
 
+import importlib
 import json
 
 import numpy as np
@@ -186,6 +187,26 @@ def test_only_default_domain_operators_and_weights_stored_once_per_graph(int8, t
     copies = [sum(tuple(t.dims) == embedding.shape and np.array_equal(onnx.numpy_helper.to_array(t), embedding)
                   for t in graph.initializer) for graph in all_graphs(proto.graph)]
     assert copies[0] == 1 and sum(copies) == 2
+
+
+def test_large_models_keep_the_loop_bodies_weights_in_the_side_file(monkeypatch, tmp_path):
+    """Weights above EXTERNAL_DATA_BYTES go to <graph>.onnx.data, counting the Loop bodies' (the
+    step's weights): here the threshold lies between the outer graph's bytes and all of them."""
+    torch.manual_seed(0)
+    model = build_module(load_spec("tiny")).eval()
+    export(model, tmp_path / "inline", parity=False, generate=True)
+    proto = onnx.load(str(tmp_path / "inline" / "generate.onnx"))
+    outer = sum(len(t.raw_data) for t in proto.graph.initializer)
+    assert sum(len(t.raw_data) for g in all_graphs(proto.graph) for t in g.initializer) > 1.5 * outer
+    exporting = importlib.import_module("tfspec.backends.onnx.export")  # the module, not the function
+    monkeypatch.setattr(exporting, "EXTERNAL_DATA_BYTES", int(1.2 * outer))
+    export(model, tmp_path / "side", parity=False, generate=True)
+    proto = onnx.load(str(tmp_path / "side" / "generate.onnx"), load_external_data=False)
+    assert all(t.data_location == onnx.TensorProto.EXTERNAL for g in all_graphs(proto.graph) for t in g.initializer
+               if np.prod(t.dims) * 4 > 1024)
+    onnx_model, src = OnnxModel(tmp_path / "side", device="cpu"), np.array([[70, 71, 72, 2]])
+    options = SearchOptions(beam=4, max_extra=5)
+    assert Generator(onnx_model)(src, options) == search(onnx_model.decoder(), src, options)
 
 
 @pytest.fixture(scope="module")

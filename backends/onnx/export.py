@@ -204,9 +204,15 @@ def write_manifest(directory: Path, manifest: dict) -> None:
 
 
 def save_graph(proto: onnx.ModelProto, path: Path) -> None:
-    weights = sum(len(t.raw_data) for t in proto.graph.initializer)
-    if weights > EXTERNAL_DATA_BYTES:
+    if weight_bytes(proto.graph) > EXTERNAL_DATA_BYTES:
         onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=f"{path.name}.data", size_threshold=1024)
     else:
         onnx.save_model(proto, str(path))
+
+
+def weight_bytes(graph: onnx.GraphProto) -> int:
+    """Bytes of ``graph``'s initializers and of its subgraphs' (generate.onnx's Loop bodies hold
+    the step's weights), which the external data file takes."""
+    nested = [a.g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+    return sum(len(t.raw_data) for t in graph.initializer) + sum(map(weight_bytes, nested))
