@@ -21,7 +21,7 @@ untied output. Defaults are BloomConfig's (a 2-layer, 64-wide test shape).
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import Family, Rule, Source, norm_rules, number, register
+from tfspec.interop.hf.family import Family, Rule, Source, norm_rules, number, register, repeated_layer
 
 TRAINED_LENGTH = 2048
 """BLOOM's training sequence length (BigScience, 2022, §3.3): tfspec's max_len for its ALiBi."""
@@ -87,9 +87,9 @@ class Bloom(Family):
         return None if alibi else f"{self.title}'s positions are ALiBi (positional.kind: alibi)"
 
     def config(self, spec) -> dict:
-        v = spec.vocab
+        v, (attention, _) = spec.vocab, repeated_layer(spec, "decoder")
         return {"architectures": [self.export_architecture], "model_type": self.model_type, "vocab_size": v.size,
-                "hidden_size": spec.d_model, "n_layer": spec.decoder.num_layers, "n_head": spec.heads,
+                "hidden_size": spec.d_model, "n_layer": spec.decoder.num_layers, "n_head": attention.heads,
                 "layer_norm_epsilon": spec.norm_eps, "hidden_dropout": spec.dropout,
                 "attention_dropout": spec.attention_dropout, "bos_token_id": v.bos_id, "eos_token_id": v.eos_id,
                 "pad_token_id": v.pad_id, "unk_token_id": v.unk_id, "apply_residual_connection_post_layernorm": False,
