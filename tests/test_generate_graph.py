@@ -220,9 +220,10 @@ def tiny(tmp_path_factory):
 
 
 def run(generator: Generator, ids, **feeds) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
-    """generate.onnx's outputs for ``feeds`` (beam 4, alpha 0.6 and max_length 11 unless given):
-    each row's ids before the end of sentence, the scores and the padded sequences."""
-    feeds = {"max_length": 11, "num_beams": 4, "length_penalty": 0.6} | feeds
+    """generate.onnx's outputs for ``feeds`` (beam 4, alpha 0.6, max_length 11, no min_length and
+    no max_extra bound unless given): each row's ids before the end of sentence, the scores and
+    the padded sequences."""
+    feeds = {"max_length": 11, "num_beams": 4, "length_penalty": 0.6, "min_length": 0, "max_extra": 2**30} | feeds
     arrays = {k: np.array(v, np.float32 if k == "length_penalty" else np.int64) for k, v in feeds.items()}
     sequences, scores, lengths = generator.session.run(None, {"input_ids": np.array(ids, np.int64), **arrays})
     return [row[:n].tolist() for row, n in zip(sequences, lengths)], scores, sequences
@@ -290,8 +291,8 @@ def test_refusals(cli, tmp_path):
 
 
 def test_openvino_runs_generate_onnx_with_onnxruntime_tokens(tiny):
-    """OpenVINO (CPU) computes the float64 scores in float32 and reads inputs that have a default
-    (min_length, max_extra) as constants; on a model without exact ties it gives the same tokens."""
+    """OpenVINO (CPU) computes the float64 scores in float32; on a model without exact ties it gives
+    the same tokens, per-row limits (max_extra) and min_length included."""
     ov = pytest.importorskip("openvino")
     spec, model, generator = tiny
     compiled = ov.Core().compile_model(str(model.directory / "generate.onnx"), "CPU",
@@ -300,10 +301,10 @@ def test_openvino_runs_generate_onnx_with_onnxruntime_tokens(tiny):
     src[2, 4:] = spec.vocab.pad_id
     for beam in (1, 4):
         feeds = {"input_ids": src, "max_length": np.array(11), "num_beams": np.array(beam),
-                 "length_penalty": np.array(0.6, np.float32)}
+                 "length_penalty": np.array(0.6, np.float32), "min_length": np.array(2), "max_extra": np.array(3)}
         got = {o.get_any_name(): v for o, v in compiled(feeds).items()}
         assert [row[:n].tolist() for row, n in zip(got["sequences"], got["sequences_lengths"])] == run(
-            generator, src, num_beams=beam)[0]
+            generator, src, num_beams=beam, min_length=2, max_extra=3)[0]
 
 
 @pytest.mark.parametrize("family", ["marian", "t5"])

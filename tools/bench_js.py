@@ -47,7 +47,8 @@ def python_engine(model: Path, lines: list[str], beam: int):
     manifest = json.loads((model / "tfspec.json").read_text())
     spec = spec_from_data(manifest["spec"], "tfspec.json")
     session = ort.InferenceSession(str(model / "generate.onnx"), session_options(), providers=["CPUExecutionProvider"])
-    rows_limited = "max_extra" in {i.name for i in session.get_inputs()}
+    names = {i.name for i in session.get_inputs()}
+    rows_limited = "max_extra" in names  # older exports gave it a default, which JS could not feed
     codec, limit = Codec(model, spec), spec.positional.max_len if spec.positional.kind != "none" else None
     sources = [codec.encode(line, n, limit) for n, line in enumerate(lines, 1)]
     groups = batches([len(s) for s in sources], 32) if rows_limited else one_length([len(s) for s in sources], 32)
@@ -66,6 +67,8 @@ def python_engine(model: Path, lines: list[str], beam: int):
                      "num_beams": scalar(beam), "length_penalty": np.array(0.6, np.float32)}
             if rows_limited:
                 feeds["max_extra"] = scalar(50)
+            if "min_length" in names:
+                feeds["min_length"] = scalar(0)
             sequences, lengths = session.run(["sequences", "sequences_lengths"], feeds)
             for r, i in enumerate(rows):
                 outputs[i] = sequences[r, :lengths[r]].tolist()

@@ -8,9 +8,9 @@ Interface (the names of onnxruntime's retired ``BeamSearch`` op, so users recogn
     max_length        int64 ()                most tokens a hypothesis may have, end of sentence included
     num_beams         int64 ()                hypotheses kept per sentence; 1 is greedy search
     length_penalty    float ()                GNMT's alpha (``tfspec.search.length_penalty``)
-    min_length        int64 (), optional      no end of sentence before this many tokens (default 0)
-    max_extra         int64 (), optional      each row's limit is also its source length (non-pad
-                                              ids) + max_extra, as ``translate --max-extra`` (default: none)
+    min_length        int64 ()                no end of sentence before this many tokens (0: none)
+    max_extra         int64 ()                each row's limit is also its source length (non-pad
+                                              ids) + max_extra, as ``translate --max-extra`` (2**30: none)
  -> sequences         int64 (batch, out_len)  the best hypothesis, its end of sentence, then pad_id
     sequences_scores  float (batch,)          its length-penalised log-probability
     sequences_lengths int64 (batch,)          its tokens before the end of sentence: what
@@ -49,9 +49,6 @@ from .builder import Builder
 from .graphs import emit
 from .search_graph import beam_constants
 
-OPTIONAL = {"min_length": 0, "max_extra": 2**30}
-"""Optional inputs (graph inputs with an initializer) and their defaults; 2**30: no bound (within
-int32, which OpenVINO computes int64 values in)."""
 ALPHA_DIGITS = 1e6
 """``length_penalty`` arrives as a float32 (0.6 is 0.60000002): the graph reads it to six
 decimals as the float64 Python's search computes with, so both penalise alike to the bit."""
@@ -77,9 +74,9 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "src_len"])]
     inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in ("max_length", "num_beams")]
     inputs += [helper.make_tensor_value_info("length_penalty", TensorProto.FLOAT, [])]
-    for name, default in OPTIONAL.items():
-        inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, []))
-        b.initializers[name] = numpy_helper.from_array(np.array(default, np.int64), name)
+    # Plain inputs, not inputs with a default: onnxruntime's JavaScript bindings and OpenVINO
+    # cannot set those (they read them as constants), and onnxruntime warns about them at load.
+    inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in ("min_length", "max_extra")]
     s = _Setup(b, spec, encoder is not None)
     shared = {}
     if encoder is not None:
@@ -95,7 +92,7 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
                helper.make_tensor_value_info("sequences_scores", TensorProto.FLOAT, ["batch"]),
                helper.make_tensor_value_info("sequences_lengths", TensorProto.INT64, ["batch"])]
     graph = helper.make_graph(b.nodes, b.name, inputs, outputs, list(b.initializers.values()))
-    _dedupe(graph, keep=set(OPTIONAL))
+    _dedupe(graph)
     model = helper.make_model(graph,
                               opset_imports=[helper.make_opsetid("", opset)], producer_name="tfspec", ir_version=10)
     helper.set_model_props(model, metadata or {})
@@ -180,20 +177,19 @@ def _inline(graph: onnx.GraphProto, prefix: str, names: dict[str, str], into: di
     return list(graph.node)
 
 
-def _dedupe(graph: onnx.GraphProto, keep: set[str], outer: dict[str, str] | None = None) -> None:
+def _dedupe(graph: onnx.GraphProto, outer: dict[str, str] | None = None) -> None:
     """One initializer per distinct tensor in ``graph`` and in each Loop body (equal constants of
     the encoder and the step, such as a sinusoid table), its readers pointed at it, those in the
-    bodies too (``outer``: the enclosing graphs' renamings); ``keep`` (inputs' defaults) stay."""
+    bodies too (``outer``: the enclosing graphs' renamings)."""
     seen: dict[tuple, str] = {}
     alias = dict(outer or {})
     kept = []
     for tensor in graph.initializer:
         key = (tensor.data_type, tuple(tensor.dims), tensor.raw_data or numpy_helper.to_array(tensor).tobytes())
-        if tensor.name not in keep and key in seen:
+        if key in seen:
             alias[tensor.name] = seen[key]
             continue
-        if tensor.name not in keep:  # an input's default: the caller may feed another value
-            seen[key] = tensor.name
+        seen[key] = tensor.name
         kept.append(tensor)
     del graph.initializer[:]
     graph.initializer.extend(kept)
@@ -201,4 +197,4 @@ def _dedupe(graph: onnx.GraphProto, keep: set[str], outer: dict[str, str] | None
         node.input[:] = [alias.get(x, x) for x in node.input]
         for attribute in node.attribute:
             if attribute.type == onnx.AttributeProto.GRAPH:
-                _dedupe(attribute.g, keep, alias)
+                _dedupe(attribute.g, alias)

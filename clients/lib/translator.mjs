@@ -105,8 +105,8 @@ export class Translator {
     this.decoderOnly = spec.family === "decoder-only";
     this.limit = spec.positional.kind !== "none" ? spec.positional.max_len : null;
     this.targetSize = this.vocab.target_size || this.vocab.size;
-    // onnxruntime's JavaScript bindings feed only the inputs a session lists, and it does not list
-    // those with a default (an initializer): without max_extra, a batch holds sources of one length
+    // Exports before min_length and max_extra became plain inputs gave them defaults, which
+    // onnxruntime's JavaScript bindings neither list nor feed: there a batch holds sources of one length
     this.rowLimits = session.inputNames.includes("max_extra");
   }
 
