@@ -3,8 +3,8 @@ onnxruntime-web (WASM in headless Chromium) running the same graph on the same i
 
 The lines (the first N of a corpus split) become ids as `tfspec translate` makes them, and
 every engine decodes the same batches with the same feeds: translate's batches (sorted by
-length, 32 a batch), cut where the length changes when the graph's optional max_extra is out of
-the JavaScript bindings' reach (clients/lib/translator.mjs says why). Python onnxruntime uses
+length, 32 a batch), cut where the length changes only for exports made before max_extra became
+a plain input (clients/lib/translator.mjs says why). Python onnxruntime uses
 tfspec's session options (all cores, no spinning threads on small machines), Node.js the same
 (clients/node/open-export.mjs), the page WASM with as many threads as cores (COOP/COEP served).
 Each round runs every engine twice in one process and times the second run (the first carries
