@@ -18,9 +18,9 @@ MUTANTS = [
          old="ids = [...ids.slice(0, this.limit - 1), this.vocab.eos_id];",
          new="ids = [...ids.slice(0, this.limit), this.vocab.eos_id];",
          tests=["tests/test_node_client.py"]),
-    dict(name="JS client gives a decoder-only prompt its own length on top of --max-extra",
+    dict(name="JS client feeds generate.onnx one token more than --max-extra",
          file="clients/lib/translator.mjs",
-         old="BigInt(this.decoderOnly ? 0 : width)",
-         new="BigInt(width)",
+         old="if (this.rowLimits) feeds.max_extra = scalar(maxExtra);",
+         new="if (this.rowLimits) feeds.max_extra = scalar(maxExtra + 1);",
          tests=["tests/test_node_client.py"]),
 ]
