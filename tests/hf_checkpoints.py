@@ -29,6 +29,18 @@ def perturb(model: torch.nn.Module, std: float = 0.2, **spread: float) -> torch.
     return model
 
 
+def save_random(model_class: str, config, path: Path) -> torch.nn.Module:
+    """A transformers ``model_class`` built from ``config``, every weight perturbed (seed 0),
+    written to ``path`` by ``save_pretrained``; returned in eval mode."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()  # its bars would mix with the CLI's stderr
+    torch.manual_seed(0)
+    model = perturb(getattr(transformers, model_class)(config).eval())
+    model.save_pretrained(path)
+    return model
+
+
 def make_config(kind: str, **changes):
     """Tiny GPT-2 or BERT configurations; epsilons off their defaults (and far above rounding,
     given perturbed weights), so that an importer ignoring the field computes something else."""

@@ -12,8 +12,8 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip, perturb,
-                            right_padded)
+from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
+                            right_padded, save_random)
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -41,10 +41,7 @@ CASES = {
 def save(case: str, path):
     """A random ``case`` model written to ``path``; returns it (eval mode)."""
     config_class, model_class, fields, published = CASES[case]
-    transformers.utils.logging.disable_progress_bar()
-    torch.manual_seed(0)
-    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**SHAPE | fields)).eval())
-    model.save_pretrained(path)
+    model = save_random(model_class, getattr(transformers, config_class)(**SHAPE | fields), path)
     config = json.loads((path / "config.json").read_text()) | published
     (path / "config.json").write_text(json.dumps(config))
     return model

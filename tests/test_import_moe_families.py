@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
-                            perturb, right_padded)
+                            right_padded, save_random)
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -42,11 +42,7 @@ CASES = {
 def save(case: str, path):
     """A random ``case`` model written to ``path``; returns it (eval mode)."""
     config_class, model_class, fields = CASES[case]
-    transformers.utils.logging.disable_progress_bar()
-    torch.manual_seed(0)
-    model = perturb(getattr(transformers, model_class)(getattr(transformers, config_class)(**SHAPE | fields)).eval())
-    model.save_pretrained(path)
-    return model
+    return save_random(model_class, getattr(transformers, config_class)(**SHAPE | fields), path)
 
 
 @pytest.mark.parametrize("case", CASES)

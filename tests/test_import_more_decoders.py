@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
-                            perturb, right_padded)
+                            right_padded, save_random)
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -63,11 +63,7 @@ def config(case: str):
 
 def save(case: str, path):
     """A random ``case`` model written to ``path``; returns it (eval mode)."""
-    transformers.utils.logging.disable_progress_bar()
-    torch.manual_seed(0)
-    model = perturb(getattr(transformers, CLASSES[family(case)][1])(config(case)).eval())
-    model.save_pretrained(path)
-    return model
+    return save_random(CLASSES[family(case)][1], config(case), path)
 
 
 FULL = ("granite", "cohere", "olmo", "gptj")
