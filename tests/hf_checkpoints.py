@@ -101,18 +101,12 @@ def padded_batch(kind: str, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     return right_padded(VOCAB - 1, GPT2_EOS if kind == "gpt2" else 0, seed)
 
 
-def assert_decoder_import_matches(cli, directory: Path, ref, tokens: torch.Tensor, keep: torch.Tensor,
-                                  pad: int) -> None:
-    """``tfspec import directory`` (a decoder-only checkpoint ``ref`` wrote) computes ``ref``'s
-    logits within 1e-4 at the real tokens of ``tokens``, in PyTorch and in onnxruntime, and
-    continues two 4-token prompts with the 20 tokens ``ref.generate`` gives, through both
-    backends' KV caches."""
-    import numpy as np
-
-    from tfspec.backends.onnx import OnnxModel
-    from tfspec.backends.torch import TorchDecoder, build_module
+def assert_pytorch_import_matches(cli, directory: Path, ref, tokens: torch.Tensor, keep: torch.Tensor):
+    """``tfspec import directory`` (a checkpoint ``ref`` wrote) computes ``ref``'s logits within
+    1e-4 at the real tokens of ``tokens`` in PyTorch; returns (the module, its directory, ``ref``'s
+    logits)."""
+    from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import load_weights
-    from tfspec.search import SearchOptions, search
     from tfspec.spec import load_spec
 
     ours = directory.with_name(directory.name + "-imported")
@@ -123,6 +117,22 @@ def assert_decoder_import_matches(cli, directory: Path, ref, tokens: torch.Tenso
     with torch.no_grad():
         want = ref(input_ids=tokens, attention_mask=keep.long()).logits
         torch.testing.assert_close(model(tokens)[keep], want[keep], atol=1e-4, rtol=0)
+    return model, ours, want
+
+
+def assert_decoder_import_matches(cli, directory: Path, ref, tokens: torch.Tensor, keep: torch.Tensor,
+                                  pad: int) -> None:
+    """``tfspec import directory`` (a decoder-only checkpoint ``ref`` wrote) computes ``ref``'s
+    logits within 1e-4 at the real tokens of ``tokens``, in PyTorch and in onnxruntime, and
+    continues two 4-token prompts with the 20 tokens ``ref.generate`` gives, through both
+    backends' KV caches."""
+    import numpy as np
+
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.backends.torch import TorchDecoder
+    from tfspec.search import SearchOptions, search
+
+    model, ours, want = assert_pytorch_import_matches(cli, directory, ref, tokens, keep)
     code, out, err = cli("export", ours, "-o", ours.with_name(ours.name + "-onnx"))
     assert code == 0, out + err
     onnx = OnnxModel(ours.with_name(ours.name + "-onnx"), device="cpu")

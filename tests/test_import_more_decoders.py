@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip,
-                            right_padded, save_random)
+                            assert_pytorch_import_matches, right_padded, save_random)
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -78,15 +78,9 @@ def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
 
 
 @pytest.mark.parametrize("case", [case for case in CASES if case not in FULL])
-@torch.no_grad()
 def test_other_layouts_match_transformers_in_pytorch(case, cli, tmp_path):
-    ref = save(case, tmp_path / "hf")
-    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
-    model = build_module(load_spec(tmp_path / "ours")).eval()
-    load_weights(model, tmp_path / "ours" / "model.safetensors")
     tokens, keep = right_padded(VOCAB, PAD)
-    want = ref(input_ids=tokens, attention_mask=keep.long()).logits
-    torch.testing.assert_close(model(tokens)[keep], want[keep], atol=1e-4, rtol=0)
+    assert_pytorch_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep)
 
 
 @pytest.mark.parametrize("case", ["granite", "cohere-biased-untied", "gptj"])
