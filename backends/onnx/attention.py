@@ -56,20 +56,30 @@ def project_kv(b, node: Node, memory: str) -> tuple[str, str]:
     """Cross-attention keys and values of the encoder output: (B, g, S, d_k), (B, g, S, d_v)."""
     a, p = node.attrs, node.params
     g, d_k, d_v = a["kv_heads"], a["d_k"], a["d_v"]
-    k, v = b.split(b.linear(memory, p["w_kv"], _bias(b, node, "kv")), g * d_k, g * d_v)
+    k, v = b.split(_clipped(b, node, b.linear(memory, p["w_kv"], _bias(b, node, "kv"))), g * d_k, g * d_v)
     if a["qk_norm"] != "none":
         k = _normed(b, node, k, "k")
     return split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
 
 
+def _clipped(b, node: Node, x: str) -> str:
+    """Projected queries, keys or values clamped to [-clip, clip] (OLMo's clip_qkv), or ``x``."""
+    clip = node.attrs.get("clip")
+    return x if clip is None else b.op("Clip", x, b.const(np.float32(-clip)), b.const(np.float32(clip)))
+
+
 def _normed(b, node: Node, x: str, part: str) -> str:
     """``qk_norm`` of (B, L, heads*d) queries or keys (or their flat view): over each head's d
-    features with one gain for all heads, or over the whole projection; as the PyTorch
-    backend's ``_normed``."""
+    features with one gain for all heads or one per head, or over the whole projection; as the
+    PyTorch backend's ``_normed``."""
     a, p = node.attrs, node.params
     bias = p.get(f"{part}_norm_bias")
     if a["qk_norm"] == "all":
         return normalize(b, x, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias)
+    if a["qk_norm"] == "per_head":  # normalised without a gain, then times the (heads, d) gains
+        heads = b.op("Reshape", x, b.ints(-1, a["heads"] if part == "q" else a["kv_heads"], a["d_k"]))
+        plain = normalize(b, heads, a["norm_type"], a["norm_eps"], None, size=a["d_k"])
+        return b.op("Reshape", b.op("Mul", plain, b.param(p[f"{part}_norm"])), b.op("Shape", x))
     heads = b.op("Reshape", x, b.ints(-1, a["d_k"]))  # every head's features a row
     return b.op("Reshape", normalize(b, heads, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias),
                 b.op("Shape", x))
@@ -82,7 +92,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     b, a, p = e.b, node.attrs, node.params
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
     if node.layer.needs_memory:
-        q = b.linear(x, p["w_q"], p.get("b_q"))
+        q = _clipped(b, node, b.linear(x, p["w_q"], p.get("b_q")))
         if a["qk_norm"] != "none":
             q = _normed(b, node, q, "q")
         if e.kind == "step":  # computed by the encoder graph
@@ -91,7 +101,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         else:
             k, v = project_kv(b, node, memory)
     else:
-        q, k, v = b.split(b.linear(x, p["w_qkv"], _bias(b, node, "qkv")), h * d_k, g * d_k, g * d_v)
+        qkv = _clipped(b, node, b.linear(x, p["w_qkv"], _bias(b, node, "qkv")))
+        q, k, v = b.split(qkv, h * d_k, g * d_k, g * d_v)
         if a["qk_norm"] != "none":
             q, k = _normed(b, node, q, "q"), _normed(b, node, k, "k")
         positions = a["positions"] or {}

@@ -33,16 +33,16 @@ def embedding(e, node: Node, tokens: str) -> str:
 
 @lowering("positional")
 def positional(e, node: Node, x: str) -> str:
-    """Adds the table rows of positions past..past+L (past > 0 only in step graphs; a learned
+    """Adds the table rows of positions past..past+L (past > 0 only in step graphs; the
     table's rows start after its ``offset`` unused ones)."""
     b, a = e.b, node.attrs
     positions = e.positions(node.shape[1], x)
+    if a["offset"]:
+        positions = b.op("Add", positions, b.const(np.int64(a["offset"])))
     if a["kind"] == "learned":
         table = b.param(node.params["weight"])
-        if a["offset"]:
-            positions = b.op("Add", positions, b.const(np.int64(a["offset"])))
     else:
-        table = b.const(sinusoids(a["max_len"], node.shape[-1], a["layout"]))
+        table = b.const(sinusoids(a["max_len"] + a["offset"], node.shape[-1], a["layout"], a["spacing"]))
     return b.op("Add", x, b.op("Gather", table, positions))
 
 
@@ -77,10 +77,11 @@ def timestep(e, node: Node, x: str) -> str:
     """Universal Transformer: the step's sinusoid (and the positions') added before a step."""
     b, a = e.b, node.attrs
     d = node.shape[-1]
-    x = b.op("Add", x, b.const(sinusoids(a["step"] + 1, d, a["layout"])[a["step"]]))
+    x = b.op("Add", x, b.const(sinusoids(a["step"] + 1, d, a["layout"], a["spacing"])[a["step"]]))
     if a["positions"]:
-        table = b.const(sinusoids(e.graph.spec.positional.max_len, d, a["layout"]))
-        x = b.op("Add", x, b.op("Gather", table, e.positions(node.shape[1], x)))
+        table = b.const(sinusoids(e.graph.spec.positional.max_len + a["offset"], d, a["layout"], a["spacing"]))
+        positions = b.op("Add", e.positions(node.shape[1], x), b.const(np.int64(a["offset"])))
+        x = b.op("Add", x, b.op("Gather", table, positions))
     return x
 
 
@@ -167,9 +168,10 @@ def normalize(b, x: str, kind: str, eps: float, weight: str | None, bias: str | 
 
 
 def activation(b, x: str, kind: str) -> str:
-    """relu, gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
-    if kind == "relu":
-        return b.op("Relu", x)
+    """relu, relu2 (squared), gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
+    if kind in ("relu", "relu2"):
+        y = b.op("Relu", x)
+        return y if kind == "relu" else b.op("Mul", y, y)
     if kind == "silu":
         return b.op("Mul", x, b.op("Sigmoid", x))
     if b.opset >= 20:

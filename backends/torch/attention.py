@@ -37,7 +37,7 @@ class MultiHeadAttention(OpModule):
         kind = self.positions.get("kind")
         self.terms = [SCORE_TERMS[kind](node)] if kind in SCORE_TERMS else []
         """What the positions add to the scores (``backends/torch/scores``)."""
-        self.softcap, self.qk_norm = a["softcap"], a["qk_norm"]
+        self.softcap, self.qk_norm, self.clip = a["softcap"], a["qk_norm"], a.get("clip")
         self.norm_type, self.norm_eps = a.get("norm_type"), a.get("norm_eps")
         self.plain = self.score == "dot" and not self.relative and not self.terms and self.softcap is None
         """Fused kernels apply: dot-product scores with nothing added to them."""
@@ -54,6 +54,8 @@ class MultiHeadAttention(OpModule):
         dropout = self.p if ctx.training else 0.0
         if memory is None:
             qkv = F.linear(x, self.w_qkv, self._fused_bias())
+            if self.clip is not None:  # OLMo's clip_qkv
+                qkv = qkv.clamp(-self.clip, self.clip)
             q, k, v = qkv.split([h * d_k, g * d_k, g * d_v], -1)
             q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, g, d_k), v.view(B, Lq, g, d_v)
             if self.qk_norm != "none":
@@ -77,12 +79,15 @@ class MultiHeadAttention(OpModule):
                 cache[self.node_name] = k[:, :, k.shape[2] - keep:], v[:, :, v.shape[2] - keep:]
         else:
             q = F.linear(x, self.w_q, getattr(self, "b_q", None))
+            q = q if self.clip is None else q.clamp(-self.clip, self.clip)
             if self.qk_norm != "none":
                 q = self._normed(q.view(B, Lq, h, d_k), "q")
             if cache is not None and self.node_name in cache:  # the source's, computed at the first step
                 k, v = cache[self.node_name]
             else:
-                k, v = F.linear(memory, self.w_kv, self._fused_bias()).split([g * d_k, g * d_v], -1)
+                kv = F.linear(memory, self.w_kv, self._fused_bias())
+                kv = kv if self.clip is None else kv.clamp(-self.clip, self.clip)
+                k, v = kv.split([g * d_k, g * d_v], -1)
                 k = k.view(B, -1, g, d_k)
                 k = (self._normed(k, "k") if self.qk_norm != "none" else k).transpose(1, 2)  # (B, g, Lk, d_k)
                 v = v.view(B, -1, g, d_v).transpose(1, 2)  # (B, g, Lk, d_v)
@@ -111,8 +116,11 @@ class MultiHeadAttention(OpModule):
 
     def _normed(self, x: torch.Tensor, part: str) -> torch.Tensor:
         """``qk_norm`` of (B, L, heads, d) queries or keys: over each head's d features (one gain
-        for all heads), or over the whole projection (a gain per feature), in float32."""
+        for all heads, or one per head), or over the whole projection (a gain per feature), in float32."""
         weight, bias = getattr(self, f"{part}_norm"), getattr(self, f"{part}_norm_bias", None)
+        if self.qk_norm == "per_head":  # the (heads, d) gain broadcasts over (B, L, heads, d)
+            plain = F.rms_norm if self.norm_type == "rms" else F.layer_norm
+            return weight * plain(x.float(), x.shape[-1:], eps=self.norm_eps).to(x.dtype)
         flat = x.flatten(2) if self.qk_norm == "all" else x
         if self.norm_type == "rms":
             y = weight * F.rms_norm(flat.float(), weight.shape, eps=self.norm_eps).to(x.dtype)

@@ -13,7 +13,8 @@ from tfspec.errors import TfspecError
 from tfspec.ir.positions import sinusoids
 from .registry import OpModule, lowering
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
+ACTIVATIONS = {"relu": F.relu, "relu2": lambda x: F.relu(x).square(), "gelu": F.gelu,
+               "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
 
 
 @lowering("embedding")
@@ -36,7 +37,7 @@ class Positional(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         self.kind, self.max_len, self.seq, self.d_model = node.attrs["kind"], node.attrs["max_len"], *node.shape[1:]
-        self.layout, self.offset = node.attrs["layout"], node.attrs["offset"]
+        self.layout, self.offset, self.spacing = node.attrs["layout"], node.attrs["offset"], node.attrs["spacing"]
         self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
@@ -46,14 +47,15 @@ class Positional(OpModule):
         if end > self.max_len:
             raise TfspecError(f"input of length {end} is longer than positional.max_len ({self.max_len}) "
                               "of this spec; raise max_len or shorten the input")
-        if self.kind == "learned":
-            return x + (self.weight[start + self.offset:end + self.offset] if rows is None else
-                        self.weight[rows + self.offset])
+        table = self.weight if self.kind == "learned" else self._sinusoids(x)
+        return x + (table[start + self.offset:end + self.offset] if rows is None else table[rows + self.offset])
+
+    def _sinusoids(self, x: torch.Tensor) -> torch.Tensor:
         table = self._table
         if table is None or table.device != x.device or table.dtype != x.dtype:
-            table = torch.from_numpy(sinusoids(self.max_len, self.d_model, self.layout))
-            table = self._table = table.to(x.device, x.dtype)
-        return x + (table[start:end] if rows is None else table[rows])
+            table = sinusoids(self.max_len + self.offset, self.d_model, self.layout, self.spacing)
+            table = self._table = torch.from_numpy(table).to(x.device, x.dtype)
+        return table
 
 
 @lowering("image_positional")
@@ -103,7 +105,7 @@ class Timestep(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         self.step, self.positions, self.seq = node.attrs["step"], node.attrs["positions"], node.shape[1]
-        self.layout = node.attrs["layout"]
+        self.layout, self.spacing, self.offset = node.attrs["layout"], node.attrs["spacing"], node.attrs["offset"]
         self._table: torch.Tensor | None = None
 
     def forward(self, ctx, x):
@@ -111,13 +113,14 @@ class Timestep(OpModule):
         if self.positions and self.seq in ctx.positions:
             raise TfspecError("a universal stack's position signal needs rows that start together (pad on the right)")
         start = ctx.start(self.seq)
-        rows = max(self.step, start + L) + 1
+        rows = max(self.step, start + L + self.offset) + 1
         table = self._table
         if table is None or len(table) < rows or table.device != x.device or table.dtype != x.dtype:
             rows = max(rows, 0 if table is None else 2 * len(table))  # grows by doubling while decoding
-            table = self._table = torch.from_numpy(sinusoids(rows, d, self.layout)).to(x.device, x.dtype)
+            table = torch.from_numpy(sinusoids(rows, d, self.layout, self.spacing))
+            table = self._table = table.to(x.device, x.dtype)
         x = x + table[self.step]
-        return x + table[start:start + L] if self.positions else x
+        return x + table[start + self.offset:start + self.offset + L] if self.positions else x
 
 
 @lowering("act")

@@ -53,11 +53,17 @@ class Attention(Sublayer):
     """Positions inside this layer's attention, in place of the spec's ``positional``: a rotary
     base of its own (Gemma 3's local layers use 10,000, its global ones 1,000,000), or ``none``
     for a layer without positions (SmolLM3 and Llama 4 leave every fourth layer unrotated)."""
-    qk_norm: Literal["none", "head", "all"] = "none"
+    qk_norm: Literal["none", "head", "per_head", "all"] = "none"
     """A norm (the spec's norm_type) on queries and keys before positions and scores, which
     keeps logits bounded: ``head`` normalises each head's d_k features with one gain shared by
-    the heads (Qwen3, Gemma 3); ``all`` normalises the whole query (h * d_k) and key (g * d_k)
-    projection with gains per feature (OLMo 2)."""
+    the heads (Qwen3, Gemma 3); ``per_head`` the same with a gain per head and feature, (h, d_k)
+    and (g, d_k), and no shift (Command R+'s use_qk_norm, StableLM 2 12B's qk_layernorm);
+    ``all`` normalises the whole query (h * d_k) and key (g * d_k) projection with gains per
+    feature (OLMo 2)."""
+    clip: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    """Queries, keys and values clamped to [-c, c] as they leave their projections, before any
+    qk_norm (OLMo-7B-0424's and DBRX's clip_qkv: 8), which bounds them in low precision; None:
+    no clamp."""
     softcap: Annotated[float, Field(gt=0, le=1e6)] | None = None
     """Scores squashed to c * tanh(s / c) before the mask and softmax (Gemma 2's
     attn_logit_softcapping: 50); None: no cap."""
@@ -199,7 +205,7 @@ class Attention(Sublayer):
             params |= table_param(b, name, positions, h)
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
-                 "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "softcap": layer.softcap,
+                 "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "softcap": layer.softcap, "clip": layer.clip,
                  "positions": None if positions is None else positions.model_dump()}
         if layer.qk_norm != "none":
             attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
@@ -208,9 +214,11 @@ class Attention(Sublayer):
 
 def qk_norm_params(layer: Attention, spec) -> dict:
     """The gains (and LayerNorm biases) of ``qk_norm``: one d_k vector shared by the heads
-    (``head``), or one per feature of the whole projection (``all``)."""
+    (``head``), one per head (``per_head``), or one per feature of the whole projection (``all``)."""
     if layer.qk_norm == "none":
         return {}
+    if layer.qk_norm == "per_head":  # a gain per head and feature, no shift
+        return {"q_norm": ((layer.heads, layer.d_k), "ones"), "k_norm": ((layer.kv_heads, layer.d_k), "ones")}
     sizes = {"q": layer.d_k, "k": layer.d_k} if layer.qk_norm == "head" else \
         {"q": layer.heads * layer.d_k, "k": layer.kv_heads * layer.d_k}
     params = {f"{part}_norm": ((size,), "ones") for part, size in sizes.items()}

@@ -10,7 +10,8 @@ from tfspec.spec.bounds import Width
 
 from tfspec.layers.base import Sublayer, linear, register
 
-Activation = Literal["relu", "gelu", "gelu_tanh", "silu"]
+Activation = Literal["relu", "relu2", "gelu", "gelu_tanh", "silu"]
+"""relu2 is squared ReLU, relu(x)^2 (So et al. 2021, Primer; Persimmon-8B, Nemotron-4)."""
 
 
 @register

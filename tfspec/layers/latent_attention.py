@@ -57,9 +57,9 @@ class LatentAttention(Attention):
             if getattr(self, name) is not None:
                 raise field_error(name, f"latent attention derives {name} (kv_heads = heads, d_k = qk_nope_head_dim + "
                                   "qk_rope_head_dim, d_v = v_head_dim): remove it")
-        if self.score != "dot" or self.qk_norm != "none" or self.softcap is not None:
-            raise field_error("score", "latent attention scores are plain dot products: remove score, qk_norm and "
-                              "softcap")
+        if self.score != "dot" or self.qk_norm != "none" or self.softcap is not None or self.clip is not None:
+            raise field_error("score", "latent attention scores are plain dot products: remove score, qk_norm, "
+                              "softcap and clip")
         return self
 
     def resolved(self, spec) -> LatentAttention:
