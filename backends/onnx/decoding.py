@@ -53,11 +53,11 @@ class DeviceState:
 class OnnxDecoder:
     """The encoder and decoder-step graphs as a ``tfspec.search.Decoder`` over ``DeviceState``."""
 
-    def __init__(self, model):
+    def __init__(self, model, session=None):
         vocab = model.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
         self.eos_ids = vocab.stop_ids
-        self.model, self.session = model, model.sessions["decoder"]
+        self.model, self.session = model, session or model.sessions["decoder"]
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self._masks = "attention_mask" in self.inputs
         outputs = {o.name: o for o in self.session.get_outputs()}

@@ -27,12 +27,14 @@ from tfspec.backends.torch import TorchModel
 from tfspec.checks import Check
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
+from tfspec.shortlist import FILE as SHORTLIST, Shortlist, save as save_shortlist
 from tfspec.spec import spec_from_data
 
 from .generate import compose
 from .generator import check_generate, differences
 from .graphs import emit
 from .parity import check_parity
+from .shortlist import check_shortlist
 from .runtime import FORMAT, MANIFEST, OnnxModel
 
 EXTERNAL_DATA_BYTES = 1 << 28
@@ -60,13 +62,15 @@ def graph_kinds(model: TorchModel, static: bool = False) -> list[str]:
 
 
 def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool = False,
-           parity: bool = True, int8: bool = False, static_cache: bool = False, generate: bool = False) -> Exported:
+           parity: bool = True, int8: bool = False, static_cache: bool = False, generate: bool = False,
+           shortlist: Shortlist | None = None) -> Exported:
     """Write the ONNX graphs of ``model`` (with its current weights) into ``directory``; with
     ``int8``, the float32 graphs are checked first and then replaced by quantised ones; with
     ``static_cache``, also the static step graph (``graphs`` module docstring) that GPUs
     replay as CUDA graphs; with ``generate``, also generate.onnx, the encoder and the whole
     search in one graph (``generate`` module), checked token for token against the Python
-    search over the step graph."""
+    search over the step graph; with ``shortlist`` (``tfspec.shortlist``), also the shortlist
+    step graph and the shortlist file, checked against the step graph's log-probabilities."""
     if int8 and fp16:
         raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
     graph, spec = model.graph, model.graph.spec
@@ -80,13 +84,16 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                 "spec": spec.model_dump(mode="json"), "graphs": {}}
     if generate and "tgt" not in graph.ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
+    if shortlist and not {"src", "tgt"} <= set(graph.ports):
+        raise TfspecError(f"--shortlist: {spec.name} does not translate sources (family {spec.family}); a shortlist "
+                          "maps source tokens to target candidates")
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     metadata = lambda kind: {"tfspec.version": __version__, "tfspec.format": str(FORMAT),  # noqa: E731
                              "tfspec.graph": kind, "tfspec.export_id": export_id,
                              "tfspec.spec": json.dumps(manifest["spec"]), "tfspec.vocab": json.dumps(manifest["vocab"])}
     try:
-        for kind in graph_kinds(model, static_cache):
+        for kind in graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else []):
             proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
             path = staging / f"{kind}.onnx"
             save_graph(proto, path)
@@ -94,11 +101,16 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
             manifest["graphs"][kind] = path.name
         if generate:
             manifest["graphs"]["generate"] = write_generate(staging, manifest, metadata("generate"))
+        if shortlist:
+            save_shortlist(shortlist, staging / SHORTLIST)
+            manifest["shortlist"] = {"file": SHORTLIST, **shortlist.meta}
         write_manifest(staging, manifest)
         if parity:  # checked (and quantised) before publishing: a failure or an interrupt leaves nothing
             result.checks = check_parity(OnnxModel(staging, device="cpu"), model, tolerance=5e-2 if fp16 else 1e-4)
             if generate:
                 result.checks += check_generate(OnnxModel(staging, device="cpu"))
+            if shortlist:
+                result.checks.append(check_shortlist(OnnxModel(staging, device="cpu")))
             manifest["parity"] = [{"check": c.name, "max_abs_diff": c.diff, "tolerance": c.tolerance, "ok": c.ok}
                                   for c in result.checks]
             write_manifest(staging, manifest)

@@ -28,6 +28,10 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              inputs or constants on the device, never from a shape read on the host (that
              would need a copy, which capture forbids). Outputs: ``top_values``/``top_ids``
              and the presents.
+``decoder_shortlist``  the ``decoder`` step whose output projection and softmax cover only
+             ``candidates`` (n,), int64 target ids (a target-vocabulary shortlist,
+             ``tfspec.shortlist``): the projection's rows are gathered by them, ``log_probs``
+             is (batch, n) over them and ``top_ids`` are mapped back to vocabulary ids.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from .builder import Builder, Index
 from .frames import frames_input
 from .lowerings import LOWERINGS
 
-KINDS = ("model", "encoder", "decoder", "decoder_static")
+KINDS = ("model", "encoder", "decoder", "decoder_static", "decoder_shortlist")
 
 
 class Emit:
@@ -64,6 +68,8 @@ class Emit:
         self.lengths: dict[str, str] = {}
         """Sequence symbol -> int64 scalar length, read from its token input (a flat view of a
         sequence no longer shows it)."""
+        self.shortlist: str | None = None
+        """int64 (n,): the ``candidates`` input of the shortlist step graph."""
 
     def padding(self, seq: str) -> str | None:
         return self.pads.get(seq)
@@ -118,6 +124,15 @@ class Emit:
         on the device (Range from a shape)."""
         return self.cached("cols", lambda: self.b.op("Range", self.b.const(np.int64(0)), self.b.shape_of(cache, 2),
                                                      self.b.const(np.int64(1))))
+
+    def shortlisted(self, x: str, weight: str, bias: str | None) -> str:
+        """Logits (B, n) of the shortlist's candidates only: x W[candidates]^T + b[candidates],
+        the (vocab, d) matrix's rows gathered per batch (a step then reads n rows, not vocab)."""
+        b, ids = self.b, self.shortlist
+        rows = b.op("Gather", b.param(weight), ids, axis=0)
+        y = b.op("Gemm", x, rows, None if bias is None else b.op("Gather", b.param(bias), ids, axis=0), transB=1)
+        b.flat.add(y)
+        return y
 
     def present(self, node, role: str, value: str, shape) -> str:
         """Expose ``value`` as the state ``node`` passes to the next step; use the returned name."""
@@ -208,10 +223,12 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     """The ONNX graph ``kind`` (see the module docstring) of ``graph`` with ``weights``
     (IR parameter name -> array)."""
     ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
-    static = kind == "decoder_static"
-    if static:
+    static, shortlist = kind == "decoder_static", kind == "decoder_shortlist"
+    if static or shortlist:
         kind = "decoder"
     e = Emit(graph, "step" if kind == "decoder" else kind, b, static)
+    if shortlist:
+        e.shortlist = b.input("candidates", ["candidates"], TensorProto.INT64)
     pooled = [ports["pooled"]] if "pooled" in ports else []
     if kind == "encoder":
         fed, targets = {ports["src"]} | ({ports["segments"]} if "segments" in ports else set()), [ports["memory"]]
@@ -249,8 +266,11 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     elif kind == "decoder":
         log_probs = b.op("LogSoftmax", env[ports["logits"]], axis=-1)  # (B, vocab): the projection's last rows
         if not static:
-            log_probs = b.output("log_probs", log_probs, ["batch", graph.node(ports["logits"]).attrs["vocab"]])
+            width = "candidates" if shortlist else graph.node(ports["logits"]).attrs["vocab"]
+            log_probs = b.output("log_probs", log_probs, ["batch", width])
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
+        if shortlist:  # positions among the candidates -> vocabulary ids
+            ids = b.op("Gather", e.shortlist, ids, axis=0)
         b.output("top_values", values, ["batch", "k"])
         b.output("top_ids", ids, ["batch", "k"], TensorProto.INT64)
     else:  # (batch, len, vocab), or a task head's (batch, classes) or (batch, src_len, classes)

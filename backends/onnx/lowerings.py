@@ -198,7 +198,8 @@ def ffn(e, node: Node, x: str) -> str:
 @lowering("projection")
 def projection(e, node: Node, x: str) -> str:
     """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5):
-    flat (B * L, vocab) logits; in step graphs (B, vocab), the last position's only."""
+    flat (B * L, vocab) logits; in step graphs (B, vocab), the last position's only, or the
+    shortlist's candidates' only (B, n) in the shortlist step graph (``Emit.shortlisted``)."""
     b, d = e.b, e.b.weights[node.params["weight"]].shape[1]
     if e.kind == "step":  # only the next token's distribution is wanted: (B, d) rows
         last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
@@ -206,7 +207,8 @@ def projection(e, node: Node, x: str) -> str:
         b.flat.add(x)
     if node.attrs["scale"] != 1.0:
         x = b.op("Mul", x, b.const(node.attrs["scale"]))
-    logits = b.linear(x, node.params["weight"], node.params.get("bias"))
+    weight, bias = node.params["weight"], node.params.get("bias")
+    logits = b.linear(x, weight, bias) if e.shortlist is None else e.shortlisted(x, weight, bias)
     if (cap := node.attrs.get("softcap")) is None:
         return logits
     return b.op("Mul", b.op("Tanh", b.op("Div", logits, b.const(float(cap)))), b.const(float(cap)))  # Gemma 2

@@ -91,8 +91,8 @@ class OnnxModel:
         for kind in self.manifest["graphs"]:
             if kind == "decoder_static" and wanted[0] != "CUDAExecutionProvider":
                 continue  # opened when asked for (static_session): CPU decoding keeps the growing cache
-            if kind == "generate":
-                continue  # opened when asked for (generate_session): the Python search uses the step graph
+            if kind in ("generate", "decoder_shortlist"):
+                continue  # opened when asked for (generate_session, decoder(shortlist=True))
             self._open(kind, capture=kind == "decoder_static" and cuda_graphs)
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
         self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
@@ -143,12 +143,17 @@ class OnnxModel:
         session.run_with_iobinding(binding)
         return dict(zip(outputs, binding.get_outputs()))
 
-    def decoder(self, static: bool | None = None) -> OnnxDecoder | StaticDecoder:
+    def decoder(self, static: bool | None = None, shortlist: bool = False) -> OnnxDecoder | StaticDecoder:
         """The decoder over the step graph; ``static``: over the static one (written by
-        ``export --static-cache``), by default where the session captures CUDA graphs."""
+        ``export --static-cache``), by default where the session captures CUDA graphs;
+        ``shortlist``: over the shortlist step graph (``export --shortlist``, growing cache)."""
         if "decoder" not in self.sessions:
             raise TfspecError(f"{self.directory}: {self.spec.name} has no decoder to generate with "
                               f"(family {self.spec.family})")
+        if shortlist:
+            from .shortlist import ShortlistDecoder
+
+            return ShortlistDecoder(self)
         if static is None:
             static = self.graphs
         return StaticDecoder(self, capture=self.graphs) if static else OnnxDecoder(self)
