@@ -140,7 +140,7 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
             b.share = (prefix, f"{b.stack}.layers.0.") if layer.index else None
             step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
                 "step": layer.index, "positions": b.spec.positional.kind == "sinusoidal",
-                "layout": b.spec.positional.layout})
+                **b.spec.positional.model_dump(include={"layout", "spacing", "offset"})})
         if layer.residual == "sequential":
             for sublayer, name in zip(layer.sublayers, layer.names):
                 x = _residual(b, sublayer, name, x)

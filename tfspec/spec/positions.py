@@ -58,9 +58,17 @@ class Positional(SpecModel):
     """sinusoidal: where the sines and cosines go. interleaved: sin at even features, cos at odd
     (§3.5 as the paper writes it); halves: all sines, then all cosines of the same frequencies
     (tensor2tensor's and Marian's layout, which transformers' MarianMT keeps)."""
+    spacing: Literal["paper", "endpoint"] = "paper"
+    """sinusoidal: the frequencies. paper: 10000^(-2i/d) (§3.5); endpoint: 10000^(-i/(d/2 - 1)),
+    the last exactly 1/10000 (tensor2tensor's timing signal as fairseq computes it: M2M-100,
+    NLLB-200; ``tfspec.ir.positions.sinusoids``)."""
     offset: Annotated[int, Field(ge=0, le=MAX_POSITIONS)] = 0
-    """learned: rows of the table before the first position's; position p reads row p + offset
-    (BART's table starts with 2 unused rows, a leftover of fairseq's padding positions)."""
+    """learned and sinusoidal: rows of the table before the first position's; position p reads
+    row p + offset (BART's learned table starts with 2 unused rows, a leftover of fairseq's
+    padding positions; M2M-100's sinusoids are read from row pad_token_id + 1)."""
+    tables: Literal["stack", "layer"] = "stack"
+    """relative_bias: one (buckets, heads) table per stack, held by its first layer (T5, mT5),
+    or one per self-attention layer (umT5)."""
     max_distance: Positions = 16
     """relative: distances are clipped to [-max_distance, max_distance] (Shaw et al.'s k);
     relative_bias: distances from max_distance on share the last bucket (T5: 128)."""
@@ -94,12 +102,14 @@ class Positional(SpecModel):
 
     @model_validator(mode="after")
     def _kind_only(self) -> Positional:
-        for field, unset, kind in (("fraction", 1.0, "rotary"), ("scaling", None, "rotary"),
-                                   ("layout", "interleaved", "sinusoidal"), ("offset", 0, "learned"),
-                                   ("buckets", 32, "relative_bias")):
-            if self.kind != kind and getattr(self, field) != unset:
+        for field, unset, kinds in (("fraction", 1.0, ("rotary",)), ("scaling", None, ("rotary",)),
+                                    ("layout", "interleaved", ("sinusoidal",)), ("spacing", "paper", ("sinusoidal",)),
+                                    ("offset", 0, ("learned", "sinusoidal")), ("buckets", 32, ("relative_bias",)),
+                                    ("tables", "stack", ("relative_bias",))):
+            if self.kind not in kinds and getattr(self, field) != unset:
+                kind = " or ".join(kinds)
                 raise field_error(field, f"{field} shapes {kind} positions, but kind is {self.kind}: remove "
-                                  f"{field} or set kind: {kind}")
+                                  f"{field} or set kind: {kinds[0]}")
         if self.kind == "relative_bias" and self.max_distance <= self.buckets // 2:
             raise field_error("max_distance", f"max_distance ({self.max_distance}) must exceed buckets // 2 "
                               f"({self.buckets // 2}), the exact distances: the other buckets are log-spaced "
@@ -108,7 +118,7 @@ class Positional(SpecModel):
 
     @property
     def rows(self) -> int:
-        """Rows of the learned table: the offset's unused ones, then one per position."""
+        """Rows of the table: the offset's unused ones, then one per position."""
         return self.max_len + self.offset
 
     def rotated(self, d_k: int) -> int:
