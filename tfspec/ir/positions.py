@@ -1,5 +1,5 @@
 """Position signals computed once here for every backend: the sinusoidal table of §3.5, the
-rotation frequencies of rotary positions, ALiBi's slopes and DeBERTa's relative rows."""
+rotation frequencies of rotary positions and ALiBi's slopes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import math
 from typing import Any, Mapping
 
 import numpy as np
-
-from tfspec.ir.rope_scaling import scaled
 
 
 def sinusoids(length: int, d_model: int, layout: str = "interleaved", spacing: str = "paper") -> np.ndarray:
@@ -32,15 +30,28 @@ def sinusoids(length: int, d_model: int, layout: str = "interleaved", spacing: s
     return table
 
 
-def rotary_frequencies(d_k: int, positional: Mapping[str, Any], length: int | None = None) -> np.ndarray:
+def rotary_frequencies(d_k: int, positional: Mapping[str, Any]) -> np.ndarray:
     """float64 (rotated / 2,): the angle per position of each rotated pair of a head's features
     (Su et al. 2021), base^(-2i / rotated) for the first ``rotated`` = int(d_k * fraction)
-    features, then the long-context scaling ``positional`` (a ``Positional`` dumped as in the
-    IR's attention attrs) asks for (``tfspec.ir.rope_scaling``), for a forward call reaching
-    ``length`` positions (None: within the original length)."""
+    features, then Llama 3's scaling when ``positional`` (a ``Positional`` dumped as in the IR's
+    attention attrs) asks for it."""
     rotated = int(d_k * positional["fraction"])
     frequencies = positional["base"] ** (-np.arange(0, rotated, 2, dtype=np.float64) / rotated)
-    return frequencies if positional.get("scaling") is None else scaled(frequencies, positional, length)
+    scaling = positional.get("scaling")
+    return frequencies if scaling is None else _llama3(frequencies, scaling)
+
+
+def _llama3(frequencies: np.ndarray, scaling: Mapping[str, Any]) -> np.ndarray:
+    """Llama 3.1's rule (transformers' ``_compute_llama3_parameters``): wavelengths longer than
+    L / low_freq_factor divided by ``factor``, shorter than L / high_freq_factor kept, those
+    between interpolated by how many times they fit into the original context L."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    context = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / frequencies
+    smooth = (context / wavelength - low) / (high - low)
+    between = (1 - smooth) * frequencies / factor + smooth * frequencies
+    return np.where(wavelength > context / low, frequencies / factor,
+                    np.where(wavelength < context / high, frequencies, between))
 
 
 def alibi_slopes(heads: int) -> np.ndarray:
@@ -54,27 +65,3 @@ def alibi_slopes(heads: int) -> np.ndarray:
         extra = 2.0 ** (-8.0 * np.arange(1, 2 * (heads - closest), 2) / (2 * closest))
         slopes = np.concatenate([slopes, extra])
     return slopes
-
-
-def disentangled_rows(positions: Mapping[str, Any]) -> np.ndarray:
-    """int64 (2 R + 1,): the row of the disentangled attention's relative table (2 x buckets
-    rows) that query i reads for key j, for i - j = -R..R; at R and beyond, the table's last
-    row, at -R and below its first (the rows saturate: look distances up clipped to [-R, R]).
-
-    DeBERTa's ``make_log_bucket_position`` (He et al. 2021; DeBERTa-v2 and v3): distances up
-    to buckets / 2 kept, longer ones log-spaced so that max_distance - 1 reaches the last
-    bucket, then offset by buckets and clipped to the table; in its float32 arithmetic, so that
-    distances on a ceiling's edge land where transformers puts them."""
-    span, top = positions["buckets"], positions["max_distance"]
-    mid = span // 2
-    reach = top
-    while True:
-        distance = np.arange(-reach, reach + 1)
-        far = np.where(np.abs(distance) < mid, mid - 1, np.abs(distance))
-        step = np.log(far.astype(np.float32) / np.float32(mid)) / np.log(np.float32((top - 1) / mid))
-        logarithmic = np.ceil(step * np.float32(mid - 1)) + mid
-        bucket = np.where(far <= mid, distance, logarithmic * np.sign(distance)).astype(np.int64)
-        rows = np.clip(bucket + span, 0, 2 * span - 1)
-        if rows[0] == 0 and rows[-1] == 2 * span - 1:
-            return rows
-        reach *= 2
