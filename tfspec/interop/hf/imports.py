@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf import (  # noqa: F401  (register the families)
-    bart, bert, bert_generation, biogpt, blenderbot, bloom, cohere, data2vec_text, deepseek_v2, deepseek_v3,
+    albert, bart, bert, bert_generation, biogpt, blenderbot, bloom, codegen, cohere, data2vec_text, deepseek_v2, deepseek_v3,
     distilbert, electra, falcon, gemma, gemma2, gemma3, gpt2, gpt_bigcode, gpt_neo, gpt_neox, gptj, granite, llama,
     marian, mbart, megatron_bert, mixtral, mt5, olmo, olmo2, olmoe, opt, pegasus, phi, phi3, plbart, qwen2_moe,
     qwen3, qwen3_moe, roberta, smollm3, stablelm, starcoder2, t5, xlm_roberta_xl)
