@@ -46,12 +46,13 @@ def cmd_export(args) -> int:
     if args.generate and "tgt" not in build_graph(spec).ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     model = model_to_export(spec, args)
+    shortlist = _shortlist(args, spec) if args.shortlist is not None else None
     started = time.perf_counter()
     if args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
     else:
         result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
-                        int8=args.int8, static_cache=args.static_cache, generate=args.generate)
+                        int8=args.int8, static_cache=args.static_cache, generate=args.generate, shortlist=shortlist)
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
@@ -72,6 +73,35 @@ def cmd_export(args) -> int:
     if result.int8 is not None:
         _print_int8(result.int8)
     return 0 if result.ok else 1
+
+
+def _shortlist(args, spec):
+    """``--shortlist CORPUS_DIR``: the shortlist (``tfspec.shortlist``) counted over the corpus's
+    training pairs, read with the tokenizer the export ships (``--tokenizer`` or the spec's own)."""
+    from tfspec.data import read_split
+    from tfspec.data.codecs import SentencePieceCodec
+    from tfspec.data.corpus import load_manifest
+    from tfspec.shortlist import build
+
+    if args.format != "onnx":
+        raise TfspecError(f"--shortlist applies to --format onnx, not {args.format}")
+    if spec.family != "encoder-decoder":
+        raise TfspecError(f"--shortlist: {spec.name} does not translate sources (family {spec.family}); a shortlist "
+                          "maps source tokens to target candidates")
+    codec = (SentencePieceCodec(Path(args.tokenizer), spec.vocab) if args.tokenizer is not None
+             else open_codec(resolve(args.spec).parent, spec.vocab))
+    if codec is None:
+        raise TfspecError(f"--shortlist: {args.spec} has no tokenizer to read {args.shortlist} with; "
+                          "give --tokenizer MODEL")
+    corpus = load_manifest(args.shortlist)
+    started, vocab = time.perf_counter(), spec.vocab
+    train = read_split(args.shortlist, "train", corpus["src"], corpus["tgt"])
+    pairs = ((codec.encode(s), codec.encode(t)) for s, t in train)
+    shortlist = build(pairs, vocab.size, vocab.tgt_size, [*vocab.stop_ids, vocab.bos_id, vocab.unk_id],
+                      args.shortlist_per_source, args.shortlist_frequent)
+    print(f"shortlist: {shortlist.meta['pairs']} pairs of {args.shortlist}, {args.shortlist_per_source} candidates per "
+          f"source token + {len(shortlist.always)} always ({time.perf_counter() - started:.1f}s)")
+    return shortlist
 
 
 def _print_int8(record: dict) -> None:
@@ -143,6 +173,9 @@ def cmd_translate(args) -> int:
     spec = model.spec
     print(f"{spec.name}: {model.describe()}", file=sys.stderr)
     codec = Codec(Path(args.model), spec)
+    if args.shortlist and args.engine == "generate":
+        raise TfspecError("--shortlist decodes with --engine search: generate.onnx scores the whole vocabulary")
+    decoder = model.decoder(shortlist=args.shortlist) if args.engine == "search" else None
     limit = spec.positional.max_len if spec.positional.kind != "none" else None
     options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
                             max_length=None if limit is None else limit - 1)
@@ -159,7 +192,7 @@ def cmd_translate(args) -> int:
             outputs = generate_all(Generator(model), sources, options, args.batch, spec.family == "decoder-only",
                                    args.batch_type, bar.update)
         else:
-            outputs = decode_all(model.decoder(), sources, options, args.batch, spec.family == "decoder-only",
+            outputs = decode_all(decoder, sources, options, args.batch, spec.family == "decoder-only",
                                  bar.update, args.batch_type)
     produced = sum(len(out) + 1 for out, src in zip(outputs, sources) if src)
     for out in outputs:
@@ -254,6 +287,15 @@ def register(command) -> None:
                         "penalty, end of sentence) in one graph of standard ONNX operators: input_ids, max_length, "
                         "num_beams, length_penalty in; sequences, sequences_scores out (docs/export-onnx.md); "
                         "checked token for token against the Python search")
+    c.add_argument("--shortlist", type=Path, metavar="CORPUS_DIR",
+                   help="ONNX, encoder-decoders: also write shortlist.safetensors, the target tokens each source "
+                        "token's translations use in CORPUS_DIR's training pairs (a `tfspec data fetch` or `prepare` "
+                        "directory, read with the model's tokenizer), and decoder_shortlist.onnx, whose projection "
+                        "and softmax cover only a batch's candidates: `translate --shortlist` (docs/decoding.md)")
+    c.add_argument("--shortlist-per-source", type=integer(1, 100_000), default=50, metavar="N",
+                   help="candidates kept per source token, by sentence pairs shared (default 50)")
+    c.add_argument("--shortlist-frequent", type=integer(0, 100_000), default=100, metavar="K",
+                   help="most frequent target tokens every batch allows (default 100)")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--tokenizer", metavar="MODEL",
                    help="tfspec's sentencepiece model (a training run's tokenizer.model) to ship as "
@@ -280,6 +322,9 @@ def register(command) -> None:
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto uses CUDA when onnxruntime really gets it (default)")
     c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")
+    c.add_argument("--shortlist", action="store_true",
+                   help="score only the target tokens the export's shortlist allows for each batch's sources "
+                        "(`export --shortlist`): a smaller output projection and softmax per step")
     c.add_argument("--no-cuda-graphs", action="store_true",
                    help="on CUDA, decode over the growing cache instead of replaying the static step graph "
                         "(written by `export --static-cache`) as CUDA graphs")
