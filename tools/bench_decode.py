@@ -30,6 +30,12 @@ engine is skipped.
     python tools/bench_decode.py --engines ort23,ct2 --no-int8 --rounds 3
     python tools/bench_decode.py --engines ort18,static --rounds 3   # the static step graph on CPU
     python tools/bench_decode.py --spec small --engines ort18,generate   # generate.onnx against the Python search
+    python tools/bench_decode.py --engines ort18 --shortlist 1500   # a target-vocabulary shortlist of 1,500 ids
+
+``--shortlist N`` adds "ORT op18 shortlist": the same export with a shortlist (``export
+--shortlist``) under which every batch scores the same N target ids, what a real shortlist of
+that size costs a step (``tools/bench_translate.py --shortlist`` gives real sizes and BLEU).
+Its outputs differ from the full vocabulary's by design, so it is left out of the token checks.
 """
 
 from __future__ import annotations
@@ -53,12 +59,14 @@ from tfspec.backends.onnx.generator import Generator
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.ir.positions import sinusoids
 from tfspec.search import SearchOptions, search
+from tfspec.shortlist import FORMAT, Shortlist
 
 ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "static": "ORT op18 static", "generate": "ORT generate.onnx",
            "torch": "PyTorch eager", "ct2": "CTranslate2"}
 """``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not.
 ``generate``: generate.onnx (``export --generate``), the same search inside one graph, run by one
 ``session.run`` per batch (opset 18, as ``ort18``, whose Python search it is compared with)."""
+SHORTLIST = "ORT op18 shortlist"
 SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)
 
 
@@ -131,14 +139,20 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
                 out[ENGINES[key] + suffix] = lambda src, beam, n, gen=gen: gen(src, options(beam, n))
         elif key.startswith("ort") or key == "static":
             opset, static = (18, True) if key == "static" else (int(key[3:]), False)
-            export(model, work / key, opset=opset, parity=False, static_cache=static)
+            short = fixed_shortlist(spec, args.shortlist) if args.shortlist and key == "ort18" else None
+            export(model, work / key, opset=opset, parity=False, static_cache=static, shortlist=short)
             dirs = {"": work / key}
             if args.int8:  # the product's int8 path: `tfspec export --int8`
-                export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True, static_cache=static)
+                export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True, static_cache=static,
+                       shortlist=short)
                 dirs[" int8"] = work / f"{key}-int8"
             for suffix, d in dirs.items():
-                dec = OnnxModel(d, device="cpu", threads=args.threads).decoder(static=static)
-                out[ENGINES[key] + suffix] = lambda src, beam, n, dec=dec: search(dec, src, options(beam, n))
+                onnx = OnnxModel(d, device="cpu", threads=args.threads)
+                decoders = {ENGINES[key]: onnx.decoder(static=static)}
+                if short is not None:
+                    decoders[SHORTLIST] = onnx.decoder(shortlist=True)
+                for name, dec in decoders.items():
+                    out[name + suffix] = lambda src, beam, n, dec=dec: search(dec, src, options(beam, n))
         elif key == "torch":
             dec = TorchDecoder(model)
             out[ENGINES[key]] = lambda src, beam, n: search(dec, src, options(beam, n))
@@ -164,6 +178,17 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
                 out[ENGINES[key] + suffix] = run
                 out[ENGINES[key] + suffix].translator = tr
     return out
+
+
+def fixed_shortlist(spec, size: int) -> Shortlist:
+    """A shortlist under which every batch scores the same ``size`` target ids (the specials
+    and random others): no source token adds a candidate."""
+    v = spec.vocab
+    specials = np.array(sorted({*v.stop_ids, v.bos_id, v.unk_id, v.pad_id}))
+    others = np.random.default_rng(0).choice(np.setdiff1d(np.arange(v.tgt_size), specials), size - len(specials),
+                                             replace=False)
+    return Shortlist(np.zeros(v.size + 1, np.int64), np.zeros(0, np.int64), np.union1d(specials, others),
+                     {"format": FORMAT, "per_source": "0", "frequent": str(size), "pairs": "0"})
 
 
 def ct2_maps(spec) -> bool:
@@ -195,7 +220,7 @@ def verify(runs, model, spec, src, rng, n: int) -> None:
         total = sum(map(len, ref))
         print(f"{'greedy' if beam == 1 else 'beam 4'} tokens equal to PyTorch eager's ({len(src)} sources x {n}): "
               + ", ".join(f"{name} {sum(a == b for r, o in zip(ref, run(src, beam, n)) for a, b in zip(r, o))}/{total}"
-                          for name, run in runs.items() if name != ENGINES["torch"]))
+                          for name, run in runs.items() if name != ENGINES["torch"] and SHORTLIST not in name))
     ct2 = runs.get(ENGINES["ct2"])
     if ct2 is not None:
         words = vocabulary(spec)
@@ -221,6 +246,8 @@ def main() -> None:
     p.add_argument("--out-len", type=int, default=64, help="output tokens, exactly (end of sentence forbidden before)")
     p.add_argument("--no-int8", dest="int8", action="store_false", help="skip the int8 engines")
     p.add_argument("--quick", action="store_true", help="batch 1 greedy only, 3 rounds, no int8: a smoke test")
+    p.add_argument("--shortlist", type=int, default=0, metavar="N",
+                   help="with ort18: also decode with a shortlist of N target ids per batch (module docstring)")
     args = p.parse_args()
     args.engines = [e.strip() for e in args.engines.split(",") if e.strip()]
     if unknown := set(args.engines) - set(ENGINES):
@@ -265,9 +292,10 @@ def main() -> None:
           f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
           f"{platform.processor() or platform.machine()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"({args.threads} threads, median of one measurement per round)")
-    names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs]
+    names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs] + ([SHORTLIST] if SHORTLIST in runs else [])
     orts = [n for n in names if n.startswith("ORT")]
     ratios = [(o, ref) for ref in (ENGINES["ct2"], ENGINES["torch"]) if ref in names for o in orts]
+    ratios += [(SHORTLIST, ENGINES["ort18"])] if SHORTLIST in runs else []
     ratios += [(ENGINES["generate"], ENGINES["ort18"])] if {ENGINES["generate"], ENGINES["ort18"]} <= set(names) else []
     head = ["setting", "precision"] + [f"{n} (tok/s)" for n in names] + [f"{o} / {r}" for o, r in ratios]
     head += ["weights/step (MB)", "% of read bandwidth: " + ", ".join(names)] if step_bytes else []
@@ -280,8 +308,8 @@ def main() -> None:
             cells += [f"{speed[o] / speed[r]:.2f}" if o in speed and r in speed else "-" for o, r in ratios]
             if suffix in step_bytes:
                 cells += [f"{step_bytes[suffix] / 1e6:.0f}", ", ".join(
-                    f"{fraction(step_bytes[suffix], speed[n] / batch, bandwidth):.0%}" if n in speed else "-"
-                    for n in names)]
+                    f"{fraction(step_bytes[suffix], speed[n] / batch, bandwidth):.0%}" if n in speed and n != SHORTLIST
+                    else "-" for n in names)]  # the shortlist reads fewer rows than the step graph holds
             setting = f"batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'}"
             print(f"| {setting} | {'int8' if suffix else 'fp32'} | " + " | ".join(cells) + " |")
     spread = {n: statistics.median(max(t) / min(t) for (_, name), t in times.items() if name == n) for n in runs}

@@ -12,8 +12,14 @@ beam scores by length^alpha, tfspec by GNMT's ((5 + length) / 6)^alpha, so beam 
 differ slightly; greedy outputs should be identical). A last row times the `tfspec translate`
 command itself on the same file, process start and tokenisation included.
 
+With ``--shortlist``, tfspec's exports also carry a target-vocabulary shortlist counted over
+the run's training pairs (``export --shortlist``), and a second table compares decoding with it
+(``translate --shortlist``) against the full vocabulary in the same rounds: lines/s, the ratio,
+BLEU of both and the mean number of candidates a batch scores.
+
     tfspec train small --data DATA --out RUN ...          # any run whose spec CTranslate2 can hold
     python tools/bench_translate.py RUN                    # 500 test lines, greedy and beam 4, fp32 and int8
+    python tools/bench_translate.py RUN --shortlist --batch 1 --no-int8   # the shortlist at batch 1
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions
 
 
-def engines(args, spec, model, sp, work: Path) -> dict:
+def engines(args, spec, model, sp, work: Path, shortlist=None) -> dict:
     """Name -> translate(sources, beam) -> output ids per source, end of sentence left out."""
     import ctranslate2
 
@@ -51,11 +57,14 @@ def engines(args, spec, model, sp, work: Path) -> dict:
     out = {}
     for suffix, int8 in (("", False), (" int8", True)) if args.int8 else (("", False),):
         directory = work / f"onnx{suffix.strip()}"  # `tfspec translate` (cli_seconds) reads text in "onnx"
-        export(model, directory, parity=False, int8=int8)
+        export(model, directory, parity=False, int8=int8, shortlist=shortlist)
         shutil.copyfile(args.run / TOKENIZER, directory / TOKENIZER)
-        dec = OnnxModel(directory, device="cpu", threads=args.threads).decoder()
-        out["tfspec ORT" + suffix] = lambda src, beam, dec=dec: [o[:-1] if o[-1:] == [eos] else o for o in decode_all(
-            dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=limit, max_length=limit), args.batch)]
+        onnx = OnnxModel(directory, device="cpu", threads=args.threads)
+        for name, dec in [("tfspec ORT", onnx.decoder())] + ([("tfspec ORT shortlist", Counted(onnx.decoder(
+                shortlist=True)))] if shortlist else []):
+            out[name + suffix] = lambda src, beam, dec=dec: [o[:-1] if o[-1:] == [eos] else o for o in decode_all(
+                dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=limit, max_length=limit), args.batch)]
+            out[name + suffix].decoder = dec
     words = vocabulary(spec)[:4] + [sp.id_to_piece(i) for i in range(4, spec.vocab.size)]
     index = {w: i for i, w in enumerate(words)}
     ct2_model(model, spec, work / "ct2", words)
@@ -69,6 +78,31 @@ def engines(args, spec, model, sp, work: Path) -> dict:
             return [[index[t] for t in r.hypotheses[0]] for r in res]
         out["CTranslate2" + suffix] = run
     return out
+
+
+class Counted:
+    """A shortlist decoder that records how many candidates each batch scored."""
+
+    def __init__(self, decoder):
+        self.decoder, self.sizes = decoder, []
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def start(self, src):
+        state = self.decoder.start(src)
+        self.sizes.append(len(self.decoder.candidates))
+        return state
+
+
+def training_shortlist(args, spec, meta, sp):
+    """The shortlist `export --shortlist` counts over the run's training pairs (its defaults)."""
+    from tfspec.shortlist import build
+
+    vocab, encode = spec.vocab, lambda text: sp.encode(text) + [spec.vocab.eos_id]
+    pairs = read_split(args.data or Path(meta["data"]), "train", meta["src"], meta["tgt"])
+    return build(((encode(s), encode(t)) for s, t in pairs), vocab.size, vocab.tgt_size,
+                 [*vocab.stop_ids, vocab.bos_id, vocab.unk_id])
 
 
 def cli_seconds(args, directory: Path, lines: list[str], beam: int) -> float:
@@ -89,6 +123,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-int8", dest="int8", action="store_false")
+    p.add_argument("--shortlist", action="store_true",
+                   help="also decode with a shortlist counted over the run's training pairs (export --shortlist)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     spec, meta = run_spec(args.run)
@@ -105,7 +141,8 @@ def main() -> None:
     print(f"{spec.name} ({weights}): {len(sources)} test lines, source tokens min {min(lengths)} / median "
           f"{int(np.median(lengths))} / max {max(lengths)}; batch {args.batch}, {args.threads} threads")
     with tempfile.TemporaryDirectory(prefix="bench-translate-") as tmp:
-        runs = engines(args, spec, model, sp, Path(tmp))
+        shortlist = training_shortlist(args, spec, meta, sp) if args.shortlist else None
+        runs = engines(args, spec, model, sp, Path(tmp), shortlist)
         results = measure(args, runs, sources)
         cli = {beam: [cli_seconds(args, Path(tmp) / "onnx", [s for s, _ in pairs], beam) for _ in range(args.rounds)]
                for beam in (1, 4)}
@@ -143,6 +180,19 @@ def report(args, runs, results, cli, sp, references, n: int) -> None:
             print(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {'int8' if suffix else 'fp32'} | {n / t_ours:.1f} | "
                   f"{n / t_ct2:.1f} | {t_ct2 / t_ours:.2f} | {sum(map(len, ours)) / t_ours:.0f} | "
                   f"{sum(map(len, ct2)) / t_ct2:.0f} | {bleu(ours):.2f} | {bleu(ct2):.2f} | {same}/{n} |")
+    shortlisted = any("shortlist" in name for name in runs)
+    if shortlisted:
+        print("\n| search | precision | full vocabulary (lines/s) | shortlist (lines/s) | shortlist / full | BLEU full "
+              "| BLEU shortlist | identical outputs | candidates per batch (mean) |\n" + "|---" * 9 + "|")
+    for beam in (1, 4) if shortlisted else ():
+        for suffix in ("", " int8") if args.int8 else ("",):
+            (t_full, full), (t_short, short) = (results[beam, f"tfspec ORT{kind}{suffix}"]
+                                                for kind in ("", " shortlist"))
+            sizes = runs["tfspec ORT shortlist" + suffix].decoder.sizes
+            print(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {'int8' if suffix else 'fp32'} | "
+                  f"{n / t_full:.1f} | {n / t_short:.1f} | {t_full / t_short:.2f} | {bleu(full):.2f} | "
+                  f"{bleu(short):.2f} | {sum(a == b for a, b in zip(full, short))}/{n} | "
+                  f"{statistics.mean(sizes):.0f} |")
     for beam, seconds in cli.items():
         t = statistics.median(seconds)
         print(f"`tfspec translate --beam {beam}` (fp32), whole command: {t:.1f} s, {n / t:.1f} lines/s")
