@@ -15,7 +15,7 @@ def cmd_serve(args) -> int:
     except ImportError as e:
         raise TfspecError(f"tfspec serve needs {e.name}: pip install 'tfspec[serve]'") from None
     config = ServeConfig(Path(args.model), max_batch_tokens=args.max_batch_tokens, max_queue=args.max_queue,
-                         timeout=args.timeout, threads=args.threads)
+                         timeout=args.timeout, threads=args.threads, batching=args.batching)
     print(f"serving {args.model} on http://{args.host}:{args.port} (SIGTERM drains within {args.grace:g}s)",
           file=sys.stderr)
     serve(config, args.host, args.port, args.grace)
@@ -38,5 +38,8 @@ def register(command) -> None:
     c.add_argument("--timeout", type=number(0, 86400, low_open=True), default=60.0,
                    help="seconds a request may take; later: 504 and its work is cancelled (default 60)")
     c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")
+    c.add_argument("--batching", choices=("continuous", "static"), default="continuous",
+                   help="decoder-only models: prompts join and leave the running batch at each step (continuous, "
+                        "the default where the step graph takes masks) or a batch runs to its end (static)")
     c.add_argument("--grace", type=number(0, 3600, low_open=True), default=30.0,
                    help="seconds SIGTERM's drain may take before the process exits (default 30)")

@@ -24,6 +24,7 @@ from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions
 from tfspec.serve.batcher import Batcher, Job, QueueFull
 from tfspec.serve.metrics import Metrics
+from tfspec.serve.scheduler import ContinuousBatcher, continuous
 from tfspec.serve.schemas import TranslateRequest
 
 
@@ -40,6 +41,10 @@ class ServeConfig:
     """onnxruntime threads (default: all cores)."""
     max_body: int = 4 * 2**20
     """Bytes in one request body; more: 413."""
+    batching: str = "continuous"
+    """Decoder-only exports: ``continuous`` (prompts join and leave the running batch between
+    steps, where the step graph allows: ``scheduler.continuous``) or ``static`` (a batch runs to
+    its end before the next starts; kept to measure the difference)."""
 
 
 class ApiError(Exception):
@@ -70,8 +75,12 @@ class Service:
         decoder = self.model.decoder()
         self.ragged = getattr(decoder, "takes_masks", False)
         """Prompts of different lengths share a batch (the step graph takes masks)."""
-        self.batcher = Batcher(decoder, self.decoder_only, config.max_batch_tokens, config.max_queue,
-                               self.metrics.batch)
+        self.continuous = self.decoder_only and config.batching == "continuous" and continuous(decoder)
+        if self.continuous:
+            self.batcher = ContinuousBatcher(decoder, config.max_batch_tokens, config.max_queue, self.metrics.batch)
+        else:
+            self.batcher = Batcher(decoder, self.decoder_only, config.max_batch_tokens, config.max_queue,
+                                   self.metrics.batch)
         self.metrics.queue.set_function(lambda: self.batcher.depth)
         self.draining = False
         self.inflight = 0

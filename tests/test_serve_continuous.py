@@ -1,0 +1,145 @@
+"""Continuous batching of `tfspec serve` (tfspec/serve/scheduler.py) on an imported random tiny
+Llama: prompts join the running batch between steps and leave it when done, and each gets the
+tokens it gets alone. References: `tfspec generate` on each request alone (over HTTP, 20
+concurrent clients of different prompt lengths, max_tokens, greedy, sampled and streamed), and
+`tfspec.search.search` alone for the rows of a batch whose membership the test steers step by step."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from tfspec.data import read_split, sample_dir
+
+pytest.importorskip("starlette")
+openai = pytest.importorskip("openai")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    """The ONNX export of an imported random tiny Llama (64 positions) with its tokenizer.json."""
+    from test_generate_cli import saved_model
+    from tfspec.cli import main
+
+    tmp = tmp_path_factory.mktemp("llama")
+    _, tok = saved_model("llama", tmp / "hf")
+    tok.save(str(tmp / "hf" / "tokenizer.json"))
+    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
+    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
+    return tmp / "onnx"
+
+
+def requests(count: int) -> list[dict]:
+    """Prompts of 1 to 12 words from the sample corpus with their own max_tokens; every fifth
+    sampled with its own seed and temperature, every seventh streamed."""
+    rng = random.Random(5)
+    lines = [en for en, _ in read_split(sample_dir(), "dev") if re.fullmatch(r"[A-Za-z ,.]+", en)]  # text that
+    # the tokenizer gives back as it was, so prompt + completion is generate's whole text
+    out = []
+    for i in range(count):
+        words = rng.choice(lines).split()[: rng.randint(1, 12)]
+        body = {"prompt": " ".join(words), "max_tokens": rng.randint(2, 30), "temperature": 0}
+        if i % 5 == 1:
+            body |= {"temperature": round(rng.uniform(0.5, 1.5), 2), "seed": rng.randint(0, 1000)}
+        out.append(body | {"stream": i % 7 == 3})
+    return out
+
+
+def alone(cli, directory, body) -> tuple[str, int]:
+    """(text, new tokens) of `tfspec generate` on this request alone."""
+    flags = ["--prompt", body["prompt"], "--max-new-tokens", body["max_tokens"]]
+    if body["temperature"]:
+        flags += ["--sample", "--temperature", body["temperature"], "--seed", body["seed"]]
+    code, out, err = cli("generate", directory, *flags)
+    assert code == 0, err
+    return out.rstrip("\n"), int(re.search(r"\+ (\d+) new tokens", err).group(1))
+
+
+def test_20_concurrent_clients_get_generates_tokens(llama, cli, tmp_path):
+    from test_serve import Server, request
+
+    bodies = requests(20)
+    want = [alone(cli, llama, body) for body in bodies]
+    server = Server(llama, "--max-batch-tokens", 4096, tmp=tmp_path)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+
+    def ask(i: int):
+        time.sleep(0.015 * i)  # arrivals spread over the running batch's steps
+        body = bodies[i]
+        answer = client.completions.create(model="llama", **body)
+        if body["stream"]:
+            return "".join(chunk.choices[0].text for chunk in answer), None
+        return answer.choices[0].text, answer.usage.completion_tokens
+    try:
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            got = list(pool.map(ask, range(len(bodies))))
+        metrics = request(server.url + "/metrics")[1]
+    finally:
+        assert server.stop() == 0
+    assert [body["prompt"] + text for body, (text, _) in zip(bodies, got)] == [text for text, _ in want]
+    assert [n for _, n in got if n is not None] == [n for (_, n), b in zip(want, bodies) if not b["stream"]]
+    joins = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+             if line.startswith("tfspec_batch_requests_")}
+    assert joins["tfspec_batch_requests_count"] >= 3  # prompts joined a running batch, several times
+    assert joins["tfspec_batch_requests_sum"] > 2 * joins["tfspec_batch_requests_count"]
+
+
+class Steered:
+    """The export's decoder, recording each step's batch size and calling ``at[step]()`` first."""
+
+    def __init__(self, decoder, at: dict):
+        self.decoder, self.at, self.sizes = decoder, at, []
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, state, tokens, k, **kw):
+        if len(self.sizes) in self.at:
+            self.at.pop(len(self.sizes))()
+        self.sizes.append(len(tokens))
+        return self.decoder.step(state, tokens, k, **kw)
+
+
+def test_rows_join_and_leave_between_steps(llama):
+    """A (sampled) runs alone; B (a longer prompt) and C arrive during step 3 and are prefilled
+    at step 4, C is cancelled during step 6 and B reaches its limit at step 7: both leave
+    before step 8. A and B equal their search alone; each join and leave takes effect at once."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.search import Sampling, SearchOptions, search
+    from tfspec.serve.batcher import Job
+    from tfspec.serve.scheduler import ContinuousBatcher, continuous
+
+    model = OnnxModel(llama, threads=1)
+    decoder = model.decoder()
+    assert continuous(decoder)
+    prompts = [[1, 40, 41, 42], [1] + list(range(50, 62)), [1, 70, 71]]
+    options = [SearchOptions(beam=1, max_extra=n, max_length=n) for n in (12, 4, 30)]
+    options[0] = SearchOptions(beam=1, max_extra=12, max_length=12, sampling=Sampling(temperature=1.3, seed=4))
+    loop = asyncio.new_event_loop()
+    jobs = [Job([p], o, (), loop.create_future()) for p, o in zip(prompts, options)]
+
+    def join():
+        batcher.submit(jobs[1])
+        batcher.submit(jobs[2])
+
+    def cancel():
+        jobs[2].cancelled = True
+    steered = Steered(decoder, {3: join, 6: cancel})
+    batcher = ContinuousBatcher(steered, 4096, 8)
+    batcher.submit(jobs[0])
+    batcher.start()
+    try:
+        got = loop.run_until_complete(asyncio.wait_for(asyncio.gather(*(job.future for job in jobs[:2])), 30))
+    finally:
+        batcher.stop()
+        loop.close()
+    want = [search(model.decoder(), None, o, prefix=np.array([p]))[0] for p, o in zip(prompts[:2], options[:2])]
+    assert [g[0] for g in got] == want and [len(w) for w in want] == [12, 4]
+    assert steered.sizes == [1, 1, 1, 1, 2, 3, 3, 2] + [1] * 5  # A's 12 tokens take 12 steps, one more prefills B, C
+    assert not jobs[2].future.done()  # a cancelled request is never answered (the server has answered 504 or 499)
