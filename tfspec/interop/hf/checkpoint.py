@@ -26,9 +26,10 @@ CONFIG = "config.json"
 WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json"),
                 ("pytorch_model.bin", "pytorch_model.bin.index.json"))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt", "vocab.json",
-                   "special_tokens_map.json", "added_tokens.json")
+                   "special_tokens_map.json", "added_tokens.json", "chat_template.jinja")
 """Copied along with any sentencepiece ``*.model`` and ``*.spm`` (Marian's source.spm and
-target.spm): ``tfspec translate`` and ``generate`` read some (``tfspec.data.codecs``), users others."""
+target.spm): ``tfspec translate`` and ``generate`` read some (``tfspec.data.codecs``), ``tfspec
+serve`` the chat template (transformers >= 4.43 saves it as chat_template.jinja), users others."""
 
 
 def tokenizer_files(directory: Path) -> list[Path]:
