@@ -5,10 +5,7 @@ ONNX graphs equal on a padded batch, greedy decoding (PyTorch, and onnxruntime's
 graph) equal to ``generate`` from each model's decoder start, and with mbart-large-50's forced
 language code as a search prefix, the default configuration counted as transformers counts, and
 import -> ``export --format hf`` -> ``from_pretrained`` giving the original logits back.
-
-M2M-100 (NLLB-200) is not imported: its sinusoids are fairseq's (frequencies
-10000^(-i / (d/2 - 1)), tfspec's 10000^(-2i / d)) read from row pad_token_id + 1 with the
-padding row zeroed, and tfspec's sinusoidal positions have neither that spacing nor an offset."""
+M2M-100 (NLLB-200) is tested in ``test_import_seq2seq_more.py``."""
 
 from __future__ import annotations
 
@@ -170,8 +167,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("pegasus", {"scale_embedding": "yes"}, "scale_embedding must be true or false"),
     ("pegasus", {"is_encoder_decoder": False}, "is_encoder_decoder: false is not supported"),
     ("pegasus", {"encoder_norm_first": True}, "unknown field encoder_norm_first"),
-    # fairseq's sinusoids from row pad + 1: neither the spacing nor the offset is tfspec's
-    ("pegasus", {"model_type": "m2m_100"}, "model_type 'm2m_100' is not supported"),
+    # a mixture of experts with expert capacity and second-expert policies tfspec does not compute
+    ("pegasus", {"model_type": "nllb-moe"}, "model_type 'nllb-moe' is not supported"),
 ])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]

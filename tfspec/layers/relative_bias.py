@@ -7,7 +7,7 @@ from where on every distance shares the last bucket (Mesh TensorFlow's
 of the distance half the buckets; attention that never does (its decoder) spends them all on
 distances behind. One (buckets, heads) table serves every self-attention layer of a stack:
 the first declares it and the others tie to it, as T5 computes the bias in its first layer
-and hands it up. Since distances past max_distance share a bucket, the bucket of any distance
+and hands it up; with ``tables: layer`` each self-attention layer has its own (umT5). Since distances past max_distance share a bucket, the bucket of any distance
 is a lookup of the clipped distance in 2 max_distance + 1 entries (``bucket_table``), computed
 here once for both backends, for any length and for decoding steps alike.
 """
@@ -45,6 +45,7 @@ def bucket_table(positions: Mapping[str, Any], bidirectional: bool) -> np.ndarra
 
 def table_param(b, name: str, positions, heads: int) -> dict:
     """The ``rel_bias`` entry of the attention node ``name``'s parameters: the (buckets, heads)
-    table, declared by the stack's first self-attention and tied by the later ones."""
-    init = f"normal:{b.spec.d_model ** -0.5}"  # T5's initialisation of the table
-    return {ROLE: b.stack_param(name, ROLE, (positions.buckets, heads), init)}
+    table, declared by the stack's first self-attention and tied by the later ones, or the
+    layer's own (``tables: layer``)."""
+    init, shape = f"normal:{b.spec.d_model ** -0.5}", (positions.buckets, heads)  # T5's initialisation
+    return {ROLE: (shape, init) if positions.tables == "layer" else b.stack_param(name, ROLE, shape, init)}

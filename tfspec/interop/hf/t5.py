@@ -127,6 +127,17 @@ def _layer(layer) -> list[Rule]:
     """Layer i of a stack (its ``LayerPlan``): T5's ``block.i.layer.<n>`` sub-layers
     (self-attention, in the decoder cross-attention, then the feed-forward layer), each with its
     RMSNorm gain."""
+    rules, ours, ffn = attention_rules(layer)
+    # Gated (v1.1): wi_0 goes through the activation (tfspec's W1), wi_1 is the linear branch (W3).
+    inner = (("w_1", "wi_0"), ("w_3", "wi_1")) if layer.ffn.gated else (("w_1", "wi"),)
+    rules += [Rule(f"{ours}ffn.{w}", (f"{ffn}DenseReluDense.{name}.weight",)) for w, name in inner]
+    return rules + [Rule(ours + "ffn.w_2", (ffn + "DenseReluDense.wo.weight",)),
+                    Rule(ours + "ffn_norm.weight", (ffn + "layer_norm.weight",))]
+
+
+def attention_rules(layer) -> tuple[list[Rule], str, str]:
+    """The attention sub-layers' rules of ``_layer``, our layer's prefix and the checkpoint's
+    prefix of its feed-forward sub-layer (Switch Transformers replaces that sub-layer only)."""
     stack, i = layer.stack, layer.index
     ours, theirs = f"{stack}.layers.{i}.", f"{stack}.block.{i}.layer."
     rules = _attention(ours + "self_attn", theirs + "0.SelfAttention", "qkv")
@@ -139,11 +150,7 @@ def _layer(layer) -> list[Rule]:
                   *_attention(ours + "cross_attn", theirs + "1.EncDecAttention", "kv"),
                   Rule(ours + "cross_attn_norm.weight", (theirs + "1.layer_norm.weight",))]
         ffn = theirs + "2."
-    # Gated (v1.1): wi_0 goes through the activation (tfspec's W1), wi_1 is the linear branch (W3).
-    inner = (("w_1", "wi_0"), ("w_3", "wi_1")) if layer.ffn.gated else (("w_1", "wi"),)
-    rules += [Rule(f"{ours}ffn.{w}", (f"{ffn}DenseReluDense.{name}.weight",)) for w, name in inner]
-    return rules + [Rule(ours + "ffn.w_2", (ffn + "DenseReluDense.wo.weight",)),
-                    Rule(ours + "ffn_norm.weight", (ffn + "layer_norm.weight",))]
+    return rules, ours, ffn
 
 
 def _attention(ours: str, theirs: str, parts: str) -> list[Rule]:
