@@ -9,9 +9,10 @@ attention and MLP read one norm of the layer's input and are added to it in para
 without one, ties a plain one to the embedding), tied to the embedding unless said; and rotary
 positions rotate interleaved pairs (x_0, x_1), (x_2, x_3), ... (``InterleavedRotary``).
 ``attention_bias`` biases q, k, v and o; the MLP is never biased (``mlp_bias`` is refused as
-unknown). Refused by name: ``use_qk_norm`` (c4ai-command-r-plus's
-LayerNorm on queries and keys, whose gains differ per head: tfspec's ``qk_norm: head`` shares one
-gain between heads). Defaults are CohereConfig's (command-r-v01's shape).
+unknown). ``use_qk_norm`` (c4ai-command-r-plus) puts a LayerNorm without shift on each head's
+queries and keys, its gains (heads, head_dim) differing per head (``qk_norm: per_head``; their
+features permuted as the rotary rows, ``InterleavedGains``). Defaults are CohereConfig's
+(command-r-v01's shape).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.family import Rule, Source, flag, number, register
 from tfspec.interop.hf.llama import Llama
 
 
@@ -51,8 +52,22 @@ class InterleavedRotary(Rule):
         return super().to_hf(value[np.argsort(self._order(len(value)))])
 
 
+@dataclass(frozen=True)
+class InterleavedGains(InterleavedRotary):
+    """Per-head query or key norm gains (heads, d_k) (Command R+'s ``q_norm``): each head's
+    features in the order ``InterleavedRotary`` gives a head's rows, since the norm's output is
+    what rotates."""
+
+    def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
+        return parts[0][:, self._order(self.width)]
+
+    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
+        return {self.hf[0]: value[:, np.argsort(self._order(self.width))]}
+
+
 def interleaved(rules: list[Rule], spec) -> list[Rule]:
-    """``rules`` with each layer's ``w_qkv`` and ``b_qkv`` read as ``InterleavedRotary``."""
+    """``rules`` with each layer's ``w_qkv`` and ``b_qkv`` read as ``InterleavedRotary``, its
+    per-head norm gains as ``InterleavedGains``."""
     plans = {layer.names[0]: layer.attention for layer in spec.plan("decoder")}
     out = []
     for rule in rules:
@@ -61,6 +76,9 @@ def interleaved(rules: list[Rule], spec) -> list[Rule]:
             a = plans[name]
             rule = InterleavedRotary(rule.ir, rule.hf, "concat", rule.rows, width=a.d_k,
                                      rotary=a.positions.rotated(a.d_k), rotated=(a.heads + a.kv_heads) * a.d_k)
+        elif kind in ("q_norm", "k_norm") and plans[name].qk_norm == "per_head":
+            a = plans[name]
+            rule = InterleavedGains(rule.ir, rule.hf, width=a.d_k, rotary=a.positions.rotated(a.d_k), rotated=a.d_k)
         out.append(rule)
     return out
 
@@ -72,8 +90,7 @@ class Cohere(Llama):
     architectures = {"CohereForCausalLM": "model.", "CohereModel": ""}
     export_architecture = "CohereForCausalLM"
     mapped = tuple(f for f in Llama.mapped if f not in ("mlp_bias", "rms_norm_eps")) + ("layer_norm_eps",
-                                                                                        "logit_scale")
-    required = {"use_qk_norm": (False,)}
+                                                                                        "logit_scale", "use_qk_norm")
     defaults = {"vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528, "num_hidden_layers": 40,
                 "num_attention_heads": 64, "max_position_embeddings": 8192, "pad_token_id": 0, "bos_token_id": 5,
                 "eos_token_id": 255001, "tie_word_embeddings": True}
@@ -85,6 +102,11 @@ class Cohere(Llama):
             "norm_type": "layer", "norm_bias": False, "norm_eps": number(c, "layer_norm_eps", where, float, 1e-5),
             "residual": "parallel_shared_norm", "output_scale": self._output_scale(source, c)}
 
+    def _attention(self, c: dict, where: str):
+        if flag(c, "use_qk_norm", where):
+            return {"kind": "causal_self_attention", "qk_norm": "per_head"}
+        return "causal_self_attention"
+
     def _output_scale(self, source: Source, c: dict) -> float:
         """logit_scale for CohereForCausalLM; CohereModel's spec has the plain tied projection."""
         scale = number(c, "logit_scale", source.where, float, 0.0625)
@@ -92,12 +114,17 @@ class Cohere(Llama):
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Llama's rules, the one norm of each layer its ``input_layernorm``, rotary rows interleaved."""
-        return interleaved([r for r in super().rules(spec, architecture) if not r.ir.endswith("ffn_norm.weight")],
-                           spec)
+        rules = [r for r in super().rules(spec, architecture) if not r.ir.endswith("ffn_norm.weight")]
+        for layer in spec.plan("decoder"):
+            if layer.attention.qk_norm == "per_head":
+                rules += [Rule(f"{layer.names[0]}.{p}_norm", (f"layers.{layer.index}.self_attn.{p}_norm.weight",))
+                          for p in "qk"]
+        return interleaved(rules, spec)
 
     def config(self, spec) -> dict:
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
-        return shared | {"layer_norm_eps": spec.norm_eps, "logit_scale": spec.output_scale, "use_qk_norm": False}
+        return shared | {"layer_norm_eps": spec.norm_eps, "logit_scale": spec.output_scale,
+                         "use_qk_norm": spec.plan("decoder")[0].attention.qk_norm == "per_head"}
 
     def _config_biases(self, spec) -> dict:
         return {"attention_bias": spec.has_bias("q")}

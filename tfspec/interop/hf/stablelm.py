@@ -5,10 +5,11 @@ Llama (``llama.py``) with three differences: LayerNorms with a shift (``layer_no
 place of RMSNorms; rotary positions on the first ``partial_rotary_factor`` of each head's
 features (0.25 by default; ``positional.fraction``, rotate-half within those features as
 transformers' ``rotary_ndims``), the rest passed through; and biases on the query, key and value
-projections when ``use_qkv_bias`` (stablelm-2-1_6b), never on the output or the MLP. Refused by
-name, both stablelm-2-12b's: ``use_parallel_residual`` (attention and MLP read one norm and are
-added in parallel, as in GPT-NeoX) and ``qk_layernorm`` (a LayerNorm per head on queries and
-keys): the spec language has neither. Defaults are StableLmConfig's.
+projections when ``use_qkv_bias`` (stablelm-2-1_6b), never on the output or the MLP. Two options of
+stablelm-2-12b: ``use_parallel_residual`` (attention and MLP read the layer's one norm and are
+added in parallel, ``residual: parallel_shared_norm``) and ``qk_layernorm`` (a LayerNorm without
+shift per head on queries and keys, ``qk_norm: per_head``, stored one module per head and stacked
+into the (heads, head_dim) gains). Defaults are StableLmConfig's.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ class StableLm(Llama):
     mapped = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "num_key_value_heads", "hidden_act", "max_position_embeddings", "layer_norm_eps", "rope_parameters",
               "rope_theta", "rope_scaling", "partial_rotary_factor", "use_qkv_bias", "tie_word_embeddings",
-              "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout", "hidden_dropout")
-    required = {"use_parallel_residual": (False,), "qk_layernorm": (False,)}
+              "bos_token_id", "eos_token_id", "pad_token_id", "attention_dropout", "hidden_dropout",
+              "use_parallel_residual", "qk_layernorm")
+    required = {}
     ignored = {}
     partial_rotary = True
     defaults = {"vocab_size": 50304, "hidden_size": 2560, "intermediate_size": 6912, "num_hidden_layers": 32,
@@ -46,13 +48,29 @@ class StableLm(Llama):
         return super().spec_data(replace(source, config=c)) | {
             "norm_type": "layer", "norm_eps": number(c, "layer_norm_eps", where, float, 1e-5),
             "dropout": number(c, "hidden_dropout", where, float, 0.0),
-            "biases": {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False}}
+            "biases": {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False},
+            "residual": "parallel_shared_norm" if _flag(c, "use_parallel_residual", where, False) else "sequential"}
+
+    def _attention(self, c: dict, where: str):
+        if _flag(c, "qk_layernorm", where, False):
+            return {"kind": "causal_self_attention", "qk_norm": "per_head"}
+        return "causal_self_attention"
 
     def _rotary(self, c: dict, where: str) -> dict:
         return super()._rotary(with_rotated_share(c, PARTIAL_ROTARY), where)
 
     def rules(self, spec, architecture: str) -> list[Rule]:
-        return with_shifts(super().rules(spec, architecture))
+        """Llama's (with the norms' shifts), less the second norm of parallel layers; per-head
+        norm gains stacked from one LayerNorm per head."""
+        rules = [r for r in with_shifts(super().rules(spec, architecture))
+                 if spec.residual == "sequential" or "ffn_norm" not in r.ir]
+        for layer in spec.plan("decoder"):
+            a, theirs = layer.attention, f"layers.{layer.index}.self_attn."
+            if a.qk_norm == "per_head":
+                rules += [Rule(f"{layer.names[0]}.{p}_norm", tuple(f"{theirs}{p}_layernorm.norms.{i}.weight"
+                                                                   for i in range(heads)), "stack")
+                          for p, heads in (("q", a.heads), ("k", a.kv_heads))]
+        return rules
 
     def config(self, spec) -> dict:
         """Llama's fields this family shares, and its own (written the transformers 4 way, which
@@ -61,7 +79,8 @@ class StableLm(Llama):
         positions = repeated_layer(spec, "decoder")[0].positions
         return shared | {"layer_norm_eps": spec.norm_eps, "partial_rotary_factor": positions.fraction,
                          "use_qkv_bias": spec.has_bias("q"), "hidden_dropout": spec.dropout,
-                         "use_parallel_residual": False, "qk_layernorm": False}
+                         "use_parallel_residual": spec.residual == "parallel_shared_norm",
+                         "qk_layernorm": repeated_layer(spec, "decoder")[0].qk_norm == "per_head"}
 
 
 def with_rotated_share(c: dict, default: float) -> dict:

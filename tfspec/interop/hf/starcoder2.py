@@ -7,7 +7,9 @@ two-matrix MLP (``c_fc``, ``c_proj``: not gated, tanh GELU by default) and, when
 biases on every projection; the output is tied to the embedding by default. Its
 ``residual_dropout`` is tfspec's ``dropout``. Defaults are Starcoder2Config's, whose
 ``bos_token_id``/``eos_token_id`` (50256, GPT-2's) lie outside its own 49152-token vocabulary:
-such a configuration is refused (naming bos_id); the published ones use 0.
+no token can carry them, so transformers' ``generate`` never meets them. Such ids are read from
+the tokenizer instead: its <|endoftext|> (id 0 in bigcode's StarCoder2 tokenizer, which every
+published configuration names), or 0 when no tokenizer comes with the configuration.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Starcoder2(Mistral):
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
+        size, ending = number(c, "vocab_size", where), source.vocabulary.get("<|endoftext|>", 0)
+        c |= {key: ending for key in ("bos_token_id", "eos_token_id") if isinstance(c[key], int) and c[key] >= size}
         return super().spec_data(replace(source, config=c)) | {
             "gated": False, "norm_type": "layer", "norm_eps": number(c, "norm_epsilon", where, float, 1e-5),
             "dropout": number(c, "residual_dropout", where, float, 0.0), "bias": _flag(c, "use_bias", where, True),
