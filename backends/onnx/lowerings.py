@@ -124,7 +124,7 @@ def act_state(e, node: Node, packed: str) -> str:
 
 @lowering("dense")
 def dense(e, node: Node, x: str) -> str:
-    return activation(e.b, e.b.linear(x, node.params["weight"], node.params["bias"]), node.attrs["activation"])
+    return activation(e.b, e.b.linear(x, node.params["weight"], node.params.get("bias")), node.attrs["activation"])
 
 
 @lowering("dropout")

@@ -142,8 +142,8 @@ class MultiHeadAttention(OpModule):
             offsets = torch.arange(Lk, device=q.device)[None, :] - torch.arange(Lk - Lq, Lk, device=q.device)[:, None]
             index = (offsets.clamp(-far, far) + far).expand(*scores.shape)
             scores = scores + (q @ self.rel_k.T * self.scale).gather(-1, index)
-        for term in self.terms:  # T5's bucketed bias, ALiBi's distance penalty
-            scores = scores + term(ctx, self, Lq, Lk, q.device)
+        for term in self.terms:  # T5's bucketed bias, ALiBi's distance penalty, DeBERTa's disentangled terms
+            scores = scores + term(ctx, self, q, k)
         if causal:
             mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
         if mask is not None:

@@ -228,7 +228,7 @@ class Dense(OpModule):
         self.act = ACTIVATIONS[node.attrs["activation"]]
 
     def forward(self, ctx, x):
-        return self.act(F.linear(x, self.weight, self.bias))
+        return self.act(F.linear(x, self.weight, getattr(self, "bias", None)))
 
 
 @lowering("projection")

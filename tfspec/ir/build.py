@@ -163,9 +163,10 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
 
 def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
     """post: Norm(x + Dropout(f(x))) (§3.1); pre: x + Dropout(f(Norm(x))); sandwich:
-    x + Dropout(Norm'(f(Norm(x)))); output: x + Dropout(Norm(f(x)))."""
+    x + Dropout(Norm'(f(Norm(x)))); output: x + Dropout(Norm(f(x))). A sub-layer without
+    ``input_norm`` reads x itself where pre and sandwich would normalise it."""
     norm = b.spec.norm
-    h = b.norm(f"{name}_norm", x) if norm in ("pre", "sandwich") else x
+    h = b.norm(f"{name}_norm", x) if norm in ("pre", "sandwich") and layer.input_norm else x
     y = layer.lower(b, name, h)
     if norm in ("sandwich", "output"):
         y = b.norm(f"{name}_{'out_' if norm == 'sandwich' else ''}norm", y)
@@ -191,7 +192,8 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
     s = b.spec
     if s.head_transform:  # BERT's masked-LM head: act(x W + b), normalised, then the projection
         x = b.op("head.dense", "dense", [x], attrs={"activation": s.activation}, component="head",
-                 params={"weight": ((s.d_model, s.d_model), "xavier_uniform"), "bias": ((s.d_model,), "zeros")})
+                 params={"weight": ((s.d_model, s.d_model), "xavier_uniform")} | (
+                     {"bias": ((s.d_model,), "zeros")} if s.has_bias("head") else {}))
         x = b.norm("head.norm", x)
     params = {"weight": embedding if s.ties_output else ((vocab, s.d_model), "xavier_uniform")}
     if s.output_bias:

@@ -1,5 +1,5 @@
 """Position signals computed once here for every backend: the sinusoidal table of §3.5, the
-rotation frequencies of rotary positions and ALiBi's slopes."""
+rotation frequencies of rotary positions, ALiBi's slopes and DeBERTa's relative rows."""
 
 from __future__ import annotations
 
@@ -65,3 +65,27 @@ def alibi_slopes(heads: int) -> np.ndarray:
         extra = 2.0 ** (-8.0 * np.arange(1, 2 * (heads - closest), 2) / (2 * closest))
         slopes = np.concatenate([slopes, extra])
     return slopes
+
+
+def disentangled_rows(positions: Mapping[str, Any]) -> np.ndarray:
+    """int64 (2 R + 1,): the row of the disentangled attention's relative table (2 x buckets
+    rows) that query i reads for key j, for i - j = -R..R; at R and beyond, the table's last
+    row, at -R and below its first (the rows saturate: look distances up clipped to [-R, R]).
+
+    DeBERTa's ``make_log_bucket_position`` (He et al. 2021; DeBERTa-v2 and v3): distances up
+    to buckets / 2 kept, longer ones log-spaced so that max_distance - 1 reaches the last
+    bucket, then offset by buckets and clipped to the table; in its float32 arithmetic, so that
+    distances on a ceiling's edge land where transformers puts them."""
+    span, top = positions["buckets"], positions["max_distance"]
+    mid = span // 2
+    reach = top
+    while True:
+        distance = np.arange(-reach, reach + 1)
+        far = np.where(np.abs(distance) < mid, mid - 1, np.abs(distance))
+        step = np.log(far.astype(np.float32) / np.float32(mid)) / np.log(np.float32((top - 1) / mid))
+        logarithmic = np.ceil(step * np.float32(mid - 1)) + mid
+        bucket = np.where(far <= mid, distance, logarithmic * np.sign(distance)).astype(np.int64)
+        rows = np.clip(bucket + span, 0, 2 * span - 1)
+        if rows[0] == 0 and rows[-1] == 2 * span - 1:
+            return rows
+        reach *= 2

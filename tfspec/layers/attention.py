@@ -22,6 +22,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from tfspec.layers.base import Sublayer, linear, register
+from tfspec.layers import disentangled
 from tfspec.layers.relative_bias import table_param
 from tfspec.spec.base import field_error
 from tfspec.spec.bounds import Heads, Width
@@ -82,8 +83,9 @@ class Attention(Sublayer):
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
                               f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
                               "set them in the spec's positional")
-        if self.positions is not None and self.positions.kind == "relative_bias":
-            raise field_error("positions", "relative_bias tables are one per stack: set it in the spec's positional")
+        if self.positions is not None and self.positions.kind in ("relative_bias", "disentangled"):
+            raise field_error("positions", f"{self.positions.kind} tables are one per stack: set it in the spec's "
+                              "positional")
         return self
 
     def resolved(self, spec) -> Attention:
@@ -111,6 +113,8 @@ class Attention(Sublayer):
             return (f"rotary positions rotate pairs of query/key features: int(d_k ({layer.d_k}) x fraction "
                     f"({positions.fraction})) = {rotated} must be even and positive; pick an even d_k or another "
                     "fraction")
+        if positions.kind == "disentangled":
+            return disentangled.check(layer)
         return None
 
     def score_scale(self, d_k: int) -> float | None:
@@ -203,11 +207,13 @@ class Attention(Sublayer):
             params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
         if positions is not None and positions.kind == "relative_bias":  # T5: one table per stack
             params |= table_param(b, name, positions, h)
+        if positions is not None and positions.kind == "disentangled":  # DeBERTa: one table per stack
+            params |= disentangled.table_params(b, name, positions)
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
                  "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "softcap": layer.softcap, "clip": layer.clip,
                  "positions": None if positions is None else positions.model_dump()}
-        if layer.qk_norm != "none":
+        if layer.qk_norm != "none" or disentangled.NORM in params:
             attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)
 

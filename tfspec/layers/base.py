@@ -44,6 +44,9 @@ class Sublayer(SpecModel):
     """Base of all layer kinds. Subclasses set ``kind`` (a Literal) and ``lower``."""
 
     kind: str
+    input_norm: bool = True
+    """With norm pre or sandwich: normalise this sub-layer's input; false: it reads the residual
+    stream as it is (ModernBERT's first attention, whose input is the embeddings' norm already)."""
     stem: ClassVar[str]
     """Node-name stem in the IR, e.g. ``encoder.layers.0.<stem>``."""
     component: ClassVar[str]

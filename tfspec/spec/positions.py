@@ -43,7 +43,8 @@ class RotaryScaling(SpecModel):
 class Positional(SpecModel):
     """How positions enter the model (§3.5)."""
 
-    kind: Literal["sinusoidal", "learned", "rotary", "relative", "relative_bias", "alibi", "none"] = "sinusoidal"
+    kind: Literal["sinusoidal", "learned", "rotary", "relative", "relative_bias", "alibi", "disentangled",
+                  "none"] = "sinusoidal"
     """sinusoidal: fixed sines/cosines added to the embeddings; learned: a trained table (Table 3
     row E); rotary: queries and keys of self-attention rotated by position (Su et al. 2021);
     relative: learned embeddings of the clipped distance j - i added to keys and values inside
@@ -51,7 +52,11 @@ class Positional(SpecModel):
     the distance j - i added to self-attention's logits, one table per stack (T5, Raffel et al.
     2020, §2.1; ``tfspec.layers.relative_bias``); alibi: each head's logits penalised by a fixed
     slope times the distance |i - j|, no parameters (Press et al. 2022: BLOOM, MPT; slopes
-    ``tfspec.ir.positions.alibi_slopes``); none: for models whose layers see order themselves."""
+    ``tfspec.ir.positions.alibi_slopes``); disentangled: DeBERTa's disentangled attention (He et al.
+    2021, §3.1), a stack's table of 2 x buckets relative-position embeddings projected by each
+    layer's own query and key weights, its content-to-position and position-to-content products
+    added to the logits (``tfspec.layers.disentangled``); none: for models whose layers see order
+    themselves."""
     max_len: Positions = 1024
     """Longest sequence the model accepts; rows of the learned table."""
     layout: Literal["interleaved", "halves"] = "interleaved"
@@ -74,7 +79,17 @@ class Positional(SpecModel):
     relative_bias: distances from max_distance on share the last bucket (T5: 128)."""
     buckets: Annotated[int, Field(ge=4, le=MAX_BUCKETS)] = 32
     """relative_bias: buckets of distances (T5's relative_attention_num_buckets): half exact
-    distances, half log-spaced up to max_distance; bidirectional attention gives each sign half."""
+    distances, half log-spaced up to max_distance; bidirectional attention gives each sign half.
+    disentangled: buckets per sign of the distance i - j (DeBERTa's position_buckets, 256): the
+    table has 2 x buckets rows, distances below buckets / 2 exact, the others log-spaced up to
+    max_distance (DeBERTa's max_relative_positions, 512)."""
+    terms: tuple[Literal["c2p", "p2c"], ...] = Field(("c2p", "p2c"), min_length=1, max_length=2)
+    """disentangled: the products added to the content-to-content score q_i·k_j: c2p, query
+    content x key position (q_i·P^K_δ(i,j)); p2c, query position x key content (k_j·P^Q_δ(i,j)).
+    DeBERTa-v2 and v3 add both (pos_att_type [p2c, c2p])."""
+    table_norm: bool = False
+    """disentangled: the spec's norm on the relative table before the projections (DeBERTa-v3's
+    norm_rel_ebd: layer_norm)."""
     base: RotaryBase = 10000.0
     """rotary: the wavelength base of the rotation frequencies (transformers' rope_theta)."""
     fraction: Fraction = 1.0
@@ -93,7 +108,7 @@ class Positional(SpecModel):
     @property
     def in_attention(self) -> bool:
         """Positions enter through self-attention rather than the embeddings."""
-        return self.kind in ("rotary", "relative", "relative_bias", "alibi")
+        return self.kind in ("rotary", "relative", "relative_bias", "alibi", "disentangled")
 
     @model_validator(mode="before")
     @classmethod
@@ -104,8 +119,9 @@ class Positional(SpecModel):
     def _kind_only(self) -> Positional:
         for field, unset, kinds in (("fraction", 1.0, ("rotary",)), ("scaling", None, ("rotary",)),
                                     ("layout", "interleaved", ("sinusoidal",)), ("spacing", "paper", ("sinusoidal",)),
-                                    ("offset", 0, ("learned", "sinusoidal")), ("buckets", 32, ("relative_bias",)),
-                                    ("tables", "stack", ("relative_bias",))):
+                                    ("offset", 0, ("learned", "sinusoidal")), ("buckets", 32, ("relative_bias", "disentangled")),
+                                    ("tables", "stack", ("relative_bias",)), ("terms", ("c2p", "p2c"), ("disentangled",)),
+                                    ("table_norm", False, ("disentangled",))):
             if self.kind not in kinds and getattr(self, field) != unset:
                 kind = " or ".join(kinds)
                 raise field_error(field, f"{field} shapes {kind} positions, but kind is {self.kind}: remove "
@@ -114,7 +130,17 @@ class Positional(SpecModel):
             raise field_error("max_distance", f"max_distance ({self.max_distance}) must exceed buckets // 2 "
                               f"({self.buckets // 2}), the exact distances: the other buckets are log-spaced "
                               "between the two; raise max_distance or lower buckets")
+        if self.kind == "disentangled":
+            self._check_disentangled()
         return self
+
+    def _check_disentangled(self) -> None:
+        if len(set(self.terms)) < len(self.terms):
+            raise field_error("terms", f"terms lists {list(self.terms)}: name each of c2p and p2c at most once")
+        if not self.buckets // 2 + 1 < self.max_distance <= MAX_BUCKETS:
+            raise field_error("max_distance", f"max_distance ({self.max_distance}) must exceed buckets // 2 + 1 "
+                              f"({self.buckets // 2 + 1}), where the log-spaced buckets start, and be at most "
+                              f"{MAX_BUCKETS:,}; raise max_distance or lower buckets")
 
     @property
     def rows(self) -> int:

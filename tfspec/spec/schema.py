@@ -131,6 +131,8 @@ class Biases(SpecModel):
     """The attention output projection W^O."""
     ffn: bool | None = None
     """Every dense layer of the feed-forward sub-layers."""
+    head: bool | None = None
+    """The dense layer of the masked-LM head (``head_transform``; ModernBERT's has none)."""
 
 
 class Group(SpecModel):
@@ -478,6 +480,10 @@ class Spec(SpecModel):
             if stack == "decoder" and layer.looks_ahead:
                 raise field_error(field, f"{layer.kind} would let the decoder see future tokens; use a causal "
                                   "kind (causal_self_attention, causal: true, unidirectional recurrent)")
+            if not layer.input_norm and (self.norm not in ("pre", "sandwich") or self.residual != "sequential"):
+                raise field_error(f"{field}.input_norm", f"input_norm: false leaves out the norm before a sub-layer, "
+                                  f"which only norm: pre or sandwich with residual: sequential have (norm is "
+                                  f"{self.norm}, residual {self.residual}); drop input_norm")
             if problem := layer.check(self):
                 raise field_error(field, problem)
 
@@ -520,7 +526,7 @@ class Spec(SpecModel):
         return self.kv_heads or self.heads
 
     def has_bias(self, projection: str) -> bool:
-        """Whether ``projection`` (q, k, v, o or ffn) has a bias: its ``biases`` entry, else ``bias``."""
+        """Whether ``projection`` (q, k, v, o, ffn or head) has a bias: its ``biases`` entry, else ``bias``."""
         chosen = getattr(self.biases, projection) if self.biases is not None else None
         return self.bias if chosen is None else chosen
 

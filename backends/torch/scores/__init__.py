@@ -1,9 +1,10 @@
 """Terms that position kinds add to attention logits, in PyTorch: one module per kind.
 
 A term is a class registered with ``@score_term(kind)``: built once per attention node
-(``term(node)``), called per forward with ``(ctx, module, lq, lk, device)`` and returning an
-additive (1 or B, h, Lq, Lk) bias, the queries being the last lq of the lk key positions (a
-decoding step follows its cache). Every module of this package is imported here, so a new
+(``term(node)``), called per forward with ``(ctx, module, q, k)``, the (B, h, Lq, d_k) queries
+and (B, h, Lk, d_k) keys (a term may read them: DeBERTa's), and returning an additive (1 or
+B, h, Lq, Lk) bias, the queries being the last Lq of the Lk key positions (a decoding step
+follows its cache). Every module of this package is imported here, so a new
 kind is one new file (and its ONNX twin in ``backends/onnx/scores``).
 """
 

@@ -17,8 +17,10 @@ class Alibi:
     def __init__(self, node):
         self.slopes = torch.from_numpy(alibi_slopes(node.attrs["heads"])).float()
 
-    def __call__(self, ctx, module, lq: int, lk: int, device) -> torch.Tensor:
+    def __call__(self, ctx, module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """(1, h, Lq, Lk); the queries are the last lq of the lk key positions."""
+        lq, lk, device = q.shape[2], k.shape[2], q.device
+
         def build():
             queries = torch.arange(lk - lq, lk, device=device)[:, None]
             distance = (torch.arange(lk, device=device)[None, :] - queries).abs()

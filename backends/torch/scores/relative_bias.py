@@ -18,10 +18,10 @@ class RelativeBias:
         self.name, self.layer, self.reach = node.params[ROLE], node.layer, node.attrs["positions"]["max_distance"]
         self.buckets = torch.from_numpy(bucket_table(node.attrs["positions"], node.layer.looks_ahead))
 
-    def __call__(self, ctx, module, lq: int, lk: int, device) -> torch.Tensor:
+    def __call__(self, ctx, module, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """(1, h, Lq, Lk): each head's entry for the bucket of key j's distance from query i;
         the queries are the last lq of the lk positions (a decoding step follows its cache)."""
-        table = getattr(module, ROLE)
+        table, lq, lk = getattr(module, ROLE), q.shape[2], k.shape[2]
 
         def build():
             device = table.device
