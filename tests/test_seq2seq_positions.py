@@ -76,7 +76,10 @@ def test_a_target_starting_with_the_pad_token_is_not_padding(tmp_path):
 
 @pytest.mark.parametrize("positional,needles", [
     ({"kind": "learned", "layout": "halves"}, ["layout", "kind is learned", "set kind: sinusoidal"]),
-    ({"kind": "sinusoidal", "offset": 2}, ["offset", "kind is sinusoidal", "set kind: learned"]),
+    ({"kind": "rotary", "offset": 2}, ["offset shapes learned or sinusoidal", "kind is rotary", "set kind: learned"]),
+    ({"kind": "learned", "spacing": "endpoint"}, ["spacing", "kind is learned", "set kind: sinusoidal"]),
+    ({"kind": "relative_bias", "tables": "stack", "spacing": "endpoint"}, ["spacing", "kind is relative_bias"]),
+    ({"kind": "alibi", "tables": "layer"}, ["tables", "kind is alibi", "set kind: relative_bias"]),
     ({"kind": "sinusoidal", "layout": "split"}, ["positional.layout", "'interleaved' or 'halves'"]),
 ])
 def test_options_of_another_kind_are_refused(positional, needles, write_spec, cli):
