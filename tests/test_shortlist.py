@@ -16,6 +16,7 @@ from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.torch import build_module
 from tfspec.data import sample_dir, train_tokenizer
+from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
 from tfspec.shortlist import FILE, build
 
@@ -148,3 +149,19 @@ def test_shortlist_of_other_vocabulary_refused(cli, tiny, tmp_path):
     (tmp_path / "in.txt").write_text("5 6 7\n")
     code, _, err = cli("translate", tmp_path / "m", tmp_path / "in.txt", "--shortlist")
     assert code == 2 and f"over {spec.vocab.size + 1} entries, one per source token" in err
+
+
+def test_decoder_only_export_refuses_shortlist(cli, corpus, write_spec, tmp_path):
+    data, tokenizer = corpus
+    spec = write_spec("family: decoder-only\nvocab: 1000\nd_model: 32\nheads: 4\nd_ff: 64\npositional: {kind: learned, "
+                      "max_len: 64}\ndecoder: {layers: 1, block: [causal_self_attention, ffn]}\n")
+    code, out, err = cli("export", spec, "--tokenizer", tokenizer, "--shortlist", data, "-o", tmp_path / "m")
+    assert code == 2 and not (tmp_path / "m").exists()
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        "error: --shortlist: spec does not translate sources (family decoder-only); a shortlist maps source tokens "
+        "to target candidates"]
+
+
+def test_ids_outside_the_vocabulary_refused():
+    with pytest.raises(TfspecError, match=r"pair 2: token ids outside the vocabularies \(10 source, 10 target\)"):
+        build([([4, 5], [6]), ([4], [12])], 10, 10, SPECIALS)

@@ -62,6 +62,9 @@ def build(pairs: Iterable[tuple[list[int], list[int]]], src_size: int, tgt_size:
     keys, pending, counts, n = [], 0, (np.zeros(0, np.int64), np.zeros(0, np.int64)), 0
     for src, tgt in pairs:
         src, tgt = np.asarray(src, np.int64), np.asarray(tgt, np.int64)
+        if any(ids.size and (ids.min() < 0 or ids.max() >= size) for ids, size in ((src, src_size), (tgt, tgt_size))):
+            raise TfspecError(f"pair {n + 1}: token ids outside the vocabularies ({src_size:,} source, "
+                              f"{tgt_size:,} target): the tokenizer is not the model's")
         freq += np.bincount(tgt, minlength=tgt_size)
         keys.append((np.unique(src)[:, None] * tgt_size + np.unique(tgt)[None, :]).ravel())
         pending, n = pending + keys[-1].size, n + 1
