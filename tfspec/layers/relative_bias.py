@@ -8,8 +8,9 @@ of the distance half the buckets; attention that never does (its decoder) spends
 distances behind. One (buckets, heads) table serves every self-attention layer of a stack:
 the first declares it and the others tie to it, as T5 computes the bias in its first layer
 and hands it up; with ``tables: layer`` each self-attention layer has its own (umT5). Since
-distances past max_distance share a bucket, the bucket of any distance is a lookup of the clipped distance in 2 max_distance + 1 entries (``bucket_table``), computed
-here once for both backends, for any length and for decoding steps alike.
+distances past max_distance share a bucket, the bucket of any distance is a lookup of the
+clipped distance in 2 max_distance + 1 entries (``bucket_table``), computed here once for
+both backends, for any length and for decoding steps alike.
 """
 
 from __future__ import annotations
