@@ -71,8 +71,11 @@ def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
         except NotImplementedError:
             raise TfspecError(f"{node.name}: layer kind {node.layer.kind!r} states no FLOP formula; define "
                               "`flops` in its module (tfspec/layers) to analyse it") from None
+    width = node.attrs.get("features") or SYMBOLS.d  # narrower embeddings' width E (ALBERT, OPT-350m)
     if node.op == "projection":
-        return {"logits": 2 * SYMBOLS.n * SYMBOLS.d * SYMBOLS.V}
+        return {"logits": 2 * SYMBOLS.n * width * SYMBOLS.V}
+    if node.op == "embed_projection":  # E -> d_model on the way in, d_model -> E on the way out
+        return {"embed_projection": 2 * SYMBOLS.n * SYMBOLS.d * width}
     if node.op == "pooler":  # one position per sequence
         return {"pooler": 2 * SYMBOLS.d * SYMBOLS.d}
     if node.op == "act":  # the halting unit, one output per position
@@ -80,7 +83,7 @@ def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
     if node.op == "frame_projection":  # each frame's features to d_model
         return {"frames": 2 * SYMBOLS.n * SYMBOLS.d * node.attrs["features"]}
     if node.op == "dense":
-        return {"dense": 2 * SYMBOLS.n * SYMBOLS.d * SYMBOLS.d}
+        return {"dense": 2 * SYMBOLS.n * SYMBOLS.d * width}
     if node.op == "classifier":  # a task head: one vector per sequence (B, classes), or each position's
         positions = SYMBOLS.n if len(node.shape) == 3 else 1
         return {"classifier": 2 * positions * SYMBOLS.d * node.attrs["classes"]}
@@ -157,7 +160,7 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes():
         if node.layer is not None or node.op in ("projection", "pooler", "act", "dense", "classifier",
-                                                 "frame_projection"):
+                                                 "frame_projection", "embed_projection"):
             groups.setdefault((node.stack, node.layer if node.layer is not None else node.op), []).append(node)
     rows, total = [], sympy.Integer(0)
     for (stack, key), nodes in groups.items():

@@ -99,18 +99,20 @@ def cmd_report(args) -> int:
     else:
         print(f"{heading}\n{dims}\n")
     print(render(["component", "parameters", "share"], rows, args.format), end="")
-    shared_depth = {}  # layers.K.<role> = layers.0.<role>: one line per universal stack, else per role
+    shared_depth = {}  # layers.K.<role> = layers.J.<role>: one line per layer whose weights others apply
     for use, owner in report.tied.items():
         stack, _, rest = use.partition(".layers.")
         index, _, role = rest.partition(".")
-        if rest and owner == f"{stack}.layers.0.{role}" and index.isdigit():
-            universal = getattr(spec, stack).shared  # else one parameter per stack (T5's relative bias)
-            shared_depth.setdefault((stack, None if universal else role), set()).add(int(index))
+        source = getattr(spec, stack).owner(int(index)) if rest and index.isdigit() else None
+        if source is not None and owner == f"{stack}.layers.{source}.{role}" and source != int(index):
+            shared_depth.setdefault((stack, source, None), set()).add(int(index))  # universal, ALBERT
+        elif rest and owner == f"{stack}.layers.0.{role}" and index.isdigit():  # one per stack (T5's bias)
+            shared_depth.setdefault((stack, 0, role), set()).add(int(index))
         else:
             print(f"\ntied: {use} = {owner}", end="")
-    for (stack, role), indices in shared_depth.items():
+    for (stack, source, role), indices in shared_depth.items():
         what = " (shared across depth)" if role is None else f": {role}"
-        print(f"\ntied: {stack} layers {min(indices)}-{max(indices)} = {stack} layer 0{what}", end="")
+        print(f"\ntied: {stack} layers {_spans(sorted(indices))} = {stack} layer {source}{what}", end="")
     if report.tied:
         print()
     ref = spec.reference
@@ -120,6 +122,13 @@ def cmd_report(args) -> int:
     print(costs, end="")
     _warn_if_absurd(graph)
     return 0
+
+
+def _spans(indices: list[int]) -> str:
+    """Sorted layer indices as runs: ``1-11``, or ``2, 4`` (ALBERT's cycles share every other layer)."""
+    if indices[-1] - indices[0] == len(indices) - 1:
+        return f"{indices[0]}-{indices[-1]}" if len(indices) > 1 else str(indices[0])
+    return ", ".join(map(str, indices))
 
 
 def cmd_table3(args) -> int:

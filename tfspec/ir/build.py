@@ -55,15 +55,17 @@ class LayerBuilder:
         owner = self.per_stack.setdefault(role, f"{name}.{role}")
         return (shape, init) if owner == f"{name}.{role}" else owner
 
-    def norm(self, name: str, x: str) -> str:
+    def norm(self, name: str, x: str, width: int | None = None) -> str:
         """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``; without
-        the bias or the gain where the spec says (``norm_bias``, ``norm_gain``)."""
-        s, d = self.spec, self.spec.d_model
+        the bias or the gain where the spec says (``norm_bias``, ``norm_gain``); over ``width``
+        features (d_model unless narrower embeddings are normed: ALBERT, ELECTRA)."""
+        s, d = self.spec, width or self.spec.d_model
         params = {"weight": ((d,), "ones")} if s.norm_gain else {}
         if s.uses_norm_bias:
             params["bias"] = ((d,), "zeros")
         op = "rms_norm" if s.norm_type == "rms" else "layer_norm"
-        return self.op(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params)
+        return self.op(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params,
+                       shape=("B", self.seq, d))
 
 
 def build_graph(spec: Spec) -> Graph:
@@ -95,24 +97,29 @@ def build_graph(spec: Spec) -> Graph:
 
 def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | None]:
     """Token ids -> embeddings (x sqrt(d_model)) + positions -> dropout (§3.4, §3.5, §5.4);
-    an encoder reading frames projects them instead (no embedding matrix: None)."""
-    s, stack = b.spec, b.stack
+    an encoder reading frames projects them instead (no embedding matrix: None). Narrower
+    embeddings are projected to d_model before positions or after the dropout, as the spec's
+    ``embed_projection`` says."""
+    s, stack, projection = b.spec, b.stack, b.spec.embed_projection
+    width = s.embed_width
     if s.frames is not None and stack == "encoder":
         x, embedding = s.frames.lower(b), None
     else:
         tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
         b.graph.ports[INPUT[stack]] = tokens
-        weight = tie or ((vocab, s.d_model), f"normal:{s.d_model ** -0.5}")
+        weight = tie or ((vocab, width), f"normal:{width ** -0.5}")
         scale = (math.sqrt(s.d_model) if s.embed_scale else 1.0) * s.embed_multiplier
         x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
-                 params={"weight": weight}, component="embedding")
+                 params={"weight": weight}, component="embedding", shape=("B", b.seq, width))
         embedding = b.graph.node(x).params["weight"]
+    if projection is not None and projection.projects == "tokens":  # OPT-350m: positions at d_model
+        x, width = projection.lower_in(b, x), s.d_model
     if s.positional.kind in ("sinusoidal", "learned"):
         params = {}
         if s.positional.kind == "learned":
-            params["weight"] = ((s.positional.rows, s.d_model), "normal:0.02")
+            params["weight"] = ((s.positional.rows, width), "normal:0.02")
         x = b.op(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
-                 component="positional")
+                 component="positional", shape=("B", b.seq, width))
     if s.image is not None:  # the Image Transformer's row + column + channel embeddings
         i = s.image
         params = {axis: ((size, s.d_model), "normal:0.02")
@@ -124,10 +131,12 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
                    shape=("B", b.seq))
         b.graph.ports["segments"] = ids
         x = b.op(f"{stack}.segment", "segment_embedding", [x, ids], component="embedding",
-                 params={"weight": ((s.segments, s.d_model), "normal:0.02")})
+                 params={"weight": ((s.segments, width), "normal:0.02")}, shape=("B", b.seq, width))
     if s.embed_norm:
-        x = b.norm(f"{stack}.embed_norm", x)
-    x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout})
+        x = b.norm(f"{stack}.embed_norm", x, width)
+    x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout}, shape=("B", b.seq, width))
+    if projection is not None and projection.projects == "inputs":  # ALBERT, ELECTRA: the normed sum
+        x = projection.lower_in(b, x)
     return x, embedding
 
 
@@ -136,8 +145,8 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
     halting = None
     for layer in b.spec.plan(b.stack):
         prefix = f"{b.stack}.layers.{layer.index}."
+        b.share = (prefix, f"{b.stack}.layers.{layer.owner}.") if layer.owner != layer.index else None
         if stack.shared:  # a new step of a universal stack
-            b.share = (prefix, f"{b.stack}.layers.0.") if layer.index else None
             step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
                 "step": layer.index, "positions": b.spec.positional.kind == "sinusoidal",
                 **b.spec.positional.model_dump(include={"layout", "spacing", "offset"})})
@@ -188,16 +197,24 @@ def _parallel(b: LayerBuilder, layer, x: str) -> str:
 
 
 def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None:
-    """The pre-softmax linear layer, sharing the embedding matrix when tied (§3.4)."""
-    s = b.spec
+    """The pre-softmax linear layer, sharing the embedding matrix when tied (§3.4); it reads
+    rows of the embeddings' width, which narrower embeddings reach through the masked-LM head's
+    dense layer (ALBERT) or the embed projection's way out (OPT-350m)."""
+    s, width = b.spec, b.spec.embed_width
     if s.head_transform:  # BERT's masked-LM head: act(x W + b), normalised, then the projection
-        x = b.op("head.dense", "dense", [x], attrs={"activation": s.activation}, component="head",
-                 params={"weight": ((s.d_model, s.d_model), "xavier_uniform")} | (
-                     {"bias": ((s.d_model,), "zeros")} if s.has_bias("head") else {}))
-        x = b.norm("head.norm", x)
-    params = {"weight": embedding if s.ties_output else ((vocab, s.d_model), "xavier_uniform")}
+        narrower = {"features": width} if width != s.d_model else {}
+        x = b.op("head.dense", "dense", [x], attrs={"activation": s.activation, **narrower}, component="head",
+                 params={"weight": ((width, s.d_model), "xavier_uniform")} | (
+                     {"bias": ((width,), "zeros")} if s.has_bias("head") else {}),
+                 shape=("B", b.seq, width))
+        x = b.norm("head.norm", x, width)
+    elif s.embed_projection is not None:
+        x = s.embed_projection.lower_out(b, x, "decoder" if s.decoder is not None else "encoder")
+    params = {"weight": embedding if s.ties_output else ((vocab, width), "xavier_uniform")}
     if s.output_bias:
         params["bias"] = ((vocab,), "zeros")
     attrs = {"vocab": vocab, "scale": s.output_scale, "softcap": s.output_softcap}
+    if width != s.d_model:  # the FLOP count reads it
+        attrs["features"] = width
     b.graph.ports["logits"] = b.op("output", "projection", [x], attrs=attrs, params=params,
                                    component="projection", shape=("B", b.seq, vocab))

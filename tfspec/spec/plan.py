@@ -37,6 +37,10 @@ class LayerPlan:
     parallel_shared_norm they also read one norm of it (GPT-J, Phi-2, Falcon)."""
     norm: str
     """Where each sub-layer's norm sits: post, pre, sandwich or output (``Spec.norm``)."""
+    owner: int
+    """The layer whose weights this one applies: its own index, or an earlier layer's where the
+    stack shares weights across depth (the Universal Transformer's ``shared``, ALBERT's
+    ``share_layers``)."""
 
     @property
     def attention(self) -> Sublayer | None:
@@ -57,4 +61,4 @@ def plan_stack(spec, name: str) -> tuple[LayerPlan, ...]:
     for (index, layer), node in zip(stack.sublayers(), sublayer_names(stack, {})):
         layers.setdefault(index, []).append((layer.resolved(spec), f"{name}.{node}"))
     return tuple(LayerPlan(name, index, tuple(s for s, _ in entries), tuple(n for _, n in entries), spec.residual,
-                           spec.norm) for index, entries in layers.items())
+                           spec.norm, stack.owner(index)) for index, entries in layers.items())

@@ -16,9 +16,11 @@ from tfspec.layers.ffn import Activation
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, MIN_VOCAB, Channels, Epsilon, Heads, Layers, Positions,
                                 Segments, Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.embed_projection import EmbedProjection
 from tfspec.spec.frames import Frames
 from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
+from tfspec.spec.sharing import LayerSharing
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -170,6 +172,9 @@ class Stack(SpecModel):
     act: Act | None = None
     """With ``shared``: adaptive computation time per position; ``layers`` is then the most
     steps any position takes (the fixed depth of exported graphs)."""
+    share_layers: LayerSharing | None = None
+    """Cross-layer parameter sharing without a timestep signal (ALBERT): runs of layers applying
+    a few layers' weights in turn (``tfspec.spec.sharing``); None: every layer has its own."""
 
     @model_validator(mode="after")
     def _one_form(self) -> Stack:
@@ -185,7 +190,28 @@ class Stack(SpecModel):
         if self.num_layers > MAX_LAYERS:
             raise field_error("groups", f"the groups add up to {self.num_layers:,} layers; a stack holds at most "
                               f"{MAX_LAYERS:,}")
+        if self.share_layers is not None:
+            self._check_sharing()
         return self
+
+    def _check_sharing(self) -> None:
+        if self.shared:
+            raise field_error("share_layers", "a shared (universal) stack already applies one layer's weights "
+                              "throughout: drop share_layers or shared")
+        if problem := self.share_layers.problem(self.num_layers):
+            raise field_error(*problem)
+        blocks = [block for group in self.segments for block in [group.block] * group.layers]
+        for index, block in enumerate(blocks):
+            owner = self.share_layers.owner(index)
+            if block != blocks[owner]:
+                raise field_error("share_layers", f"layer {index} would apply layer {owner}'s weights, but their "
+                                  "blocks differ; share only layers of one block")
+
+    def owner(self, index: int) -> int:
+        """The layer whose weights layer ``index`` applies (itself unless the stack shares them)."""
+        if self.shared:
+            return 0
+        return index if self.share_layers is None else self.share_layers.owner(index)
 
     @property
     def segments(self) -> list[Group]:
@@ -212,7 +238,8 @@ class Stack(SpecModel):
                 groups[-1]["layers"] += group.layers
             else:
                 groups.append({"layers": group.layers, "block": block})
-        return {"groups": groups, "shared": self.shared, "act": None if self.act is None else self.act.model_dump()}
+        return {"groups": groups, "shared": self.shared, "act": None if self.act is None else self.act.model_dump(),
+                "share_layers": None if self.share_layers is None else self.share_layers.model_dump()}
 
     def entries(self):
         """(field path, layer kind) of each block entry as written, e.g. ``block.0``."""
@@ -319,6 +346,9 @@ class Spec(SpecModel):
     (Granite's residual_multiplier: 0.22)."""
     embed_norm: bool = False
     """LayerNorm on embeddings + positions, before dropout (BERT)."""
+    embed_projection: EmbedProjection | None = None
+    """Token embeddings narrower than d_model, projected in and back out (ALBERT, ELECTRA,
+    OPT-350m; ``tfspec.spec.embed_projection``); None: embeddings of width d_model."""
     segments: Segments = 0
     """Segment (token type) embeddings added to the encoder input, BERT's sentences A and B;
     0: none. Ids come as the optional ``segments`` input (all 0 when absent)."""
@@ -386,7 +416,7 @@ class Spec(SpecModel):
             raise field_error("norm_bias", "RMSNorm has no bias (it subtracts no mean): drop norm_bias or use "
                               "norm_type: layer")
         self._check_image()
-        for part in (self.frames, self.head):
+        for part in (self.frames, self.head, self.embed_projection):
             if part is not None and (problem := part.check(self)):
                 raise field_error(*problem)
         for field in ("segments", "pooler"):
@@ -519,6 +549,11 @@ class Spec(SpecModel):
         from tfspec.spec.plan import plan_stack
 
         return plan_stack(self, stack)
+
+    @property
+    def embed_width(self) -> int:
+        """The token embeddings' width: ``embed_projection.width``, else d_model."""
+        return self.d_model if self.embed_projection is None else self.embed_projection.width
 
     @property
     def num_kv_heads(self) -> int:

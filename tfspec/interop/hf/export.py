@@ -69,7 +69,8 @@ def family_form(spec: Spec) -> Spec:
     for name, stack in spec.stacks:
         if stack.uniform:
             data[name] = {"layers": stack.num_layers, "block": data[name]["groups"][0]["block"] if stack.groups
-                          else data[name]["block"], "shared": stack.shared, "act": data[name]["act"]}
+                          else data[name]["block"], "shared": stack.shared, "act": data[name]["act"],
+                          "share_layers": data[name]["share_layers"]}
     return Spec.model_validate(data)
 
 
