@@ -7,13 +7,17 @@ pooler. ElectraForMaskedLM (a generator) has BERT's masked-LM head under other n
 ``generator_lm_head``: the output tied to the token embedding, with a bias).
 
 ELECTRA sizes its embeddings by ``embedding_size`` and, where that differs from
-``hidden_size``, projects them up (``embeddings_project``) and the generator head back down:
-tfspec has no layer for that projection, so only equal sizes import. The discriminators
-base and large have them; electra-small and every published generator (and ElectraConfig's
-defaults, 128 and 256) do not, and are refused by name.
+``hidden_size`` (electra-small, every published generator, ElectraConfig's defaults 128 and
+256), projects them up (``embeddings_project``: ``embed_projection``, the sum of the
+embeddings normed and projected) and the generator head's dense layer back down to the
+embeddings' width. ElectraModel's checkpoints hold no way back down: its spec's token
+projection reads the hidden states through the input projection's transpose (``out: tied``),
+and only the hidden states are compared.
 
-An ELECTRA generator computes what BertForMaskedLM computes, so ``export --format hf`` writes
-such a spec as BERT; an encoder without pooler or head is written as ElectraModel.
+An ELECTRA generator computes what BertForMaskedLM computes (with equal sizes) or what
+AlbertForMaskedLM computes with no layers shared (with narrower embeddings), so ``export
+--format hf`` writes such a spec as BERT or ALBERT; an encoder without pooler or head is
+written as ElectraModel.
 """
 
 from __future__ import annotations
@@ -42,16 +46,20 @@ class Electra(Bert):
         source = replace(source, config=DEFAULTS | source.config)
         c, where = source.config, source.where
         size, hidden = number(c, "embedding_size", where), number(c, "hidden_size", where)
-        if size != hidden:
-            raise TfspecError(f"{where}: embedding_size: {size} is not supported; tfspec imports {self.title} with "
-                              f"embedding_size equal to hidden_size ({hidden}): other sizes need a projection "
-                              "(embeddings_project) tfspec has no layer for")
         data = super().spec_data(source) | {"pooler": False}
+        if size != hidden:
+            data["embed_projection"] = {"width": size, "out": None if data["head_transform"] else "tied"}
         if data["head_transform"] and data["activation"] != "gelu":
             raise TfspecError(f"{where}: hidden_act: {_show(c['hidden_act'])} is not supported with "
                               f"{source.architecture}: its generator head applies exact GELU whatever hidden_act "
                               "says, and tfspec's head uses the layers' activation")
         return data
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        rules = super().rules(spec, architecture)
+        if spec.embed_projection is None:
+            return rules
+        return rules + _dense("encoder.project_in.weight", "encoder.project_in.bias", "embeddings_project")
 
     def _head_rules(self) -> list[Rule]:
         return [*_dense("head.dense.weight", "head.dense.bias", "generator_predictions.dense"),
@@ -70,8 +78,8 @@ class Electra(Bert):
         if reason := Family.structure(self, spec):
             return reason
         if spec.pooler or spec.head_transform:
-            return (f"{self.title} has no pooler, and its generator computes what BERT's masked-LM head does: "
-                    "export writes it as BERT")
+            return (f"{self.title} has no pooler, and its generator computes what BERT's (or, with narrower "
+                    "embeddings, ALBERT's) masked-LM model does: export writes it as BERT or ALBERT")
         if spec.segments < 1:
             return f"{self.title} always adds segment (token type) embeddings: set segments: 1 or more"
         return None
@@ -80,4 +88,4 @@ class Electra(Bert):
         return {"memory": "last_hidden_state"} if architecture == self.export_architecture else {"logits": "logits"}
 
     def config(self, spec) -> dict:
-        return super().config(spec) | {"embedding_size": spec.d_model}
+        return super().config(spec) | {"embedding_size": spec.embed_width}
