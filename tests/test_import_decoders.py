@@ -89,8 +89,6 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
 
 
 @pytest.mark.parametrize("case,change,needle", [
-    ("opt", {"do_layer_norm_before": False}, "do_layer_norm_before: false is not supported"),
-    ("opt", {"word_embed_proj_dim": 32}, "word_embed_proj_dim: 32 is not supported"),
     ("opt", {"enable_bias": "yes"}, "enable_bias must be true or false"),
     ("opt", {"moe_experts": 8}, "unknown field moe_experts"),
     ("stablelm", {"use_parallel_residual": True}, "use_parallel_residual: true is not supported"),
