@@ -158,11 +158,13 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.
                     max_leaves=12)
 NEAR = st.fixed_dictionaries({}, optional={"ids": st.lists(st.lists(st.integers(-5, 1100), max_size=6), max_size=3),
                                            "text": JSON, "beam": JSON | st.integers(0, 3), "alpha": JSON,
-                                           "max_extra": JSON | st.integers(-1, 3), "model": JSON, "prompt": JSON})
+                                           "max_extra": JSON | st.integers(-1, 3), "model": JSON, "prompt": JSON,
+                                           "messages": st.lists(st.fixed_dictionaries({"role": JSON, "content": JSON}),
+                                                                max_size=2)})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(body=JSON | NEAR, route=st.sampled_from(["/v1/translate", "/v1/completions"]))
+@given(body=JSON | NEAR, route=st.sampled_from(["/v1/translate", "/v1/completions", "/v1/chat/completions"]))
 def test_fuzzed_bodies_never_500(server, body, route):
     status, answer, _ = request(server.url + route, json.dumps(body).encode())  # NaN too: not JSON, 400
     assert status in (200, 400, 413, 422), answer

@@ -63,7 +63,8 @@ class Service:
 
     def __init__(self, config: ServeConfig):
         from tfspec.backends.onnx import OnnxModel
-        from tfspec.data.codecs import open_codec
+        from tfspec.data.codecs import HFCodec, open_codec
+        from tfspec.serve.chat import read_chat_template
 
         self.config = config
         self.model = OnnxModel(config.directory, threads=config.threads)
@@ -71,6 +72,9 @@ class Service:
         self.decoder_only = self.spec.family == "decoder-only"
         self.codec = open_codec(Path(config.directory), self.spec.vocab)
         self.limit = self.spec.positional.max_len if self.spec.positional.kind != "none" else None
+        self.chat = read_chat_template(Path(config.directory)) \
+            if self.decoder_only and isinstance(self.codec, HFCodec) else None
+        """``/v1/chat/completions``' template: where a tokenizer.json (what templates are written for) has one."""
         self.metrics = Metrics()
         decoder = self.model.decoder()
         self.ragged = getattr(decoder, "takes_masks", False)
@@ -218,6 +222,7 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 def create_app(config: ServeConfig, service: Service | None = None) -> Starlette:
     """The application over ``config.directory`` (its model loaded now, before serving)."""
+    from tfspec.serve.chat import routes as chat_routes
     from tfspec.serve.openai import routes as openai_routes
 
     service = service or Service(config)
@@ -233,7 +238,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
               Route("/metrics", endpoint(service, "/metrics", metrics, False)),
               Route("/v1/translate", endpoint(service, "/v1/translate", translate), methods=["POST"])]
     routes += [Route(path, endpoint(service, path, handler), methods=[method])
-               for path, method, handler in openai_routes]
+               for path, method, handler in openai_routes + chat_routes]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.service = service
     return app

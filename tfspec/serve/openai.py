@@ -1,7 +1,9 @@
 """OpenAI-compatible routes for decoder-only exports: ``/v1/models`` and ``/v1/completions``
 (streamed as server-sent events with ``stream: true``), in the shapes the ``openai`` client
-parses. Greedy requests (``temperature: 0``) are batched with each other; sampled ones decode
-alone, so a ``seed`` gives the tokens ``tfspec generate --sample --seed`` gives."""
+parses; ``/v1/chat/completions`` is in ``chat``. With continuous batching (``scheduler``) every
+request shares the running batch and picks its own tokens; with static batching greedy
+requests are batched with each other and sampled ones decode alone. Either way a ``seed``
+gives the tokens ``tfspec generate --sample --seed`` gives."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from tfspec.errors import TfspecError
 from tfspec.search import Sampling, SearchOptions
 from tfspec.serve.app import ApiError, Service
-from tfspec.serve.schemas import CompletionRequest
+from tfspec.serve.schemas import MAX_NEW_TOKENS, CompletionRequest
 
 
 async def models(service: Service, request: Request, started: float) -> Response:
@@ -31,11 +33,16 @@ def _prompt(service: Service, text: str, i: int, max_tokens: int) -> tuple[list[
         ids = service.codec.prompt(text)
     except TfspecError as e:
         raise ApiError(422, str(e), field) from None
-    room = service.limit - len(ids) if service.limit is not None else max_tokens
-    if not ids or room < 1:
+    return ids, room(service, ids, max_tokens, field)
+
+
+def room(service: Service, ids: list[int], max_tokens: int | None, field: str) -> int:
+    """Tokens a prompt of ``ids`` may get: ``max_tokens`` (None: all), within the model's positions."""
+    left = service.limit - len(ids) if service.limit is not None else MAX_NEW_TOKENS
+    if not ids or left < 1:
         raise ApiError(413 if ids else 422, f"the prompt is {len(ids)} tokens; the model takes 1 to "
                        f"{(service.limit or 2) - 1}", field)
-    return ids, min(room, max_tokens)
+    return min(left, max_tokens or MAX_NEW_TOKENS)
 
 
 def _options(body: CompletionRequest, new: int) -> SearchOptions:
@@ -73,7 +80,7 @@ async def completions(service: Service, request: Request, started: float) -> Res
     if body.stream:
         if many:
             raise ApiError(422, "stream: one prompt per streamed request", "prompt")
-        return await _stream(service, request, body, *prompts[0], started)
+        return await stream(service, request, body, *prompts[0], started, completion_chunk)
     outputs = await asyncio.gather(*(_one(service, request, body, ids, new, started) for ids, new in prompts))
     choices, used = [], 0
     for i, ((ids, new), out) in enumerate(zip(prompts, outputs)):
@@ -96,18 +103,24 @@ async def _one(service, request, body, ids, new, started, sink=None) -> list[int
     return (await service.decode(request, [ids], options, key, started, sink))[0]
 
 
-async def _stream(service, request, body, ids, new, started) -> Response:
+def completion_chunk(text: str, reason: str | None, first: bool) -> tuple[str, dict]:
+    """(id prefix, fields) of one streamed ``/v1/completions`` chunk."""
+    return "cmpl", {"object": "text_completion", "choices": [{"text": text, "index": 0, "logprobs": None,
+                                                              "finish_reason": reason}]}
+
+
+async def stream(service, request, body, ids, new, started, chunk) -> Response:
     """Server-sent events, one per token as the batch decodes it (OpenAI's ``data: {...}``
-    chunks, then ``data: [DONE]``)."""
+    chunks in the shape ``chunk(text, finish reason, first)`` gives, then ``data: [DONE]``)."""
     loop, tokens = asyncio.get_running_loop(), asyncio.Queue()
     task = asyncio.ensure_future(_one(service, request, body, ids, new, started,
                                       sink=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t)))
-    ident, created, name = f"cmpl-{uuid.uuid4().hex}", int(time.time()), service.spec.name
+    ident, created, name, sent_any = uuid.uuid4().hex, int(time.time()), service.spec.name, []
 
     def event(text: str, reason: str | None) -> str:
-        chunk = {"id": ident, "object": "text_completion", "created": created, "model": name,
-                 "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": reason}]}
-        return f"data: {json.dumps(chunk)}\n\n"
+        prefix, fields = chunk(text, reason, not sent_any)
+        sent_any.append(True)
+        return f"data: {json.dumps({'id': f'{prefix}-{ident}', 'created': created, 'model': name, **fields})}\n\n"
 
     async def events():
         done, sent, out = Completion(service, ids, body.stops), "", []

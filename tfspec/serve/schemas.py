@@ -4,7 +4,7 @@ path, never guessed at."""
 
 from __future__ import annotations
 
-from typing import Annotated, Optional, Union
+from typing import Annotated, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -38,12 +38,10 @@ class TranslateRequest(Body):
         return self
 
 
-class CompletionRequest(Body):
-    """OpenAI's ``/v1/completions``, the fields tfspec's search honours."""
+class Sampled(Body):
+    """The fields OpenAI's completion routes share that tfspec's search honours."""
 
     model: str = Field(max_length=256)
-    prompt: Union[Line, Annotated[list[Line], Field(min_length=1, max_length=MAX_LINES)]]
-    max_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description="most tokens generated (OpenAI's default 16)")
     temperature: float = Field(1.0, ge=0, le=2, description="0 is greedy; else tokens are drawn")
     top_p: float = Field(1.0, gt=0, le=1)
     seed: Optional[int] = Field(None, ge=0, lt=2**63)
@@ -54,9 +52,37 @@ class CompletionRequest(Body):
     user: Optional[str] = Field(None, max_length=256, description="ignored")
 
     @property
+    def stops(self) -> list[str]:
+        return [] if self.stop is None else [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+
+class CompletionRequest(Sampled):
+    """OpenAI's ``/v1/completions``."""
+
+    prompt: Union[Line, Annotated[list[Line], Field(min_length=1, max_length=MAX_LINES)]]
+    max_tokens: int = Field(16, ge=1, le=MAX_NEW_TOKENS, description="most tokens generated (OpenAI's default 16)")
+
+    @property
     def prompts(self) -> list[str]:
         return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
 
-    @property
-    def stops(self) -> list[str]:
-        return [] if self.stop is None else [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+class TextPart(Body):
+    type: Literal["text"]
+    text: Line
+
+
+class Message(Body):
+    """One chat message, as OpenAI's client sends it; the template sees it as these fields."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Union[Line, Annotated[list[TextPart], Field(max_length=64)]]
+    name: Optional[str] = Field(None, max_length=256)
+
+
+class ChatRequest(Sampled):
+    """OpenAI's ``/v1/chat/completions``."""
+
+    messages: list[Message] = Field(min_length=1, max_length=MAX_LINES)
+    max_tokens: Optional[int] = Field(None, ge=1, le=MAX_NEW_TOKENS, description="default: the model's room")
+    max_completion_tokens: Optional[int] = Field(None, ge=1, le=MAX_NEW_TOKENS, description="max_tokens' new name")
