@@ -42,10 +42,10 @@ def test_imported_exactly(coverage, types, model_type, cls):
 
 
 def test_refused_with_tfspecs_reason(coverage, types):
-    row = coverage.check("codegen", types[0]["codegen"])
-    counted = sum(p.numel() for p in built("codegen", "CodeGenForCausalLM").parameters())
-    assert (row.status, row.cls, row.theirs, row.ours) == ("refused", "CodeGenForCausalLM", counted, None)
-    assert row.note == "model_type 'codegen' is not supported"
+    row = coverage.check("rwkv", types[0]["rwkv"])
+    counted = sum(p.numel() for p in built("rwkv", "RwkvForCausalLM").parameters())
+    assert (row.status, row.cls, row.theirs, row.ours) == ("refused", "RwkvForCausalLM", counted, None)
+    assert row.note == "model_type 'rwkv' is not supported"
 
 
 def test_a_different_count_is_named(coverage, types):
