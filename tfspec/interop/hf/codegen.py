@@ -42,7 +42,7 @@ class CodeGen(GPTJ):
     title = "CodeGen"
     architectures = {"CodeGenForCausalLM": "transformer.", "CodeGenModel": ""}
     export_architecture = "CodeGenForCausalLM"
-    export_rank = 1
+    export_rank = 1  # its specs are GPT-J's (only the stored qkv order differs): export writes GPT-J
     ignored = GPTJ.ignored | {"n_ctx": "kept by CodeGenConfig for old checkpoints; transformers never reads it"}
     defaults = GPTJ.defaults
     """CodeGenConfig's values where GPT-2's differ: GPT-J's."""

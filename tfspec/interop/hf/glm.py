@@ -32,7 +32,7 @@ class Glm(Phi3):
     title = "GLM"
     architectures = {"GlmForCausalLM": "model.", "GlmModel": ""}
     export_architecture = "GlmForCausalLM"
-    export_rank = 1
+    export_rank = 1  # without attention_bias its specs are Phi-3's
     mapped = tuple(f for f in Llama.mapped if f != "mlp_bias") + ("partial_rotary_factor",)
     ignored = {}
     defaults = {"vocab_size": 151552, "hidden_size": 4096, "intermediate_size": 13696, "num_hidden_layers": 40,

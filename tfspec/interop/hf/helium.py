@@ -5,7 +5,9 @@ Llama (``llama.py``: pre-RMSNorm, SwiGLU, grouped-query attention) whose rotary 
 interleaved pairs (x_0, x_1), (x_2, x_3), ... (``cohere.InterleavedRotary`` permutes the query
 and key rows to tfspec's rotate-half) and whose ``attention_bias`` biases q, k and v but never
 the output projection (a plain hidden_size x hidden_size matrix: heads x head_dim must equal
-hidden_size). Defaults are HeliumConfig's (helium-1-preview-2b's shape, rms_norm_eps 1e-8).
+hidden_size). Defaults are HeliumConfig's (helium-1-preview-2b's shape, rms_norm_eps 1e-8). The
+interleaved pairs are only a row order, so a Helium spec is Llama's computation (Qwen2's with
+``attention_bias``), and ``export --format hf`` writes it as that.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ class Helium(Llama):
     title = "Helium"
     architectures = {"HeliumForCausalLM": "model.", "HeliumModel": ""}
     export_architecture = "HeliumForCausalLM"
-    export_rank = 1
+    export_rank = 1  # its specs are Llama's (Qwen2's with attention_bias): export writes those
     ignored = {}
     rope_types = ("default",)
     defaults = {"vocab_size": 48000, "hidden_size": 2560, "intermediate_size": 7040, "num_hidden_layers": 24,

@@ -36,8 +36,8 @@ class MiniCPM3(Llama):
     export_rank = 1  # a spec whose multipliers are 1 is DeepSeek-V2's with dense layers
     mapped = tuple(f for f in Llama.mapped if f not in ("attention_bias", "mlp_bias", "head_dim")) + MLA_FIELDS + SCALES
     required = {"attention_bias": (False,), "mlp_bias": (False,)}
-    ignored = Llama.ignored | {**dict.fromkeys(("head_dim", "qk_head_dim"), "set by MiniCPM3Config from qk_rope_head_dim and "
-                                                             "qk_nope_head_dim, whatever the file says")}
+    ignored = Llama.ignored | dict.fromkeys(("head_dim", "qk_head_dim"), "set by MiniCPM3Config from "
+                                            "qk_rope_head_dim and qk_nope_head_dim, whatever the file says")
     rope_types = ("default",)
     defaults = {"vocab_size": 73448, "hidden_size": 2560, "intermediate_size": 6400, "num_hidden_layers": 62,
                 "num_attention_heads": 40, "num_key_value_heads": 40, "max_position_embeddings": 32768,
@@ -52,7 +52,7 @@ class MiniCPM3(Llama):
         if number(c, "num_key_value_heads", where) != heads:
             raise TfspecError(f"{where}: num_key_value_heads ({c['num_key_value_heads']}) must equal "
                               f"num_attention_heads ({heads}): latent attention decodes keys and values for every head")
-        scale = {key: number(c, key, where, float) for key in SCALES}
+        scale = {key: number(c, key, where, int if key == "dim_model_base" else float) for key in SCALES}
         for key, value in scale.items():
             if value <= 0:
                 raise TfspecError(f"{where}: {key} must be positive, got {value}")
@@ -107,4 +107,4 @@ class MiniCPM3(Llama):
         return config | {k: getattr(a, k) for k in MLA_FIELDS} | {
             "attention_bias": False, "mlp_bias": False, "scale_emb": spec.embed_multiplier,
             "scale_depth": spec.residual_scale * math.sqrt(spec.decoder.num_layers),
-            "dim_model_base": spec.output_scale * spec.d_model}
+            "dim_model_base": round(spec.output_scale * spec.d_model)}  # an integer, or a spec MiniCPM3 misfits

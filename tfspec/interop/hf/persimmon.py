@@ -24,7 +24,7 @@ class Persimmon(GPTNeoX):
     title = "Persimmon"
     architectures = {"PersimmonForCausalLM": "model.", "PersimmonModel": ""}
     export_architecture = "PersimmonForCausalLM"
-    export_rank = 1
+    export_rank = 1  # without qk_layernorm its specs may be GPT-NeoX's
     heads = ("lm_head.",)
     mapped = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "hidden_act", "max_position_embeddings", "layer_norm_eps", "rope_parameters", "rope_theta",
