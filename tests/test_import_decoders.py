@@ -101,8 +101,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     # transformers' StarCoder2 (as Llama's) never reads the factor: it rotates every feature
     ("starcoder2", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
      "partial_rotary_factor: 0.5 is not supported; transformers' StarCoder2 rotates every feature"),
-    ("starcoder2", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
-     "rope type \"yarn\" is not supported"),
+    ("starcoder2", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4, "factor": 4.0}},
+     "rope type \"proportional\" is not supported"),
     ("starcoder2", {"pad_token_id": 50256}, "pad_id (50256) must be smaller than the vocab")])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]

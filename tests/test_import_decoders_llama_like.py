@@ -114,8 +114,8 @@ LONGROPE = {"short_factor": [1.0] * 8, "long_factor": [2.0] * 8, "original_max_p
     ("gemma", {"head_dim": "32"}, "head_dim must be an integer"),
     # rope_scaling (Phi-3-mini-128k's "su"), when set, replaces rope_parameters whole, as transformers reads it
     ("phi3", {"rope_scaling": {"type": "su", **LONGROPE}}, "rope type \"su\" is not supported"),
-    ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, **LONGROPE}},
-     "rope type \"longrope\" is not supported; tfspec imports Phi-3 with rotary positions of type default"),
+    ("phi3", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, **LONGROPE, "long_factor": [2.0] * 7}},
+     "long_factor has 7 values and short_factor 8"),
     ("phi3", {"rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}},
      "rope type \"llama3\" is not supported"),
     ("phi3", {"partial_rotary_factor": 0.2, "rope_parameters": None}, "fraction) = int(16 x 0.2) = 3 must be even"),

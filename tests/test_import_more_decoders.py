@@ -128,8 +128,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
 @pytest.mark.parametrize("case,change,needle", [
     ("granite", {"logits_scaling": "big"}, "logits_scaling must be a number"),
     ("granite", {"residual_multiplier": 0}, "residual_multiplier: 0 is not supported"),
-    ("granite", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
-     "rope type \"yarn\" is not supported"),
+    ("granite", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4, "factor": 2.0}},
+     "rope type \"proportional\" is not supported"),
     ("granite", {"hidden_act": "gelu_fast"}, "hidden_act: \"gelu_fast\" is not supported"),
     ("cohere", {"use_qk_norm": "yes"}, "use_qk_norm must be true or false"),
     ("cohere", {"mlp_bias": True}, "unknown field mlp_bias"),

@@ -10,6 +10,7 @@ queries against their neighbouring blocks' keys, O(n * w) work and memory instea
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
 import numpy as np
@@ -17,6 +18,7 @@ from onnx import TensorProto
 
 from tfspec.ir import Node
 from tfspec.ir.positions import rotary_frequencies
+from tfspec.ir.rope_scaling import attention_factor, length_dependent, ntk_exponents
 from tfspec.layers.attention import block_plan, fused_bias
 from tfspec.registry import registrar
 
@@ -107,10 +109,9 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             q, k = _normed(b, node, q, "q"), _normed(b, node, k, "k")
         positions = a["positions"] or {}
         if positions.get("kind") == "rotary":
-            frequencies = rotary_frequencies(d_k, positions)
-            cos, sin = e.cached(("rotary", node.shape[1], frequencies.tobytes()),
-                                lambda: _rotation(e, node.shape[1], q, frequencies))
-            q, k = (_rotate(b, t, cos, sin, heads, d_k, 2 * len(frequencies)) for t, heads in ((q, h), (k, g)))
+            cos, sin = rotation(e, node.shape[1], q, d_k, positions)
+            rotated = int(d_k * positions["fraction"])
+            q, k = (_rotate(b, t, cos, sin, heads, d_k, rotated) for t, heads in ((q, h), (k, g)))
         whole = TILED.get(node.layer.kind) or (_banded if blocked(node) else None)
         if whole is not None and e.kind != "step" and _plain(node):  # over (B, L, h*d) sequences
             q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))
@@ -258,16 +259,45 @@ def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
     return y
 
 
-def _rotation(e, seq: str, x: str, frequencies: np.ndarray) -> tuple[str, str]:
-    """cos and sin (L, 1, r/2) of the positions of ``x``'s L vectors at ``frequencies``
-    (``rotary_frequencies``), as ``rotation`` of the PyTorch backend (angles in fp32 even in
-    fp16 graphs); (B, L, 1, r/2) where the graph is fed positions per row (genai's
-    ``position_ids``)."""
-    b = e.b
-    positions = b.op("Cast", e.positions(seq, x), to=TensorProto.FLOAT)
-    angles = b.op("Mul", b.op("Unsqueeze", positions, b.ints(-1)), b.const(frequencies.reshape(1, -1), np.float32))
+def rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
+    """cos and sin (L, 1, r/2) of the positions of ``x``'s L vectors for heads of d features,
+    as ``Rotation`` of the PyTorch backend (angles in fp32 even in fp16 graphs), times the
+    scaling's ``attention_factor``; (B, L, 1, r/2) where the graph is fed positions per row
+    (genai's ``position_ids``). Layers alike share one table per graph."""
+    key = ("rotary", seq, d, json.dumps(positions, sort_keys=True))
+    return e.cached(key, lambda: _rotation(e, seq, x, d, positions))
+
+
+def _rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
+    b, factor = e.b, attention_factor(positions)
+    at = e.positions(seq, x)
+    angles = b.op("Mul", b.op("Unsqueeze", b.op("Cast", at, to=TensorProto.FLOAT), b.ints(-1)),
+                  _frequencies(b, at, d, positions))
     angles = b.op("Unsqueeze", angles, b.ints(-2))
-    return tuple(b.op("Cast", b.op(f, angles), to=b.elem_type) for f in ("Cos", "Sin"))
+    scaled = (lambda t: t) if factor == 1 else (lambda t: b.op("Mul", t, b.const(factor, np.float32)))
+    return tuple(b.op("Cast", scaled(b.op(f, angles)), to=b.elem_type) for f in ("Cos", "Sin"))
+
+
+def _frequencies(b, at: str, d: int, positions: dict) -> str:
+    """float32 (1, r/2) ``rotary_frequencies``: constant, or for dynamic and longrope scaling
+    those of the length the graph's call reaches, its largest position ``at`` + 1 (a decoding
+    step's total length), as transformers' ``dynamic_rope_update`` picks them per call."""
+    fixed = rotary_frequencies(d, positions).reshape(1, -1)
+    if not length_dependent(positions):
+        return b.const(fixed, np.float32)
+    scaling = positions["scaling"]
+    original = scaling["original_max_position_embeddings"]
+    reach = b.op("Add", b.op("ReduceMax", b.op("Reshape", at, b.ints(-1)), keepdims=0), b.const(np.int64(1)))
+    if scaling["type"] == "longrope":
+        long = rotary_frequencies(d, positions, original + 1).reshape(1, -1)
+        return b.op("Where", b.op("Greater", reach, b.const(np.int64(original))), b.const(long, np.float32),
+                    b.const(fixed, np.float32))
+    # dynamic NTK: each frequency times g^-(2i / (r - 2)), g = factor max(n, L) / L - (factor - 1) (ntk_growth)
+    n = b.op("Cast", b.op("Max", reach, b.const(np.int64(original))), to=TensorProto.FLOAT)
+    growth = b.op("Sub", b.op("Mul", n, b.const(scaling["factor"] / original, np.float32)),
+                  b.const(scaling["factor"] - 1, np.float32))
+    return b.op("Mul", b.const(fixed, np.float32),
+                b.op("Pow", growth, b.const(-ntk_exponents(fixed.shape[1]).reshape(1, -1), np.float32)))
 
 
 def _rotate(b, x: str, cos: str, sin: str, heads: int, d: int, rotated: int) -> str:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from tfspec.errors import TfspecError
 from tfspec.ir import Node
-from tfspec.ir.positions import rotary_frequencies
 
-from .attention import _rotate, _rotation, attend
+from .attention import _rotate, attend, rotation
 from .lowerings import lowering, normalize
 
 
@@ -29,9 +28,7 @@ def latent_attention(e, node: Node, x: str) -> str:
     c = b.op("Reshape", normalize(b, c, "rms", a["latent_eps"], p["kv_norm"]), b.batched(-1, rank))
     k_pe = b.op("Reshape", k_pe, b.batched(-1, rope))  # (B, L, rope): one head for all
     if a["positions"] is not None:
-        frequencies = rotary_frequencies(rope, a["positions"])
-        cos, sin = e.cached(("rotary", node.shape[1], frequencies.tobytes()),
-                            lambda: _rotation(e, node.shape[1], x, frequencies))
+        cos, sin = rotation(e, node.shape[1], x, rope, a["positions"])
         q_pe = b.op("Reshape", _rotate(b, q_pe, cos, sin, h, rope, rope), b.batched(-1, h, rope))
         k_pe = _rotate(b, k_pe, cos, sin, 1, rope, rope)
     latent = b.op("Concat", c, k_pe, axis=-1)  # (B, L, rank + rope): what decoding carries

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from tfspec.ir.positions import rotary_frequencies
+from tfspec.ir.rope_scaling import attention_factor, length_dependent
 from tfspec.layers.attention import block_plan, fused_bias, use_blocks
 from tfspec.registry import registrar
 
@@ -41,10 +42,7 @@ class MultiHeadAttention(OpModule):
         self.norm_type, self.norm_eps = a.get("norm_type"), a.get("norm_eps")
         self.plain = self.score == "dot" and not self.relative and not self.terms and self.softcap is None
         """Fused kernels apply: dot-product scores with nothing added to them."""
-        self.frequencies = (torch.from_numpy(rotary_frequencies(self.d_k, self.positions))
-                            if self.positions.get("kind") == "rotary" else None)
-        self.rotary_key = None if self.frequencies is None else self.frequencies.numpy().tobytes()
-        """Layers with equal frequencies share one rotation table per call."""
+        self.rotary = Rotation(self.d_k, self.positions) if self.positions.get("kind") == "rotary" else None
         self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
 
     def forward(self, ctx, x, memory=None):
@@ -60,10 +58,8 @@ class MultiHeadAttention(OpModule):
             q, k, v = q.view(B, Lq, h, d_k), k.view(B, Lq, g, d_k), v.view(B, Lq, g, d_v)
             if self.qk_norm != "none":
                 q, k = self._normed(q, "q"), self._normed(k, "k")
-            if self.frequencies is not None:  # one rotation table per call, for every layer
-                offset, rows = ctx.start(self.q_seq), ctx.positions.get(self.q_seq)
-                cos, sin = ctx.cached(("rotary", offset, Lq, self.rotary_key), lambda: rotation(
-                    self.frequencies, offset if rows is None else rows, Lq, x.device, x.dtype))
+            if self.rotary is not None:  # one rotation table per call, for every layer
+                cos, sin = self.rotary(ctx, self.q_seq, Lq, x)
                 q, k = rotate(q, cos, sin), rotate(k, cos, sin)
             if cache is None and self.plain:
                 k, v = repeat_heads(k, h // g, 2), repeat_heads(v, h // g, 2)
@@ -163,17 +159,39 @@ def repeat_heads(t: torch.Tensor, times: int, dim: int) -> torch.Tensor:
     return t if times == 1 else t.repeat_interleave(times, dim)
 
 
-def rotation(frequencies: torch.Tensor, offset, length: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+class Rotation:
+    """The cos and sin one layer's rotary positions turn queries and keys by in a call: of
+    fixed frequencies, or (dynamic and longrope scaling) of those for the length the call
+    reaches, its last position + 1, as transformers' ``dynamic_rope_update`` reads it; times
+    the scaling's attention factor (YaRN, LongRoPE). Layers alike share one table per call."""
+
+    def __init__(self, d: int, positions: dict):
+        self.d, self.positions = d, positions
+        self.varies, self.factor = length_dependent(positions), attention_factor(positions)
+        self.frequencies = torch.from_numpy(rotary_frequencies(d, positions))
+
+    def __call__(self, ctx, seq: str, length: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        offset, rows = ctx.start(seq), ctx.positions.get(seq)
+        frequencies = self.frequencies
+        if self.varies:
+            reach = int(rows.max()) + 1 if rows is not None else offset + length
+            frequencies = torch.from_numpy(rotary_frequencies(self.d, self.positions, reach))
+        return ctx.cached(("rotary", offset, length, frequencies.numpy().tobytes(), self.factor), lambda: rotation(
+            frequencies, offset if rows is None else rows, length, x.device, x.dtype, self.factor))
+
+
+def rotation(frequencies: torch.Tensor, offset, length: int, device, dtype,
+             factor: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (L, 1, r/2) of rotary position embedding (Su et al. 2021) at positions
     offset..offset+L-1, or (B, L, 1, r/2) at each row's positions when ``offset`` is an int64
     (B, L) tensor: pair i turns by position x frequencies[i] (``rotary_frequencies``),
-    computed in float64."""
+    computed in float64; both times ``factor`` (``attention_factor``)."""
     if isinstance(offset, torch.Tensor):
         positions = offset.to(device, torch.float64)
     else:
         positions = torch.arange(offset, offset + length, dtype=torch.float64, device=device)
     angles = positions[..., None] * frequencies.to(device)
-    return tuple(t.to(dtype)[..., None, :] for t in (angles.cos(), angles.sin()))
+    return tuple((t * factor).to(dtype)[..., None, :] for t in (angles.cos(), angles.sin()))
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from tfspec.ir.positions import rotary_frequencies
-
-from .attention import rotate, rotation
+from .attention import Rotation, rotate
 from .registry import OpModule, lowering
 
 
@@ -23,7 +21,7 @@ class LatentAttention(OpModule):
         self.rank, self.eps, self.scale, self.p = a["kv_lora_rank"], a["latent_eps"], a["scale"], a["dropout"]
         self.layer, self.seq = node.layer, node.shape[1]
         positions = a["positions"]
-        self.frequencies = None if positions is None else torch.from_numpy(rotary_frequencies(self.rope, positions))
+        self.rotary = None if positions is None else Rotation(self.rope, positions)
 
     def forward(self, ctx, x):
         B, Lq = x.shape[:2]
@@ -35,9 +33,8 @@ class LatentAttention(OpModule):
         q_nope, q_pe = q.view(B, Lq, h, nope + rope).split([nope, rope], -1)  # (B, Lq, h, .)
         c, k_pe = F.linear(x, self.w_kva).split([self.rank, rope], -1)  # (B, Lq, rank), (B, Lq, rope)
         c, k_pe = self._norm(c, self.kv_norm), k_pe[:, :, None]  # k_pe: one head for all
-        if self.frequencies is not None:
-            offset, rows = ctx.start(self.seq), ctx.positions.get(self.seq)
-            cos, sin = rotation(self.frequencies, offset if rows is None else rows, Lq, x.device, x.dtype)
+        if self.rotary is not None:
+            cos, sin = self.rotary(ctx, self.seq, Lq, x)
             q_pe, k_pe = rotate(q_pe, cos, sin), rotate(k_pe, cos, sin)
         latent = torch.cat([c, k_pe[:, :, 0]], -1)  # (B, Lq, rank + rope): what decoding caches
         cache = ctx.state.cache if ctx.state is not None else None

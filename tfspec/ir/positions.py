@@ -8,6 +8,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tfspec.ir.rope_scaling import scaled
+
 
 def sinusoids(length: int, d_model: int, layout: str = "interleaved", spacing: str = "paper") -> np.ndarray:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): float64 (length, d).
@@ -30,28 +32,15 @@ def sinusoids(length: int, d_model: int, layout: str = "interleaved", spacing: s
     return table
 
 
-def rotary_frequencies(d_k: int, positional: Mapping[str, Any]) -> np.ndarray:
+def rotary_frequencies(d_k: int, positional: Mapping[str, Any], length: int | None = None) -> np.ndarray:
     """float64 (rotated / 2,): the angle per position of each rotated pair of a head's features
     (Su et al. 2021), base^(-2i / rotated) for the first ``rotated`` = int(d_k * fraction)
-    features, then Llama 3's scaling when ``positional`` (a ``Positional`` dumped as in the IR's
-    attention attrs) asks for it."""
+    features, then the long-context scaling ``positional`` (a ``Positional`` dumped as in the
+    IR's attention attrs) asks for (``tfspec.ir.rope_scaling``), for a forward call reaching
+    ``length`` positions (None: within the original length)."""
     rotated = int(d_k * positional["fraction"])
     frequencies = positional["base"] ** (-np.arange(0, rotated, 2, dtype=np.float64) / rotated)
-    scaling = positional.get("scaling")
-    return frequencies if scaling is None else _llama3(frequencies, scaling)
-
-
-def _llama3(frequencies: np.ndarray, scaling: Mapping[str, Any]) -> np.ndarray:
-    """Llama 3.1's rule (transformers' ``_compute_llama3_parameters``): wavelengths longer than
-    L / low_freq_factor divided by ``factor``, shorter than L / high_freq_factor kept, those
-    between interpolated by how many times they fit into the original context L."""
-    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-    context = scaling["original_max_position_embeddings"]
-    wavelength = 2 * math.pi / frequencies
-    smooth = (context / wavelength - low) / (high - low)
-    between = (1 - smooth) * frequencies / factor + smooth * frequencies
-    return np.where(wavelength > context / low, frequencies / factor,
-                    np.where(wavelength < context / high, frequencies, between))
+    return frequencies if positional.get("scaling") is None else scaled(frequencies, positional, length)
 
 
 def alibi_slopes(heads: int) -> np.ndarray:

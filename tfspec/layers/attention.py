@@ -115,7 +115,7 @@ class Attention(Sublayer):
                     "fraction")
         if positions.kind == "disentangled":
             return disentangled.check(layer)
-        return None
+        return positions.scaling_problem(rotated) if positions.kind == "rotary" else None
 
     def score_scale(self, d_k: int) -> float | None:
         """The factor of q·k: ``scale``, else 1 / sqrt(d_k); None for additive scores."""

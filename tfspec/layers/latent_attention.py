@@ -80,7 +80,7 @@ class LatentAttention(Attention):
         if positions.kind == "rotary" and (positions.fraction != 1.0 or self.qk_rope_head_dim % 2):
             return (f"latent attention rotates all qk_rope_head_dim ({self.qk_rope_head_dim}) features in pairs: it "
                     "must be even and the rotary fraction 1")
-        return None
+        return positions.scaling_problem(self.qk_rope_head_dim) if positions.kind == "rotary" else None
 
     def visible(self, q, k):
         return k <= q

@@ -106,8 +106,9 @@ MUTANTS = [
          file="tfspec/interop/hf/llama.py", old='"base": number(rope, "rope_theta", where, float)}',
          new='"base": 10000.0}', tests=[f"{LLAMA}[llama-llama3-rope-options1]"]),
     dict(name="Llama 3 rope scaling's original context read from max_position_embeddings",
-         file="tfspec/interop/hf/llama.py", old='rope, "original_max_position_embeddings", inside)}',
-         new='c, "max_position_embeddings", inside)}', tests=[f"{LLAMA}[llama-llama3-rope-options1]"]),
+         file="tfspec/interop/hf/rope.py",
+         old='original = number(rope, "original_max_position_embeddings", inside, default=max_len)',
+         new='original = max_len', tests=[f"{LLAMA}[llama-llama3-rope-options1]"]),
 
     # T5.
     dict(name="T5's gated feed-forward: activated and linear branches swapped",

@@ -6,20 +6,16 @@ QK_NORM_TESTS = ["tests/test_import_qk_norm_families.py::test_logits_and_greedy_
 
 TORCH_NORM = ("            if self.qk_norm != \"none\":\n"
               "                q, k = self._normed(q, \"q\"), self._normed(k, \"k\")\n")
-TORCH_ROTARY = ("            if self.frequencies is not None:  # one rotation table per call, for every layer\n"
-                "                offset, rows = ctx.start(self.q_seq), ctx.positions.get(self.q_seq)\n"
-                "                cos, sin = ctx.cached((\"rotary\", offset, Lq, self.rotary_key), lambda: rotation(\n"
-                "                    self.frequencies, offset if rows is None else rows, Lq, x.device, x.dtype))\n"
+TORCH_ROTARY = ("            if self.rotary is not None:  # one rotation table per call, for every layer\n"
+                "                cos, sin = self.rotary(ctx, self.q_seq, Lq, x)\n"
                 "                q, k = rotate(q, cos, sin), rotate(k, cos, sin)\n")
 ONNX_NORM = ("        if a[\"qk_norm\"] != \"none\":\n"
              "            q, k = _normed(b, node, q, \"q\"), _normed(b, node, k, \"k\")\n")
 ONNX_ROTARY = ("        positions = a[\"positions\"] or {}\n"
                "        if positions.get(\"kind\") == \"rotary\":\n"
-               "            frequencies = rotary_frequencies(d_k, positions)\n"
-               "            cos, sin = e.cached((\"rotary\", node.shape[1], frequencies.tobytes()),\n"
-               "                                lambda: _rotation(e, node.shape[1], q, frequencies))\n"
-               "            q, k = (_rotate(b, t, cos, sin, heads, d_k, 2 * len(frequencies)) for t, heads in ((q, h), "
-               "(k, g)))\n")
+               "            cos, sin = rotation(e, node.shape[1], q, d_k, positions)\n"
+               "            rotated = int(d_k * positions[\"fraction\"])\n"
+               "            q, k = (_rotate(b, t, cos, sin, heads, d_k, rotated) for t, heads in ((q, h), (k, g)))\n")
 
 MUTANTS = [
     dict(name="qk_norm applied after the rotary rotation instead of before (PyTorch)",

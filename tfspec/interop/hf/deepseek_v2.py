@@ -16,16 +16,17 @@ DeepSeek rotates the rope features in interleaved pairs (x_0, x_1), (x_2, x_3), 
 rotary rotates halves (x_i, x_{i+r/2}). The rows of each head's rope features in q_proj (or
 q_b_proj) and kv_a_proj_with_mqa are permuted at import, even ones first, then odd ones
 (``RotaryPairs``), and back at export: scores are sums over features, so the model computes
-the same thing. Refused by name: routing other than ``greedy`` (DeepSeek-V2's
-group_limited_greedy), a routed_scaling_factor other than 1, rope types other than default
-(DeepSeek-V2's yarn), biases. Defaults are DeepseekV2Config's (num_experts_per_tok has none:
+the same thing. Rope scaling imports as Llama's (``rope.py``: DeepSeek-V2's published yarn);
+with a scaled type and ``mscale_all_dim`` set, transformers also multiplies the softmax scale
+by mscale(factor, mscale_all_dim)^2 (``yarn_apply_mscale``), the layer's ``scale`` here.
+Refused by name: routing other than ``greedy`` (DeepSeek-V2's group_limited_greedy), a
+routed_scaling_factor other than 1, biases. Defaults are DeepseekV2Config's (num_experts_per_tok has none:
 it must be given).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import ClassVar
 
 import numpy as np
 
@@ -33,9 +34,24 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, Source, number, register
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, first_moe
+from tfspec.ir.rope_scaling import yarn_mscale
 
 MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 """The configuration's latent attention fields, named as the layer's."""
+
+
+def _softmax_scale(c: dict, d_k: int, where: str) -> float | None:
+    """transformers' ``yarn_apply_mscale``: d_k^-0.5 times mscale(factor, mscale_all_dim)^2 when
+    the rope type is not default and mscale_all_dim is set (DeepSeek-V2: 0.707, V3: 1.0, both
+    factor 40); None (d_k^-0.5) otherwise."""
+    rope = c.get("rope_scaling") or c.get("rope_parameters") or {}
+    if not isinstance(rope, dict) or rope.get("rope_type", rope.get("type", "default")) == "default":
+        return None
+    if not rope.get("mscale_all_dim"):
+        return None
+    inside = f"{where}: rope_scaling"
+    mscale = yarn_mscale(number(rope, "factor", inside, float), number(rope, "mscale_all_dim", inside, float))
+    return d_k ** -0.5 * mscale * mscale
 
 
 @dataclass(frozen=True)
@@ -77,7 +93,6 @@ class DeepseekV2(Experts, Llama):
         **dict.fromkeys(("n_group", "topk_group"), "read only by topk_method group_limited_greedy, which must be "
                         "greedy"),
         "norm_topk_prob": "DeepSeek-V2's greedy router never reads it: the top-k probabilities are not renormalised"}
-    rope_types: ClassVar[tuple[str, ...]] = ("default",)
     expert_counts = ("n_routed_experts", "num_experts")
     renormalises = False
     routing = Experts.routing | {"normalize": False}
@@ -100,7 +115,8 @@ class DeepseekV2(Experts, Llama):
         layer = {"kind": "latent_attention", **{k: number(c, k, where) for k in MLA_FIELDS if k != "q_lora_rank"}}
         if c.get("q_lora_rank") is not None:
             layer["q_lora_rank"] = number(c, "q_lora_rank", where)
-        return layer
+        scale = _softmax_scale(c, layer["qk_nope_head_dim"] + layer["qk_rope_head_dim"], where)
+        return layer if scale is None else layer | {"scale": scale}
 
     def _sparse(self, c: dict, where: str, layers: int) -> list[bool]:
         """Layer i is a mixture of experts from first_k_dense_replace on, as transformers' decoder layer decides."""

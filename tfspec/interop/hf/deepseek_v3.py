@@ -8,8 +8,8 @@ DeepseekV3TopkRouter, the ``moe`` layer's options): sigmoid scores; experts chos
 plus ``e_score_correction_bias`` (``score_bias``: a buffer in transformers, counted by tfspec
 on its own report line, "router score bias") among the ``topk_group`` of ``n_group`` groups
 whose two best scores sum highest; the chosen scores renormalised as ``norm_topk_prob`` says
-and multiplied by ``routed_scaling_factor``. Refused by name: rope types other than default
-(DeepSeek-V3's published yarn), ``rope_interleave: false`` (rows in rotate-half order, which
+and multiplied by ``routed_scaling_factor``. Rope scaling (DeepSeek-V3's published yarn) as
+DeepSeek-V2's. Refused by name: ``rope_interleave: false`` (rows in rotate-half order, which
 the import would permute), biases. The remote-code fields of DeepSeek's own config.json are
 read where transformers computes what they say (``scoring_func: sigmoid``, ``topk_method:
 noaux_tc``, ``moe_layer_freq: 1``), refused otherwise.

@@ -6,9 +6,10 @@ layout, grouped-query attention and (Llama) an untied output head. Mistral adds 
 window of w tokens, tfspec's causal restricted attention with r = w - 1; Qwen2 biases its
 query, key and value projections. The checkpoint's q, k and v matrices are stacked into one
 ``w_qkv`` (rows h*d_k, kv*d_k, kv*d_v). Rotary settings come as ``rope_parameters``
-(transformers 5) or ``rope_theta`` + ``rope_scaling`` (older files); types other than default
-and llama3 are refused by name. ``export --format hf`` writes the classic fields (``rope_theta``,
-``rope_scaling``), which transformers 4 and 5 both read.
+(transformers 5) or ``rope_theta`` + ``rope_scaling`` (older files); the scaled types
+(``rope.py``: llama3, linear, dynamic, yarn, longrope) import, others are refused by name.
+``export --format hf`` writes the classic fields (``rope_theta``, ``rope_scaling``), which
+transformers 4 and 5 both read.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import ClassVar
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
                                      flag, number, register)
+from tfspec.interop.hf.rope import ROPE_TYPES, scaling_config, scaling_data
 
-ROPE_TYPES = ("default", "llama3")
 
 
 @register
@@ -96,11 +97,8 @@ class Llama(Family):
                 raise TfspecError(f"{where}: partial_rotary_factor: {_show(rope['partial_rotary_factor'])} is not "
                                   f"supported; transformers' {self.title} rotates every feature of a head")
             positional["fraction"] = number(rope, "partial_rotary_factor", where, float)
-        if kind == "llama3":
-            inside = f"{where}: rope_scaling"
-            positional["scaling"] = {"type": "llama3", **{k: number(rope, k, inside, float) for k in (
-                "factor", "low_freq_factor", "high_freq_factor")}, "original_max_position_embeddings": number(
-                rope, "original_max_position_embeddings", inside)}
+        if kind != "default":
+            positional |= scaling_data(rope, kind, positional["max_len"], where)
         return positional
 
     def rules(self, spec, architecture: str) -> list[Rule]:
@@ -147,9 +145,7 @@ class Llama(Family):
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
                   "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
-        if pos.scaling is not None:
-            config["rope_scaling"] = {"rope_type": "llama3", **pos.scaling.model_dump(exclude={"type"})}
-        return config | self._config_biases(spec)
+        return config | scaling_config(pos) | self._config_biases(spec)
 
     def _config_biases(self, spec) -> dict:
         return {"attention_bias": spec.has_bias("q"), "mlp_bias": spec.has_bias("ffn")}

@@ -6,11 +6,15 @@ sliding window as causal restricted attention; Phi-3-mini's is 2047) with its pr
 ``qkv_proj`` holds q, k and v stacked, as tfspec's ``w_qkv``, and ``gate_up_proj`` the gate
 then the linear branch (the rules' ``split`` layout); no projection is ever biased. Rotary
 positions rotate the first ``partial_rotary_factor`` of each head's features (1.0 unless said;
-``positional.fraction``, as StableLM). ``resid_pdrop`` is tfspec's ``dropout``. Refused by
-name: rope types other than default, among them the long-context ``longrope`` (written ``su``
-or ``yarn`` in older files: Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini), whose short and long
-factor lists the spec language has no field for. Defaults are Phi3Config's
-(Phi-3-mini-4k-instruct's shape).
+``positional.fraction``, as StableLM). ``resid_pdrop`` is tfspec's ``dropout``. The long-context
+``longrope`` scaling (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini) imports with the top-level
+``original_max_position_embeddings`` (default 4096), which replaces the rope settings' own.
+Refused by name: other rope types (Phi3Config rejects them), among them ``su`` and ``yarn``,
+older names of longrope that transformers 5 renames only after checking for the original
+length in the rope settings, so that such a file loads only if it has one there. Phi3ForCausalLM's ``generate``
+recomputes the whole sequence once it first passes the original length (its
+``prepare_inputs_for_generation``); tfspec keeps the keys it cached with the short factors,
+as transformers' other families do. Defaults are Phi3Config's (Phi-3-mini-4k-instruct's shape).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from tfspec.interop.hf.llama import Mistral
 from tfspec.interop.hf.stablelm import with_rotated_share
 
 
+ORIGINAL_CONTEXT = 4096
+"""Phi3Config's original_max_position_embeddings when a configuration leaves it out."""
+
+
 @register
 class Phi3(Mistral):
     model_type = "phi3"
@@ -29,14 +37,13 @@ class Phi3(Mistral):
     architectures = {"Phi3ForCausalLM": "model.", "Phi3Model": ""}
     export_architecture = "Phi3ForCausalLM"
     mapped = tuple(f for f in Mistral.mapped if f not in ("attention_bias", "mlp_bias")) + (
-        "partial_rotary_factor", "resid_pdrop")
+        "partial_rotary_factor", "resid_pdrop", "original_max_position_embeddings")
     ignored = {"embd_pdrop": "training only, and transformers' Phi-3 applies no dropout to the embeddings",
-               "original_max_position_embeddings": "read only by longrope scaling, which is refused",
                "attention_bias": "written in phi-4's config; transformers' Phi-3 biases no projection and never "
                                  "reads it",
                "auto_map": "names the remote code of Microsoft's repositories (trust_remote_code); transformers' "
                            "own Phi3 classes read the same checkpoints"}
-    rope_types = ("default",)
+    rope_types = ("default", "longrope")
     partial_rotary = True
     defaults = {"vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 4096,
                 "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 32000, "pad_token_id": 32000}
@@ -51,7 +58,13 @@ class Phi3(Mistral):
         return dict.fromkeys(("q", "k", "v", "o", "ffn"), False)
 
     def _rotary(self, c: dict, where: str) -> dict:
-        return super()._rotary(with_rotated_share(c, 1.0), where)
+        c = with_rotated_share(c, 1.0)
+        key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+        if not isinstance(c.get(key), dict):  # Llama's to refuse
+            return super()._rotary(c, where)
+        rope = dict(c[key])
+        rope["original_max_position_embeddings"] = c.get("original_max_position_embeddings", ORIGINAL_CONTEXT)
+        return super()._rotary(c | {key: rope}, where)
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Llama's rules with the fused tensors: ``w_qkv`` copied whole, W1 and W3 split from gate_up_proj."""
@@ -67,9 +80,10 @@ class Phi3(Mistral):
         return fused
 
     def config(self, spec) -> dict:
-        """Mistral's fields this family has, less ``rope_scaling`` (Phi-3 computes the default
-        rope type only), and its own."""
-        shared = {k: v for k, v in super().config(spec).items()
-                  if k in self.mapped + ("architectures", "model_type") and k != "rope_scaling"}
+        """Mistral's fields this family has, and its own: the original context top-level, where
+        Phi3Config reads it."""
+        shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
         positions = repeated_layer(spec, "decoder")[0].positions
-        return shared | {"partial_rotary_factor": positions.fraction, "resid_pdrop": spec.dropout}
+        original = {} if positions.scaling is None else {
+            "original_max_position_embeddings": positions.scaling.original_max_position_embeddings}
+        return shared | original | {"partial_rotary_factor": positions.fraction, "resid_pdrop": spec.dropout}
