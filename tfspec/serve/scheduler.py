@@ -67,13 +67,23 @@ class Row:
         return len(self.out) < self.limit
 
 
+WAITING_SERVED_RATIO = 0.3
+"""Queued prompts join once they are this many per running row (TGI's ``waiting_served_ratio``):
+each join copies the running caches, so one join for several newcomers costs less than several."""
+MAX_WAITING_STEPS = 8
+"""...or once the oldest has waited this many steps (TGI's ``max_waiting_tokens``, 20 there)."""
+
+
 class ContinuousBatcher(Batcher):
     """The queue of ``Batcher`` drained step by step: between two steps, finished and cancelled
-    rows leave and queued prompts join while their reserved cache columns (``Row.reserved``)
-    fit in ``max_batch_tokens`` (one larger prompt runs alone)."""
+    rows leave and queued prompts join (``WAITING_SERVED_RATIO``, ``MAX_WAITING_STEPS``) while
+    their reserved cache columns (``Row.reserved``) fit in ``max_batch_tokens`` (one larger
+    prompt runs alone)."""
 
     def __init__(self, decoder, *args, **kwargs):
         super().__init__(decoder, True, *args, **kwargs)
+        self.waited = 0
+        """Steps the queue has waited while rows ran."""
         self.stops = stop_ids(decoder)
         self.axes = {name: i.shape.index("past_len") for name, i in decoder.inputs.items()
                      if name.startswith("past.")}
@@ -95,24 +105,30 @@ class ContinuousBatcher(Batcher):
                 rows, state, tokens = [], None, None
 
     def _admit(self, rows: list[Row]) -> list[Row] | None:
-        """Queued jobs that fit beside ``rows``, oldest first; waits while nothing runs or
+        """Queued jobs that fit beside ``rows``, oldest first, when enough of them wait or the
+        oldest waited long enough (``WAITING_SERVED_RATIO``); waits while nothing runs or
         waits; None once stopping with nothing running."""
         with self.ready:
             while not self.stopping and not rows and not any(not j.cancelled for j in self.queue):
                 self.ready.wait()
             if self.stopping:
                 return [] if rows else None
+            for job in [job for job in self.queue if job.cancelled]:
+                self.queue.remove(job)
             room, fresh = self.max_batch_tokens - sum(row.reserved for row in rows), []
-            while self.queue:
-                job = self.queue[0]
+            for job in self.queue:
                 row = Row(job, int(_limits(self.decoder, None, job.sources, job.options)[0]),
                           None if job.options.sampling is None else _Picker(job.options.sampling))
-                if not job.cancelled and row.reserved > room and (rows or fresh):
+                if row.reserved > room and (rows or fresh):
                     break  # first come, first served: later ones wait behind it
+                fresh.append(row)
+                room -= row.reserved
+            if rows and len(fresh) < WAITING_SERVED_RATIO * len(rows) and self.waited < MAX_WAITING_STEPS:
+                self.waited += bool(self.queue)
+                return []
+            self.waited = 0
+            for _ in fresh:
                 self.queue.popleft()
-                if not job.cancelled:
-                    fresh.append(row)
-                    room -= row.reserved
             return fresh
 
     def _join(self, rows, state, tokens, fresh: list[Row]):
@@ -155,27 +171,37 @@ class ContinuousBatcher(Batcher):
 
     def _splice(self, a, b):
         """One decoding state of ``a``'s rows then ``b``'s: caches cut to their live columns,
-        left-padded with masked zeros to one width, stacked (docstring of the module)."""
-        parts = [self._live(a), self._live(b)]
-        width = max(part[3] for part in parts)
-
-        def pad(array, axis, n):
-            return np.pad(array, [(n, 0) if d == axis else (0, 0) for d in range(array.ndim)])
-        values = {name: self.decoder.model.on_device(np.ascontiguousarray(np.concatenate(
-            [pad(pasts[name], axis, width - w) for pasts, _, _, w in parts]))) for name, axis in self.axes.items()}
-        mask = np.concatenate([pad(m, 1, width - w) for _, m, _, w in parts])
-        shift = np.concatenate([s + width - w for _, _, s, w in parts])
-        rows = np.arange(len(mask), dtype=np.int64)
+        left-padded with masked zeros to one width, stacked (docstring of the module). Each
+        cache is copied once from the device and once into place: the join's whole cost."""
+        parts = [(state, *self._live(state)) for state in (a, b)]  # (state, dead columns, live width)
+        width, n = max(w for _, _, w in parts), len(a.rows) + len(b.rows)
+        values = {}
+        for name, axis in self.axes.items():
+            arrays = [state.values[name].numpy() for state, _, _ in parts]
+            shape = list(arrays[0].shape)
+            shape[0], shape[axis] = n, width
+            out, first = np.zeros(shape, arrays[0].dtype), 0
+            for (state, dead, w), array in zip(parts, arrays):
+                if not np.array_equal(state.rows, np.arange(len(array))):  # rows left since the last step
+                    array = array[state.rows]
+                to, part = [slice(first, first + len(state.rows))], [slice(None)]
+                to += [slice(width - w, None) if d == axis else slice(None) for d in range(1, len(shape))]
+                part += [slice(dead, None) if d == axis else slice(None) for d in range(1, len(shape))]
+                out[tuple(to)], first = array[tuple(part)], first + len(state.rows)
+            values[name] = self.decoder.model.on_device(out)
+        mask = np.zeros((n, width), np.int64)
+        shift, first = np.zeros(n, np.int64), 0
+        for state, dead, w in parts:
+            rows = slice(first, first + len(state.rows))
+            mask[rows, width - w:] = 1 if state.key_mask is None else state.key_mask[:, dead:]
+            shift[rows] = width - w + (0 if state.position_offset is None else state.position_offset - dead)
+            first += len(state.rows)
+        rows = np.arange(n, dtype=np.int64)
         return replace(a, values=a.values | values, rows=rows, sources=np.zeros_like(rows), offset=width,
                        key_mask=mask, position_offset=shift)
 
-    def _live(self, state):
-        """(pasts, key mask, position offsets, width) of ``state``'s rows on the host, without
-        the leading columns that are padding in every row."""
-        n = len(state.rows)
-        shift = np.zeros(n, np.int64) if state.position_offset is None else state.position_offset
-        mask = np.ones((n, state.offset), np.int64) if state.key_mask is None else state.key_mask
-        dead = int(shift.min())
-        pasts = {name: np.take(state.values[name].numpy(), state.rows, axis=0).take(
-            np.arange(dead, state.offset), axis=axis) for name, axis in self.axes.items()}
-        return pasts, mask[:, dead:], shift - dead, state.offset - dead
+    @staticmethod
+    def _live(state) -> tuple[int, int]:
+        """(leading columns that are padding in every row, columns left) of ``state``."""
+        dead = 0 if state.position_offset is None else int(state.position_offset.min())
+        return dead, state.offset - dead
