@@ -58,8 +58,9 @@ class DynamicScaling(SpecModel):
     """Dynamic NTK scaling (transformers' ``dynamic``, proposed by /u/emozilla for Llama run
     past its training length without fine-tuning; InternLM2's configurations): frequencies plain
     up to L = original_max_position_embeddings; past it the base grows with the run-time length n
-    as base x (factor n / L - (factor - 1))^(r / (r - 2)) for r rotated features. Computed per forward call from that call's last position + 1, as
-    transformers' ``dynamic_rope_update`` does (decoding steps past L each use their own base)."""
+    as base x (factor n / L - (factor - 1))^(r / (r - 2)) for r rotated features. Computed per
+    forward call from that call's last position + 1, as transformers' ``dynamic_rope_update``
+    does (decoding steps past L each use their own base)."""
 
     type: Literal["dynamic"]
     factor: Annotated[float, Field(ge=1.0, le=1e6)]
