@@ -91,21 +91,10 @@ def test_encoder_import_matches_transformers_in_pytorch_and_onnxruntime(case, cl
         graph = "encoder" if name == "memory" else "model"
         got = onnx_model.run(graph, [name], {"src": tokens.numpy()})[0]
         assert_close({name: got}, {name: want[name]}, keep)
-
-
-def test_shared_layers_are_one_tensor_in_pytorch_and_one_initializer_in_onnx(cli, tmp_path):
-    save("albert-mlm", tmp_path / "hf")
-    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
-    model = build_module(load_spec(tmp_path / "ours"))
-    layers = model.encoder.layers
-    for index, owner in ((2, 0), (3, 1), (6, 4), (7, 5)):  # transformers' group g, layer k: 4g + k and 4g + 2 + k
-        assert getattr(layers, str(index)).self_attn.w_qkv is getattr(layers, str(owner)).self_attn.w_qkv
-    assert getattr(layers, "4").self_attn.w_qkv is not getattr(layers, "0").self_attn.w_qkv
-    assert cli("export", tmp_path / "ours", "--weights", tmp_path / "ours" / "model.safetensors",
-               "-o", tmp_path / "onnx")[0] == 0
-    graph = onnx.load(str(tmp_path / "onnx" / "model.onnx"))
-    qkv = sorted(i.name for i in graph.graph.initializer if i.name.endswith("self_attn.w_qkv"))
-    assert qkv == [f"encoder.layers.{i}.self_attn.w_qkv" for i in (0, 1, 4, 5)]
+    # one initializer per layer transformers stores (ALBERT's 8 layers unrolled from 4 stored: 2 per group)
+    stored = sum(name.endswith("query.weight") for name in ref.state_dict())
+    initializers = onnx.load(str(tmp_path / "onnx" / "model.onnx")).graph.initializer
+    assert sum(i.name.endswith("self_attn.w_qkv") for i in initializers) == stored
 
 
 OPT = transformers.OPTConfig(vocab_size=VOCAB, hidden_size=32, word_embed_proj_dim=16, ffn_dim=64, num_hidden_layers=2,
@@ -159,7 +148,7 @@ encoder: {layers: 6, block: [self_attention, ffn], share_layers: {cycle: 2, repe
 """ALBERT's shape at d_model 32, embeddings 16 wide, two layers' weights applied three times each."""
 
 
-def test_hand_written_spec_counts_parameters_by_hand_and_flops_per_application(tmp_path):
+def test_hand_written_spec_counts_parameters_by_hand_and_flops_per_application():
     spec = Spec.model_validate(yaml.safe_load(HAND))
     d, e, f, v = 32, 16, 64, 50
     embeddings = v * e + 40 * e + 2 * e + 2 * e + (e * d + d)  # tokens, positions, segments, norm, projection in
