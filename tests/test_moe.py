@@ -152,6 +152,8 @@ def test_mixtral_8x7b_has_transformers_count():
     ({"experts": 4, "top_k": 5}, ["top_k (5) cannot exceed experts (4)"]),
     ({"experts": 4, "shared_gate": True}, ["shared_gate", "shared is 0"]),
     ({"experts": 0}, ["experts", "greater than or equal to 1"]),
+    ({"experts": 4, "capacity": 2}, ["capacity (2) bounds top-1 routing", "top_k is 2"]),
+    ({"experts": 4, "top_k": 1, "capacity": 0}, ["capacity", "greater than or equal to 1"]),
 ])
 def test_bad_moe_fields_are_clear_errors(moe, needles, write_spec, cli):
     data = moe_spec(experts=2).model_dump(mode="json", exclude_defaults=True)

@@ -4,7 +4,8 @@
 and scaled when asked), then, expert by expert, only the rows routed to it (NonZero, Gather) through its
 feed-forward network, scattered back weighted (ScatterND with add). A token pays for top_k experts, and a
 decoding step reads the weights of the experts its rows chose only: a step with one row runs top_k of E
-networks. ``tools/bench_moe.py`` times this against running every expert on every row."""
+networks. Switch's expert capacity (a CumSum along the sequence) drops the positions past it.
+``tools/bench_moe.py`` times this against running every expert on every row."""
 
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ def moe(e, node: Node, x: str) -> str:
     d = b.weights[p["w_router"]].shape[1]
     flat = b.rows(x, d)  # (N, d)
     top, chosen = route(b, a, flat, p["w_router"], p.get("score_bias"))  # (N, k) weights and experts
+    kept = _within_capacity(b, a["experts"], chosen, a["capacity"]) if a.get("capacity") else None
     y = b.op("Mul", flat, b.const(0.0))  # (N, d) zeros, made from the input's shape
     for expert in range(a["experts"]):
         hit = b.op("Equal", chosen, b.const(np.int64(expert)))  # (N, k): at most one slot per row
+        if kept is not None:
+            hit = b.op("And", hit, kept)
         rows = b.op("NonZero", b.op("ReduceMax", b.op("Cast", hit, to=TensorProto.INT64), b.ints(1), keepdims=0))
         index = b.op("Transpose", rows)  # (M, 1): the rows routed to this expert
         weight = b.op("ReduceSum", b.op("Mul", b.op("GatherND", top, index),
@@ -77,6 +81,18 @@ def _choose(b, a: dict, scores: str, score_bias: str | None) -> str:
         grouped = b.op("Where", keep, grouped, _f32(b, -np.inf))
         scores = b.op("Reshape", grouped, b.ints(0, -1))
     return b.op("TopK", scores, b.ints(a["top_k"]), axis=-1, outputs=2)[1]
+
+
+def _within_capacity(b, experts: int, chosen: str, capacity: int) -> str:
+    """(N, 1) bool: whether the position's top-1 expert took fewer than ``capacity`` earlier
+    positions of its sequence (the PyTorch backend's ``_within_capacity``): the one-hot choices
+    reshaped to (B, L, E) and summed cumulatively along the sequence."""
+    routed = b.op("Cast", b.op("Equal", chosen, b.const(np.arange(experts, dtype=np.int64))),
+                  to=TensorProto.INT64)  # (N, E)
+    counts = b.op("CumSum", b.op("Reshape", routed, b.batched(-1, experts)), b.const(np.int64(1)))  # (B, L, E)
+    rank = b.op("ReduceSum", b.op("Mul", b.op("Reshape", counts, b.ints(-1, experts)), routed), b.ints(1),
+                keepdims=1)  # (N, 1): 1 for an expert's first position
+    return b.op("LessOrEqual", rank, b.const(np.int64(capacity)))
 
 
 def _f32(b, value: float) -> str:

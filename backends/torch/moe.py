@@ -1,7 +1,7 @@
 """The PyTorch lowering of the IR ``moe`` op (``tfspec.layers.moe``): route each position to
 its top_k experts (softmax or sigmoid scores, DeepSeek-V3's groups and score bias) and run each expert
 only on the positions routed to it, as transformers' Mixtral and DeepSeek-V3 do, so training and decoding
-pay for top_k experts per token, not E."""
+pay for top_k experts per token, not E. Switch's expert capacity drops the positions past it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class MixtureOfExperts(OpModule):
         self.act, self.gated, self.p = ACTIVATIONS[a["activation"]], a["gated"], a["dropout"]
         self.balance, self.z_loss, self.seq = a.get("balance", 0.0), a.get("z_loss", 0.0), node.shape[1]
         self.scoring, self.groups, self.top_groups = a["scoring"], a["groups"], a["top_groups"]
-        self.routed_scale = a["routed_scale"]
+        self.routed_scale, self.capacity = a["routed_scale"], a.get("capacity")
 
     def forward(self, ctx, x):
         B, L, d = x.shape
@@ -35,6 +35,8 @@ class MixtureOfExperts(OpModule):
         if self.normalize:  # DeepSeek-V3's floor keeps sigmoid scores that all underflow from giving 0 / 0
             weights = weights / (weights.sum(-1, keepdim=True) + 1e-20)
         weights = (weights * self.routed_scale).to(x.dtype)
+        if self.capacity is not None:
+            chosen = self._within_capacity(chosen, B)
         out = torch.zeros_like(flat)
         for expert in range(self.experts):
             rows, slot = (chosen == expert).nonzero(as_tuple=True)
@@ -59,6 +61,14 @@ class MixtureOfExperts(OpModule):
             keep = torch.zeros_like(grouped[..., 0], dtype=torch.bool).scatter_(1, best, True)  # (N, G)
             scores = grouped.masked_fill(~keep[..., None], float("-inf")).view_as(scores)
         return scores.topk(self.top_k, -1).indices
+
+    def _within_capacity(self, chosen: torch.Tensor, batch: int) -> torch.Tensor:
+        """The top-1 choices with -1 (no expert) where the position comes after ``capacity``
+        earlier positions of its sequence routed to the same expert (transformers'
+        SwitchTransformersTop1Router: a cumulative count along the sequence)."""
+        routed = F.one_hot(chosen[:, 0], self.experts).view(batch, -1, self.experts)  # (B, L, E)
+        rank = (routed.cumsum(1) * routed).sum(-1).view(-1, 1)  # (N, 1): 1 for an expert's first position
+        return chosen.masked_fill(rank > self.capacity, -1)
 
     def _router_losses(self, ctx, logits, probs, chosen) -> torch.Tensor:
         """The load-balancing loss E x sum_e f_e P_e (transformers' ``load_balancing_loss_func``:

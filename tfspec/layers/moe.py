@@ -17,7 +17,8 @@ the sum of its two best; DeepSeek-V3's n_group, topk_group); the top_k chosen ke
 scores p, divided by their sum with ``normalize`` (Mixtral; Qwen2-MoE, OLMoE and DeepSeek-V3's
 ``norm_topk_prob``), then multiplied by ``routed_scale`` (DeepSeek-V3's routed_scaling_factor).
 ``shared`` experts run on every token beside the routed ones (Qwen2-MoE: one, its output
-scaled by sigmoid(x w_gate) with ``shared_gate``; DeepSeek: ungated).
+scaled by sigmoid(x w_gate) with ``shared_gate``; DeepSeek: ungated). A top-1 router may
+bound the positions of a sequence an expert takes (``capacity``: Switch Transformers).
 """
 
 from __future__ import annotations
@@ -61,6 +62,12 @@ class MixtureOfExperts(Sublayer):
     """Groups each position chooses from (DeepSeek-V3's topk_group: 4); defaults to all."""
     routed_scale: Annotated[float, Field(gt=0, le=1e3)] = 1.0
     """Multiplies the routed experts' weights (DeepSeek-V3's routed_scaling_factor: 2.5)."""
+    capacity: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    """Positions of a sequence each expert takes, in order: a position routed to an expert that
+    already took ``capacity`` earlier positions of its sequence skips the layer (output 0, the
+    residual passes it on). Switch Transformers' expert_capacity (switch-base-8: 64), counted as
+    transformers' SwitchTransformersTop1Router counts it, over the positions of one forward call,
+    so a decoding step of one position never reaches it. Top-1 routing only; null: no bound."""
     d_ff: Width | None = None
     """Inner size of each routed expert; defaults to the spec's d_ff."""
     shared: Annotated[int, Field(ge=0, le=64)] = 0
@@ -87,6 +94,9 @@ class MixtureOfExperts(Sublayer):
     def check(self, spec) -> str | None:
         if self.top_k > self.experts:
             return f"top_k ({self.top_k}) cannot exceed experts ({self.experts}): pick top_k <= experts"
+        if self.capacity is not None and self.top_k != 1:
+            return (f"capacity ({self.capacity}) bounds top-1 routing (Switch Transformers), but top_k is "
+                    f"{self.top_k}: set top_k: 1 or drop capacity")
         if self.shared_gate and not self.shared:
             return "shared_gate scales the shared experts' output, but shared is 0: set shared: 1 or drop it"
         return self._check_groups()
@@ -147,7 +157,7 @@ class MixtureOfExperts(Sublayer):
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
                  "scoring": layer.scoring, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
-                 "routed_scale": layer.routed_scale,
+                 "routed_scale": layer.routed_scale, "capacity": layer.capacity,
                  "balance": layer.balance, "z_loss": layer.z_loss,
                  "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout}
         return b.op(name, "moe", [x], attrs=attrs, params=params, layer=layer)

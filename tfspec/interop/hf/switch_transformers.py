@@ -12,10 +12,8 @@ training only.
 
 Expert capacity: transformers lets at most ``expert_capacity`` positions of a sequence reach an
 expert, counting from the first; the rest skip the sub-layer (output 0, the residual passes
-them on). tfspec has no capacity: so that no position is ever dropped, the spec reads at most
-``expert_capacity`` positions (``positional.max_len``; T5's 512 without sparse layers), within
-which the two compute the same, and refuses longer inputs. Decoding steps of one position never
-reach the capacity in transformers either.
+them on): the ``moe`` layer's ``capacity``. It counts the positions of one forward call, so
+decoding steps of one position (``generate`` with its cache) never reach it.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, activation,
 from tfspec.interop.hf.t5 import T5, attention_rules
 
 POSITIONS = 512
-"""T5's n_positions, the bound on inputs of a model without sparse layers (relative positions have none)."""
+"""T5's n_positions, the bound tfspec puts on inputs (relative positions have none)."""
 
 
 @register
@@ -56,17 +54,15 @@ class SwitchTransformers(T5):
         data = super().spec_data(replace(source, config=c | {"feed_forward_proj": act}))
         layers = {stack: data[stack].pop("layers") for stack in ("encoder", "decoder")}
         moe = {"kind": "moe", "experts": number(c, "num_experts", where, default=8), "top_k": 1, "normalize": False,
+               "capacity": number(c, "expert_capacity", where, default=64),
                "balance": number(c, "router_aux_loss_coef", where, float, 0.001),
                "z_loss": number(c, "router_z_loss_coef", where, float, 0.001)}
-        sparse_any = False
         for stack in ("encoder", "decoder"):
             block = data[stack].pop("block")
             flags = [self._sparse(c, stack, i, layers, where) for i in range(layers[stack])]
-            sparse_any |= any(flags)
             data[stack]["groups"] = [{"layers": len(list(run)), "block": [*block[:-1], moe if sparse else "ffn"]}
                                      for sparse, run in groupby(flags)]
-        capacity = number(c, "expert_capacity", where, default=64)
-        data["positional"]["max_len"] = min(POSITIONS, capacity) if sparse_any else POSITIONS
+        data["positional"]["max_len"] = POSITIONS
         return data
 
     def _sparse(self, c: dict, stack: str, i: int, layers: dict, where: str) -> bool:
@@ -101,10 +97,10 @@ class SwitchTransformers(T5):
         moe = next((s for name, _ in spec.stacks for layer in spec.plan(name) for s in layer.sublayers
                     if s.kind == "moe"), None)
         _, ffn = repeated_layer(spec, "encoder")  # layer 0, dense unless every layer is sparse
-        config |= {"dense_act_fn": ACTIVATION_NAMES[ffn.activation], "expert_capacity": spec.positional.max_len}
-        if moe is not None:
+        config["dense_act_fn"] = ACTIVATION_NAMES[ffn.activation]
+        if moe is not None:  # no capacity: one no sequence the spec reads can reach
             config |= {"num_experts": moe.experts, "router_aux_loss_coef": moe.balance,
-                       "router_z_loss_coef": moe.z_loss}
+                       "router_z_loss_coef": moe.z_loss, "expert_capacity": moe.capacity or spec.positional.max_len}
         for stack, _ in spec.stacks:
             sparse = [layer.index for layer in spec.plan(stack) if layer.ffn is None]
             layers = len(spec.plan(stack))
