@@ -3,6 +3,8 @@
 arrivals), and 4x overload (statuses, lost requests, the server's resident memory).
 
     nice -n 10 .venv/bin/python tools/bench_serve.py [--lines 512] [--seconds 20] [--threads 1]
+    nice -n 10 .venv/bin/python tools/bench_serve.py --batching 4,8 [--hidden 256] [--layers 4]
+    nice -n 10 .venv/bin/python tools/bench_serve.py --replicas 2
 
 Each request carries one line (the way a service sees traffic); the offline run decodes all
 lines in one `decode_all` call with the same --max-batch-tokens. The client is plain asyncio
@@ -29,42 +31,45 @@ import numpy as np
 OPTIONS = {"beam": 4, "alpha": 0.6, "max_extra": 10}
 
 
-async def post(port: int, body: dict) -> tuple[int, float]:
-    """(status, seconds) of one POST /v1/translate; status 0 when the connection failed."""
+async def post(port: int, body: dict, path: str = "/v1/translate") -> tuple[int, float, dict | None]:
+    """(status, seconds, answer) of one POST; status 0 when the connection failed."""
     started, data = time.perf_counter(), json.dumps(body).encode()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"POST /v1/translate HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
-                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+        writer.write(b"POST %s HTTP/1.1\r\nHost: b\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(data), data))
         head = await reader.readline()
-        await reader.read()
+        rest = await reader.read()
         writer.close()
-        return int(head.split()[1]), time.perf_counter() - started
+        answer = json.loads(rest.partition(b"\r\n\r\n")[2] or b"null") if b" 200 " in head else None
+        return int(head.split()[1]), time.perf_counter() - started, answer
     except (OSError, IndexError, ValueError):
-        return 0, time.perf_counter() - started
+        return 0, time.perf_counter() - started, None
 
 
-async def closed_loop(port: int, lines: list, clients: int) -> float:
-    """Lines per second with ``clients`` each sending its next line as soon as one is answered."""
-    todo = iter(lines)
+async def closed_loop(port: int | list[int], lines: list, clients: int) -> float:
+    """Lines per second with ``clients`` each sending its next line as soon as one is answered
+    (to one server, or spread over several: client i talks to port i mod n, the balancer)."""
+    todo, ports = iter(lines), port if isinstance(port, list) else [port]
 
-    async def client():
+    async def client(i: int):
         for line in todo:
-            status, _ = await post(port, {"ids": [line], **OPTIONS})
+            status, _, _ = await post(ports[i % len(ports)], {"ids": [line], **OPTIONS})
             assert status == 200, status
     started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
+    await asyncio.gather(*(client(i) for i in range(clients)))
     return len(lines) / (time.perf_counter() - started)
 
 
-async def open_loop(port: int, lines: list, rate: float, seconds: float) -> list[tuple[int, float]]:
-    """Poisson arrivals at ``rate`` per second for ``seconds``: (status, latency) of each."""
+async def open_loop(port: int, bodies: list, rate: float, seconds: float, path: str = "/v1/translate") -> list:
+    """Poisson arrivals at ``rate`` per second for ``seconds``, each a body drawn from ``bodies``
+    (the same draws for the same arguments): (status, latency, answer) of each."""
     rng, tasks, at = random.Random(0), [], time.perf_counter()
     end = at + seconds
     while at < end:
         at += rng.expovariate(rate)
         await asyncio.sleep(max(0.0, at - time.perf_counter()))
-        tasks.append(asyncio.ensure_future(post(port, {"ids": [rng.choice(lines)], **OPTIONS})))
+        tasks.append(asyncio.ensure_future(post(port, rng.choice(bodies), path)))
     return await asyncio.gather(*tasks)
 
 
@@ -108,8 +113,78 @@ def start(directory: Path, threads: int, *flags) -> tuple[subprocess.Popen, int]
 
 
 def latency(results) -> str:
-    ok = sorted(t for s, t in results if s == 200)
+    ok = sorted(t for s, t, _ in results if s == 200)
     return f"p50 {1000 * np.percentile(ok, 50):.0f} ms, p99 {1000 * np.percentile(ok, 99):.0f} ms ({len(ok)} requests)"
+
+
+def llama(directory: Path, hidden: int, layers: int) -> Path:
+    """A random Llama (``hidden`` wide, ``layers`` deep, 256 positions) with a BPE tokenizer
+    trained on the sample corpus, imported and exported to ``directory``/onnx: what
+    /v1/completions serves (weights are random: greedy runs to ``max_tokens``, as load tests want)."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    from tfspec.data import read_split, sample_dir
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer, tok.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    tok.train_from_iterator([en for en, _ in read_split(sample_dir(), "train")],
+                            trainers.BpeTrainer(vocab_size=2000, special_tokens=["<unk>", "<s>", "</s>"],
+                                                show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden,
+                                      intermediate_size=hidden * 8 // 3, num_hidden_layers=layers,
+                                      num_attention_heads=hidden // 64, max_position_embeddings=256,
+                                      bos_token_id=1, eos_token_id=2)
+    transformers.LlamaForCausalLM(config).save_pretrained(directory / "hf")
+    tok.save(str(directory / "hf" / "tokenizer.json"))
+    for command in (["import", directory / "hf", "-o", directory / "ours", "--quiet"],
+                    ["export", directory / "ours", "-o", directory / "onnx", "--no-check"]):
+        subprocess.run([sys.executable, "-m", "tfspec", *map(str, command)], check=True, capture_output=True)
+    return directory / "onnx"
+
+
+def compare_batching(directory: Path, rates: list[float], seconds: float, threads: int, max_batch_tokens: int):
+    """Continuous against batch-at-a-time batching under the same Poisson arrivals of greedy
+    completions (corpus prompts, max_tokens drawn from 4..64): generated tokens per second of
+    wall time (first arrival to last answer) and p50/p99 latency."""
+    from tfspec.data import read_split, sample_dir
+
+    rng = random.Random(1)
+    bodies = [{"model": "m", "prompt": en, "max_tokens": rng.randint(4, 64), "temperature": 0}
+              for en, _ in read_split(sample_dir(), "dev")]
+    for rate in rates:  # the two back to back at each rate: a shared machine's load drifts less between them
+        for batching in ("static", "continuous"):
+            process, port = start(directory, threads, "--batching", batching, "--max-batch-tokens", max_batch_tokens,
+                                  "--max-queue", 4096, "--timeout", 600)
+            try:
+                asyncio.run(open_loop(port, bodies, 20, 1, "/v1/completions"))  # warm
+                started = time.perf_counter()
+                results = asyncio.run(open_loop(port, bodies, rate, seconds, "/v1/completions"))
+                wall = time.perf_counter() - started
+                tokens = sum(a["usage"]["completion_tokens"] for s, _, a in results if s == 200)
+                print(f"{batching:>10} batching, {rate:g} requests/s: {tokens / wall:.0f} tokens/s, "
+                      f"{latency(results)}, statuses {sorted({r[0] for r in results})}", flush=True)
+            finally:
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+
+
+def replicas(directory: Path, lines: list, count: int, threads: int, max_batch_tokens: int) -> None:
+    """Saturation throughput of ``count`` servers of ``threads`` onnxruntime threads each, the
+    load client spreading its connections over them (a balancer's round robin)."""
+    servers = [start(directory, threads, "--max-batch-tokens", max_batch_tokens) for _ in range(count)]
+    try:
+        ports = [port for _, port in servers]
+        asyncio.run(closed_loop(ports, lines[:64], 64))  # warm
+        rate = asyncio.run(closed_loop(ports, lines, 128))
+        print(f"{count} replica(s) x {threads} thread(s), 128 clients: {rate:.1f} lines/s", flush=True)
+    finally:
+        for process, _ in servers:
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
 
 
 def main() -> None:
@@ -119,7 +194,17 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=20, help="length of each open-loop run")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime threads, offline and served")
     p.add_argument("--max-batch-tokens", type=int, default=2048)
+    p.add_argument("--batching", metavar="RATES", help="instead: continuous vs static batching of completions at "
+                   "these Poisson rates (comma-separated requests/s) on a random Llama (--hidden, --layers)")
+    p.add_argument("--replicas", type=int, help="instead: saturation of 1 server x N threads against N servers "
+                   "x 1 thread (translate, load spread over them)")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
     args = p.parse_args()
+    if args.batching:
+        directory = args.dir or llama(Path(tempfile.mkdtemp()), args.hidden, args.layers)
+        return compare_batching(directory, [float(r) for r in args.batching.split(",")], args.seconds, args.threads,
+                                args.max_batch_tokens)
     directory = args.dir
     if directory is None:
         directory = Path(tempfile.mkdtemp()) / "tiny"
@@ -127,8 +212,12 @@ def main() -> None:
                        check=True, capture_output=True)
     rng = np.random.default_rng(0)
     lines = [rng.integers(4, 1000, rng.integers(5, 30)).tolist() for _ in range(args.lines)]
+    if args.replicas:
+        replicas(directory, lines, 1, args.replicas, args.max_batch_tokens)
+        return replicas(directory, lines, args.replicas, 1, args.max_batch_tokens)
     base = offline(directory, lines, args.threads, args.max_batch_tokens)
     print(f"offline decode_all: {base:.1f} lines/s (beam {OPTIONS['beam']}, {args.threads} thread(s))")
+    requests = [{"ids": [line], **OPTIONS} for line in lines]
     process, port = start(directory, args.threads, "--max-batch-tokens", args.max_batch_tokens,
                           "--max-queue", 256, "--timeout", 10)
     try:
@@ -136,13 +225,13 @@ def main() -> None:
         capacity = asyncio.run(closed_loop(port, lines, 128))
         print(f"served at saturation (128 clients): {capacity:.1f} lines/s = {capacity / base:.0%} of offline")
         for share in (0.5, 0.9):
-            results = asyncio.run(open_loop(port, lines, share * capacity, args.seconds))
+            results = asyncio.run(open_loop(port, requests, share * capacity, args.seconds))
             print(f"{share:.0%} of capacity ({share * capacity:.1f}/s): {latency(results)}, "
-                  f"statuses {sorted(set(s for s, _ in results))}")
+                  f"statuses {sorted(set(r[0] for r in results))}")
         before = rss(process.pid)
-        results = asyncio.run(open_loop(port, lines, 4 * capacity, args.seconds))
+        results = asyncio.run(open_loop(port, requests, 4 * capacity, args.seconds))
         after = rss(process.pid)
-        counts = {s: sum(1 for r, _ in results if r == s) for s in sorted({r for r, _ in results})}
+        counts = {s: sum(1 for r in results if r[0] == s) for s in sorted({r[0] for r in results})}
         print(f"4x overload ({4 * capacity:.1f}/s for {args.seconds:g}s): statuses {counts}; "
               f"lost (no answer): {counts.get(0, 0)}; {latency(results)}; server RSS {before:.0f} -> {after:.0f} MiB")
     finally:
