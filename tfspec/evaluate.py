@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from tfspec.padding import lengths_mask
 from tfspec.search import Decoder, SearchOptions, search
 
 
@@ -34,8 +35,9 @@ def decode_all(decoder: Decoder, sources: list[list[int]], options: SearchOption
             prefix = np.concatenate([[[decoder.bos]], tokens], axis=1)
             result = [[]] if room is not None and room < 1 else search(
                 decoder, None, options if room is None else replace(options, max_length=room), prefix)
-        else:
-            result = search(decoder, tokens, options)
+        else:  # the batcher knows each source's length: the mask, not the pad id, says what is padding
+            mask = lengths_mask([lengths[i] for i in rows], tokens.shape[1])
+            result = search(decoder, tokens, options, src_mask=mask)
         for i, out in zip(rows, result):
             outputs[i] = out
         if on_batch is not None:

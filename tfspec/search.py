@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.padding import implied_mask
 
 
 class Decoder(Protocol):
@@ -29,8 +30,9 @@ class Decoder(Protocol):
     eos_ids: tuple[int, ...]
     """Every id that ends a hypothesis (``eos`` among them); optional, ``(eos,)`` when absent."""
 
-    def start(self, src: np.ndarray | None) -> Any:
-        """Encode int64 ``src`` (B, S) (None for decoder-only models): the initial state."""
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> Any:
+        """Encode int64 ``src`` (B, S) (None for decoder-only models): the initial state;
+        ``mask`` (B, S) true at real tokens (``tfspec.padding``)."""
 
     def step(self, state: Any, tokens: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, Any]:
         """Feed ``tokens`` (B, L) after what ``state`` has seen; return the top-``k``
@@ -77,19 +79,23 @@ def length_penalty(length: int, alpha: float) -> float:
 
 
 def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
-           prefix: np.ndarray | None = None, prefix_mask: np.ndarray | None = None) -> list[list[int]]:
-    """Decode each row of ``src`` (B, S, right-padded with ``decoder.pad``), or continue each
-    row of ``prefix`` for decoder-only models; return the output token ids without BOS/EOS.
-    Prompts of different lengths share a batch left-padded, ``prefix_mask`` (B, L) true at
-    their real tokens: padding is what the mask says, never a token id, so a prompt may hold
-    the pad id as a word (Qwen2's <|endoftext|> is pad, bos and eos at once)."""
+           prefix: np.ndarray | None = None, prefix_mask: np.ndarray | None = None,
+           src_mask: np.ndarray | None = None) -> list[list[int]]:
+    """Decode each row of ``src`` (B, S, right-padded; ``src_mask`` (B, S) true at its real
+    tokens, by default ``tfspec.padding.implied_mask``), or continue each row of ``prefix`` for
+    decoder-only models; return the output token ids without BOS/EOS. Prompts of different
+    lengths share a batch left-padded, ``prefix_mask`` (B, L) true at their real tokens:
+    padding is what the masks say, never a token id, so an input may hold the pad id as a word
+    (Qwen2's <|endoftext|> is pad, bos and eos at once)."""
     if prefix is None:
         prefix = np.full((len(src), 1), decoder.bos, dtype=np.int64)
     ragged = prefix_mask is not None and not prefix_mask.all()
     if ragged and not getattr(decoder, "takes_masks", False):
         raise TfspecError(f"{type(decoder).__name__} decodes prompts of one length: give each its own batch")
-    limits = _limits(decoder, src, prefix, options)
-    state = decoder.start(src)
+    limits = _limits(decoder, src, prefix, options, src_mask)
+    # told only what the pad id does not say: decoders written before masks (``start(src)``) keep working
+    told = src_mask is not None and not np.array_equal(src_mask, implied_mask(src, decoder.pad))
+    state = decoder.start(src, mask=src_mask) if told else decoder.start(src)
     if src is None:  # decoder-only: one empty state, copied per row
         state = decoder.select(state, np.zeros(len(prefix), dtype=np.int64), cross=True)
     if ragged:  # from here on the mask's rows follow the search's reorderings
@@ -120,10 +126,10 @@ class _Prompted:
         return self.decoder.select(state, rows, cross)
 
 
-def _limits(decoder, src, prefix, options) -> np.ndarray:
-    """Maximum output tokens per sentence."""
+def _limits(decoder, src, prefix, options, src_mask=None) -> np.ndarray:
+    """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra."""
     if src is not None:
-        limits = (src != decoder.pad).sum(1) + options.max_extra
+        limits = np.asarray(implied_mask(src, decoder.pad) if src_mask is None else src_mask).sum(1) + options.max_extra
     else:
         limits = np.full(len(prefix), options.max_extra)
     if options.max_length is not None:

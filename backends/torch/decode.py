@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tfspec.padding import implied_mask
+
 from .model import DecodeState, TorchModel
 
 
@@ -19,13 +21,14 @@ class TorchDecoder:
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()
-    def start(self, src: np.ndarray | None) -> DecodeState:
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DecodeState:
+        """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (default: ``implied_mask``)."""
         if src is None:
             return DecodeState()
-        src = torch.from_numpy(src).to(self.device)
-        memory = self.model.run({"src": src}, ("memory",))["memory"]
-        pad = src == self.pad
-        return DecodeState(memory=memory, src_padding=pad if bool(pad.any()) else None)
+        keep = torch.from_numpy(implied_mask(src, self.pad) if mask is None else np.asarray(mask, bool))
+        src, keep = torch.from_numpy(src).to(self.device), keep.to(self.device)
+        memory = self.model.run({"src": src, "src_mask": keep}, ("memory",))["memory"]
+        return DecodeState(memory=memory, src_padding=None if bool(keep.all()) else ~keep)
 
     @property
     def takes_masks(self) -> bool:

@@ -94,11 +94,20 @@ def padded(rows: list, pad: int) -> torch.Tensor:
 
 
 def batches(ids: list[list[int]], size: int, pad: int, order=None):
-    """(index, tokens (B, L) padded with ``pad``) in ``order`` (default: as given)."""
+    """(index, tokens (B, L) padded with ``pad``, mask (B, L) true at each text's own tokens) in
+    ``order`` (default: as given): the lengths, not the pad id, say what is padding."""
     order = np.arange(len(ids)) if order is None else order
     for start in range(0, len(order), size):
         index = order[start:start + size]
-        yield index, padded([ids[i] for i in index], pad)
+        tokens, lengths = padded([ids[i] for i in index], pad), torch.tensor([len(ids[i]) for i in index])
+        yield index, tokens, torch.arange(tokens.shape[1])[None, :] < lengths[:, None]
+
+
+def logits_of(model: TorchModel, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The head's logits for a batch of texts (the body's one token input) and their mask."""
+    port = "src" if "src" in model.graph.ports else "tgt"
+    device = next(model.parameters()).device
+    return model.run({port: tokens.to(device), f"{port}_mask": mask.to(device)})["logits"]
 
 
 def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -114,9 +123,8 @@ def predict(model: TorchModel, ids: list[list[int]], batch: int = 128) -> list[n
     model.eval()
     out = [None] * len(ids)
     order = np.argsort([len(x) for x in ids], kind="stable")
-    device = next(model.parameters()).device
-    for index, tokens in batches(ids, batch, model.pad_id, order):
-        classes = model(tokens.to(device)).argmax(-1).cpu().numpy()
+    for index, tokens, mask in batches(ids, batch, model.pad_id, order):
+        classes = logits_of(model, tokens, mask).argmax(-1).cpu().numpy()
         for row, i in enumerate(index):
             out[i] = classes[row] if classes.ndim == 1 else classes[row, :len(ids[i])]
     return out
@@ -175,9 +183,11 @@ def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list]
         while state["epoch"] < config.epochs and not out_of_time:
             order = np.random.default_rng([config.seed, state["epoch"]]).permutation(len(ids))
             model.train()
-            for index, tokens in batches(ids, config.batch, model.pad_id, order[state["done"] * config.batch:]):
+            left = order[state["done"] * config.batch:]
+            for index, tokens, mask in batches(ids, config.batch, model.pad_id, left):
                 started = time.perf_counter()
-                loss = loss_of(model(tokens.to(device)), padded([labels[i] for i in index], IGNORE).to(device))
+                targets = padded([labels[i] for i in index], IGNORE).to(device)
+                loss = loss_of(logits_of(model, tokens, mask), targets)
                 if not math.isfinite(loss.item()):
                     raise TfspecError(_diverged(run, loss.item()))
                 loss.backward()

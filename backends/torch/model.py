@@ -17,6 +17,7 @@ from torch import nn
 
 from tfspec.errors import TfspecError
 from tfspec.ir import Graph, build_graph
+from tfspec.padding import implied_mask
 from tfspec.spec import Spec
 
 from . import attention, frames, layers  # noqa: F401  (register lowerings)
@@ -195,11 +196,16 @@ class TorchModel(nn.Module):
             else:
                 nn.init.constant_(p, {"zeros": 0.0, "ones": 1.0}[kind])
 
-    def forward(self, *tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, *tokens: torch.Tensor, **masks: torch.Tensor) -> torch.Tensor:
+        """Logits of ``tokens`` (src, tgt or both); ``src_mask``/``tgt_mask`` say where their
+        padding is (``run``). Masks by keyword only: torch.onnx's tracer feeds every named
+        parameter, so ``model(src, tgt)`` must have none."""
         names = [n for n in ("src", "tgt") if n in self.graph.ports]
         if len(tokens) != len(names):
             raise TypeError(f"{self.graph.name} takes {len(names)} token tensors ({', '.join(names)})")
-        return self.run(dict(zip(names, tokens)))["logits"]
+        if set(masks) - {"src_mask", "tgt_mask"}:
+            raise TypeError(f"unexpected keyword arguments {sorted(set(masks) - {'src_mask', 'tgt_mask'})}")
+        return self.run(dict(zip(names, tokens)) | masks)["logits"]
 
     def run(self, feeds: dict[str, torch.Tensor], outputs=("logits",), state: DecodeState | None = None
             ) -> dict[str, torch.Tensor]:
@@ -210,9 +216,10 @@ class TorchModel(nn.Module):
         positions whose keys, values and hidden states the state caches, and the state is
         updated in place. Decoding feeds no target padding (finished rows keep emitting).
         ``frames`` come with ``lengths`` (B,) int64: how many of each row's frames are real.
-        ``src_mask``/``tgt_mask`` (B, L), true or 1 at real tokens, say where padding is; without
-        one, padding is the pad id (tfspec's own batches). A target row padded on the left
-        (prompts of different lengths) counts its positions from its first real token.
+        ``src_mask``/``tgt_mask`` (B, L), true or 1 at real tokens, say where padding is (every
+        tfspec batcher passes them); a port fed without one gets ``tfspec.padding.implied_mask``.
+        A row padded on the left (prompts of different lengths) counts its positions from its
+        first real token.
         """
         ports = self.graph.ports
         padding, positions = {}, {}
@@ -224,10 +231,11 @@ class TorchModel(nn.Module):
         feeds = {k: v for k, v in feeds.items() if not k.endswith("_mask")}
         for port, seq in (("src", "S"), ("tgt", "T")):
             if port in feeds and not (state is not None and port == "tgt"):
-                pad = ~masks[seq] if seq in masks else self._inferred_padding(port, feeds[port])
-                padding[seq] = pad if bool(pad.any()) else None
-                if seq in masks and padding[seq] is not None and not bool(masks[seq][:, 0].all()):
-                    positions[seq] = (masks[seq].long().cumsum(1) - 1).clamp(min=0)
+                keep = masks[seq] if seq in masks else implied_mask(feeds[port], self.pad_id, port == "tgt",
+                                                                    self.starts_with_pad)
+                padding[seq] = ~keep if not bool(keep.all()) else None
+                if padding[seq] is not None and not bool(keep[:, 0].all()):
+                    positions[seq] = (keep.long().cumsum(1) - 1).clamp(min=0)
         if state is not None and "tgt" in feeds:
             padding["T"], row_positions = state.feed(masks.get("T"), feeds["tgt"].shape[1], feeds["tgt"].device)
             if row_positions is not None:
@@ -246,13 +254,6 @@ class TorchModel(nn.Module):
         if state is not None and "tgt" in feeds:
             state.offset += feeds["tgt"].shape[1]
         return {o: env[ports[o]] for o in outputs}
-
-    def _inferred_padding(self, port: str, tokens: torch.Tensor) -> torch.Tensor:
-        """Padding found by the pad id, for batches tfspec pads itself (training, evaluation)."""
-        pad = tokens == self.pad_id
-        if port == "tgt" and self.starts_with_pad:  # the first target token is the start token
-            pad[:, 0] = False
-        return pad
 
     def _plan(self, fed: tuple[str, ...], targets: tuple[str, ...]) -> list[_Step]:
         """The steps needed for ``targets`` given ``fed``, in IR order (cached)."""

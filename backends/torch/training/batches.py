@@ -54,10 +54,15 @@ def epoch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
 
 
 def collate(pairs: Pairs, index: np.ndarray, pad: int) -> dict[str, torch.Tensor]:
-    """src (B, S), tgt_in (B, T) = BOS y1 .. yn, tgt_out (B, T) = y1 .. yn EOS; padded."""
+    """src (B, S), tgt_in (B, T) = BOS y1 .. yn, tgt_out (B, T) = y1 .. yn EOS; padded. The
+    masks say which are real from each sentence's length, never from the pad id: src_mask
+    (B, S), tgt_mask (B, T) for tgt_in and, the same, loss_mask for tgt_out."""
     src = _pad([pairs.src[i] for i in index], pad)
     tgt = _pad([pairs.tgt[i] for i in index], pad)
-    return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:]}
+    src_mask = _real([len(pairs.src[i]) for i in index], src.shape[1])
+    tgt_mask = _real([len(pairs.tgt[i]) - 1 for i in index], tgt.shape[1] - 1)
+    return {"src": src, "tgt_in": tgt[:, :-1], "tgt_out": tgt[:, 1:], "src_mask": src_mask, "tgt_mask": tgt_mask,
+            "loss_mask": tgt_mask}
 
 
 MASKED = 0.15
@@ -82,7 +87,13 @@ def masked(pairs: Pairs, index: np.ndarray, pad: int, mask_id: int, vocab: int, 
     inputs[chosen & (roll < 0.8)] = mask_id
     swap = chosen & (roll >= 0.8) & (roll < 0.9)
     inputs[swap] = rng.integers(4, vocab, int(swap.sum()))
-    return {"src": torch.from_numpy(inputs), "tgt_out": torch.from_numpy(np.where(chosen, tokens, pad))}
+    return {"src": torch.from_numpy(inputs), "tgt_out": torch.from_numpy(np.where(chosen, tokens, pad)),
+            "src_mask": _real(lengths, tokens.shape[1]), "loss_mask": torch.from_numpy(chosen)}
+
+
+def _real(lengths, width: int) -> torch.Tensor:
+    """bool (B, width): true at each row's first ``lengths[i]`` positions."""
+    return torch.arange(width)[None, :] < torch.as_tensor(np.asarray(lengths))[:, None]
 
 
 def _pad(rows: list[np.ndarray], pad: int) -> torch.Tensor:

@@ -17,11 +17,13 @@ def adam(params, fused: bool = False) -> torch.optim.Adam:
     return torch.optim.Adam(params, lr=0.0, betas=(0.9, 0.98), eps=1e-9, fused=fused or None)
 
 
-def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: float):
-    """Summed label-smoothed cross-entropy (§5.4) and summed NLL over non-pad targets."""
+def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: float,
+                  keep: torch.Tensor | None = None):
+    """Summed label-smoothed cross-entropy (§5.4) and summed NLL over the targets ``keep``
+    (B, T) marks (the batch's loss_mask; by default those that are not ``pad``)."""
     logp = F.log_softmax(logits.float(), -1).flatten(0, 1)
     target = target.flatten()
-    keep = target != pad
+    keep = target != pad if keep is None else keep.flatten()
     nll = -logp.gather(1, target[:, None]).squeeze(1)
     smooth = -logp.mean(-1)
     loss = (1 - smoothing) * nll + smoothing * smooth

@@ -109,6 +109,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     masked_lm = spec.family == "encoder-only"  # BERT's objective: predict masked source tokens
     mask_id = spec.vocab.mask_id if spec.vocab.mask_id is not None else spec.vocab.unk_id
     inputs = {"encoder-decoder": ("src", "tgt_in"), "decoder-only": ("tgt_in",), "encoder-only": ("src",)}[spec.family]
+    masks = {"src": "src_mask", "tgt_in": "tgt_mask"}  # each input's padding, from its batch's lengths
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
     bar = _progress(config.steps, state["step"], progress and ddp.rank == 0)
     metrics_file = run / "metrics.jsonl"
@@ -123,7 +124,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
             if masked_lm:  # every rank masks every batch of the step: it needs the global token count
                 made = {b: masked(pairs, batches[b], pad, mask_id, spec.vocab.size, [config.seed, state["step"], b])
                         for b in group}
-                step_tokens = sum(int((m["tgt_out"] != pad).sum()) for m in made.values())
+                step_tokens = sum(int(m["loss_mask"].sum()) for m in made.values())
             else:
                 step_tokens = sum(pairs_tgt_len(pairs, batches[b]) for b in group)
             mine = group[ddp.rank * config.accum:(ddp.rank + 1) * config.accum]
@@ -134,8 +135,8 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
                 batch = {k: v.to(device) for k, v in batch.items()}
                 sync = i == len(mine) - 1 or ddp.world == 1
                 with autocast, (net.no_sync() if not sync and ddp.world > 1 else contextlib.nullcontext()):
-                    logits = net(*[batch[k] for k in inputs])
-                    loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing)
+                    logits = net(*[batch[k] for k in inputs], **{masks[k]: batch[masks[k]] for k in inputs})
+                    loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing, batch["loss_mask"])
                     if model.aux_loss is not None:  # ponder cost, load balancing: summed over tokens too
                         loss = loss + model.aux_loss
                     (loss * ddp.world / step_tokens).backward()
