@@ -37,7 +37,8 @@ def full_sequence_diff(directory, model) -> float:
     session = ort.InferenceSession(str(directory / "model.onnx"), providers=["CPUExecutionProvider"])
     with torch.no_grad():
         ref = model.eval()(torch.from_numpy(src), torch.from_numpy(tgt)).numpy()
-    return float(np.abs(session.run(["logits"], {"src": src, "tgt": tgt})[0] - ref).max())
+    masks = {"attention_mask": np.ones_like(src), "decoder_attention_mask": np.ones_like(tgt)}
+    return float(np.abs(session.run(["logits"], {"src": src, "tgt": tgt} | masks)[0] - ref).max())
 
 
 def test_export_reports_checker_and_parity(cli, tmp_path):

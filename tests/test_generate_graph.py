@@ -225,7 +225,10 @@ def run(generator: Generator, ids, **feeds) -> tuple[list[list[int]], np.ndarray
     the padded sequences."""
     feeds = {"max_length": 11, "num_beams": 4, "length_penalty": 0.6, "min_length": 0, "max_extra": 2**30} | feeds
     arrays = {k: np.array(v, np.float32 if k == "length_penalty" else np.int64) for k, v in feeds.items()}
-    sequences, scores, lengths = generator.session.run(None, {"input_ids": np.array(ids, np.int64), **arrays})
+    ids = np.array(ids, np.int64)
+    if generator.masks:  # right-padded sources
+        arrays.setdefault("attention_mask", (ids != generator.model.spec.vocab.pad_id).astype(np.int64))
+    sequences, scores, lengths = generator.session.run(None, {"input_ids": ids, **arrays})
     return [row[:n].tolist() for row, n in zip(sequences, lengths)], scores, sequences
 
 
@@ -301,7 +304,8 @@ def test_openvino_runs_generate_onnx_with_onnxruntime_tokens(tiny):
     src[2, 4:] = spec.vocab.pad_id
     for beam in (1, 4):
         feeds = {"input_ids": src, "max_length": np.array(11), "num_beams": np.array(beam),
-                 "length_penalty": np.array(0.6, np.float32), "min_length": np.array(2), "max_extra": np.array(3)}
+                 "length_penalty": np.array(0.6, np.float32), "min_length": np.array(2), "max_extra": np.array(3),
+                 "attention_mask": (src != spec.vocab.pad_id).astype(np.int64)}
         got = {o.get_any_name(): v for o, v in compiled(feeds).items()}
         assert [row[:n].tolist() for row, n in zip(got["sequences"], got["sequences_lengths"])] == run(
             generator, src, num_beams=beam, min_length=2, max_extra=3)[0]

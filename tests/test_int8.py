@@ -63,7 +63,7 @@ def greedy(directory, src: np.ndarray, steps: int) -> np.ndarray:
                      for kind in ("encoder", "decoder"))
     inputs = {i.name: i.shape for i in step.get_inputs()}
     shared = [n for n in inputs if n.startswith("cross.") or n == "memory_bias"]
-    feeds = dict(zip(shared, encoder.run(shared, {"src": src})))
+    feeds = dict(zip(shared, encoder.run(shared, {"src": src, "attention_mask": np.ones_like(src)})))
     feeds |= {n: np.zeros([len(src) if d == "past_batch" else 0 if isinstance(d, str) else d for d in shape],
                           np.float32) for n, shape in inputs.items() if n.startswith("past.")}
     presents = [n.replace("past.", "present.", 1) for n in inputs if n.startswith("past.")]

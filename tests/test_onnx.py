@@ -166,10 +166,12 @@ def test_onnx_reference_evaluator_agrees_with_onnxruntime():
     rng = np.random.default_rng(1)
     src, tgt = rng.integers(4, 1000, (2, 5)), rng.integers(4, 1000, (2, 4))
     src[1, 3:] = 0
+    feeds = {"src": src, "tgt": tgt, "attention_mask": (src != 0).astype(np.int64),
+             "decoder_attention_mask": np.ones_like(tgt)}
     proto = emit(graph, "model", weights)
     ours = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    reference = ReferenceEvaluator(proto).run(["logits"], {"src": src, "tgt": tgt})[0]
-    np.testing.assert_allclose(ours.run(["logits"], {"src": src, "tgt": tgt})[0], reference, atol=1e-4)
+    reference = ReferenceEvaluator(proto).run(["logits"], feeds)[0]
+    np.testing.assert_allclose(ours.run(["logits"], feeds)[0], reference, atol=1e-4)
 
 
 def test_beam_search_gives_the_same_tokens_in_both_backends(tmp_path):

@@ -67,6 +67,9 @@ def python_engine(model: Path, lines: list[str], beam: int):
                      "num_beams": scalar(beam), "length_penalty": np.array(0.6, np.float32)}
             if rows_limited:
                 feeds["max_extra"] = scalar(50)
+            if "attention_mask" in names:
+                real = np.array([len(sources[i]) for i in rows])
+                feeds["attention_mask"] = (np.arange(width)[None, :] < real[:, None]).astype(np.int64)
             if "min_length" in names:
                 feeds["min_length"] = scalar(0)
             sequences, lengths = session.run(["sequences", "sequences_lengths"], feeds)

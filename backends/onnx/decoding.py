@@ -70,10 +70,12 @@ class OnnxDecoder:
         self._top_k: dict[int, np.ndarray] = {}  # k -> the (1,) top_k input, made once
         self._gather = None  # (session, binding) of the gather graph, made on first use
 
-    def start(self, src: np.ndarray | None) -> DeviceState:
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
+        """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (``OnnxModel.feeds``)."""
         values = {}
         if src is not None:
-            values |= self.model.run_on_device("encoder", self.shared, {"src": src.astype(np.int64)})
+            feeds = {"src": src.astype(np.int64)} | ({} if mask is None else {"attention_mask": mask})
+            values |= self.model.run_on_device("encoder", self.shared, feeds)
         batch = len(src) if src is not None else 1
         for name, info in self.inputs.items():
             if name.startswith("past."):  # empty keys/values, zero windows and hidden states

@@ -3,14 +3,18 @@ one graph of standard ONNX operators, for runtimes without tfspec's Python searc
 
 Interface (the names of onnxruntime's retired ``BeamSearch`` op, so users recognise it)::
 
-    input_ids         int64 (batch, src_len)  sources right-padded with pad_id; for a decoder-only
-                                              model prompts (of one length: pad ids are read as tokens)
+    input_ids         int64 (batch, src_len)  sources, right-padded; for a decoder-only model
+                                              prompts (of one length: every id is read as a token)
+    attention_mask    int64 (batch, src_len)  encoder-decoder models only: 1 at a source's real
+                                              tokens, 0 at its padding (a pad-equal id where the
+                                              mask is 1 is a word)
     max_length        int64 ()                most tokens a hypothesis may have, end of sentence included
     num_beams         int64 ()                hypotheses kept per sentence; 1 is greedy search
     length_penalty    float ()                GNMT's alpha (``tfspec.search.length_penalty``)
     min_length        int64 ()                no end of sentence before this many tokens (0: none)
-    max_extra         int64 ()                each row's limit is also its source length (non-pad
-                                              ids) + max_extra, as ``translate --max-extra`` (2**30: none)
+    max_extra         int64 ()                each row's limit is also its source length (the
+                                              mask's ones) + max_extra, as ``translate --max-extra``
+                                              (2**30: none)
  -> sequences         int64 (batch, out_len)  the best hypothesis, its end of sentence, then pad_id
     sequences_scores  float (batch,)          its length-penalised log-probability
     sequences_lengths int64 (batch,)          its tokens before the end of sentence: what
@@ -72,6 +76,8 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
     b = Builder(f"{spec.name}.generate", opset, "float32", {})
     b.scope = "generate"
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "src_len"])]
+    if encoder is not None:
+        inputs += [helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "src_len"])]
     inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in ("max_length", "num_beams")]
     inputs += [helper.make_tensor_value_info("length_penalty", TensorProto.FLOAT, [])]
     # Plain inputs, not inputs with a default: onnxruntime's JavaScript bindings and OpenVINO
@@ -82,7 +88,7 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
     if encoder is not None:
         shared = {o.name: (o.type.tensor_type.elem_type, len(o.type.tensor_type.shape.dim))
                   for o in encoder.output if o.name != "memory"}
-        names = {"src": s.ids} | {name: name for name in shared}
+        names = {"src": s.ids, "attention_mask": s.mask} | {name: name for name in shared}
         if any(i.name == "segments" for i in encoder.input):  # one segment, as OnnxModel.run feeds it
             names["segments"] = b.op("Mul", s.ids, b.const(np.int64(0)))
         b.nodes += _inline(encoder, "encoder", names, b.initializers)
@@ -112,9 +118,13 @@ class _Setup:
         outside = b.op("Or", b.op("Less", "input_ids", i64(0)), b.op("GreaterOrEqual", "input_ids", i64(size)))
         ids = b.op("Where", outside, i64(vocab.unk_id), "input_ids")
         positions = spec.positional.max_len if spec.positional.kind != "none" else None
+        mask = None  # a source's real tokens: int64 (batch, src_len), 1 or 0
+        if encoder:
+            mask = b.op("Cast", b.op("Not", b.op("Equal", "attention_mask", i64(0))), to=TensorProto.INT64)
         if positions is not None:  # the first step's tokens fit the positions: a prompt leaves one for bos
-            ids = b.op("Slice", ids, b.ints(0), b.ints(positions - (0 if self.encoder else 1)), b.ints(1))
-        self.ids, self.n = ids, b.shape_of(ids, 0)
+            cut = (b.ints(0), b.ints(positions - (0 if self.encoder else 1)), b.ints(1))
+            ids, mask = b.op("Slice", ids, *cut), mask and b.op("Slice", mask, *cut)
+        self.ids, self.mask, self.n = ids, mask, b.shape_of(ids, 0)
         self.beam = beam_constants(b, self.n, b.op("Max", "num_beams", i64(1)), vocab.stop_ids)
         self.limits = self._limits(b, positions)
         self._tables(b, vocab.tgt_size)
@@ -129,8 +139,7 @@ class _Setup:
         empty source (such a sentence is never decoded)."""
         i64 = lambda v: b.const(np.int64(v))  # noqa: E731
         if self.encoder:
-            length = b.op("ReduceSum", b.op("Cast", b.op("Not", b.op("Equal", self.ids, i64(self.vocab.pad_id))),
-                                            to=TensorProto.INT64), b.ints(1), keepdims=0)
+            length = b.op("ReduceSum", self.mask, b.ints(1), keepdims=0)
             limits = b.op("Min", b.op("Add", length, "max_extra"), "max_length")
         else:
             limits = b.op("Expand", b.op("Min", "max_extra", "max_length"), b.op("Unsqueeze", self.n, b.ints(0)))

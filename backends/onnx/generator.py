@@ -14,6 +14,7 @@ import numpy as np
 
 from tfspec.checks import Check
 from tfspec.evaluate import batches
+from tfspec.padding import implied_mask, lengths_mask
 from tfspec.search import SearchOptions, search
 
 from .runtime import OnnxModel
@@ -27,18 +28,25 @@ class Generator:
 
     def __init__(self, model: OnnxModel):
         self.model, self.session = model, model.generate_session()
+        self.masks = any(i.name == "attention_mask" for i in self.session.get_inputs())
+        """Whether the graph takes ``attention_mask`` (exports from before masks were data do not)."""
 
-    def __call__(self, ids: np.ndarray, options: SearchOptions) -> list[list[int]]:
-        """Decode ``ids`` (B, S) int64, right-padded sources or (one length) prompts: output ids
-        without bos or end of sentence, as ``tfspec.search.search`` returns them."""
+    def __call__(self, ids: np.ndarray, options: SearchOptions, mask: np.ndarray | None = None) -> list[list[int]]:
+        """Decode ``ids`` (B, S) int64, right-padded sources (``mask`` true at their real tokens,
+        by default ``implied_mask``) or (one length) prompts: output ids without bos or end of
+        sentence, as ``tfspec.search.search`` returns them."""
         if options.sampling is not None:
             raise ValueError("generate.onnx searches (greedy or beam); sampling needs the Python search")
+        if self.masks:
+            mask = implied_mask(ids, self.model.spec.vocab.pad_id) if mask is None else mask
         feeds = {"input_ids": np.ascontiguousarray(ids, np.int64),
                  "max_length": np.array(NO_LIMIT if options.max_length is None else options.max_length, np.int64),
                  "num_beams": np.array(options.beam, np.int64),
                  "length_penalty": np.array(options.alpha, np.float32),
                  "min_length": np.array(options.min_length, np.int64),
                  "max_extra": np.array(options.max_extra, np.int64)}
+        if self.masks:
+            feeds["attention_mask"] = np.ascontiguousarray(mask, np.int64)
         sequences, _, lengths = self.session.run(["sequences", "sequences_scores", "sequences_lengths"], feeds)
         return [row[:n].tolist() for row, n in zip(sequences, lengths)]
 
@@ -53,7 +61,8 @@ def generate_all(generator: Generator, sources: list[list[int]], options: Search
         tokens = np.full((len(rows), max(lengths[i] for i in rows)), generator.model.spec.vocab.pad_id, np.int64)
         for r, i in enumerate(rows):
             tokens[r, : lengths[i]] = sources[i]
-        for i, out in zip(rows, generator(tokens, options)):
+        mask = lengths_mask([lengths[i] for i in rows], tokens.shape[1])
+        for i, out in zip(rows, generator(tokens, options, None if decoder_only else mask)):
             outputs[i] = out
         if on_batch is not None:
             on_batch(len(rows))
@@ -71,12 +80,14 @@ def differences(model: OnnxModel, seed: int = 0) -> dict[str, tuple[int, int]]:
         src, prefix = None, np.concatenate([[[vocab.bos_id]], ids], axis=1)
     else:
         ids = rng.integers(4, vocab.size, (3, 11))
-        ids[1, 6:] = vocab.pad_id
+        ids[1, 6:] = ids[0, 5] = vocab.pad_id  # row 1 padded, row 0 holding the pad id as a word
         src, prefix = ids, None
+    mask = None if src is None else lengths_mask([11, 6, 11], 11)
     generator, out = Generator(model), {}
     for beam in (1, 4):
         options = SearchOptions(beam=beam, max_extra=12, max_length=12)
-        ours, theirs = generator(ids, options), search(model.decoder(static=False), src, options, prefix)
+        ours = generator(ids, options, mask)
+        theirs = search(model.decoder(static=False), src, options, prefix, src_mask=mask)
         out[f"{'greedy' if beam == 1 else 'beam 4'}, batch {len(ids)}"] = (sum(a != b for a, b in zip(ours, theirs)),
                                                                           len(ids))
     return out

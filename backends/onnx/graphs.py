@@ -3,8 +3,14 @@
 Three kinds of graph serve inference (tensor names are the runtime's contract):
 
 ``model``    full sequences: ``src`` and/or ``tgt`` (batch, len) -> ``logits``; for scoring.
-``encoder``  ``src`` -> ``memory``, ``memory_bias`` (the source padding as an additive mask)
-             and ``cross.<node>.key/value`` for every cross-attention layer of the decoder.
+             Each token input comes with its mask, int64 (batch, len), 1 at real tokens (as
+             transformers and optimum name them: ``attention_mask`` for ``src``, or for a
+             decoder-only model's ``tgt``; ``decoder_attention_mask`` for an encoder-decoder's
+             ``tgt``): padding is what the mask says, never a token id. Where a row starts with
+             padding, each row counts positions among its real tokens (``TorchModel.run``).
+``encoder``  ``src`` and ``attention_mask`` -> ``memory``, ``memory_bias`` (the source padding
+             as an additive mask) and ``cross.<node>.key/value`` for every cross-attention
+             layer of the decoder.
 ``decoder``  one decoding step: ``tgt`` (batch, new_len) new tokens plus the past each decoder
              layer carries (``past.<node>.key/value`` for attention, kv_heads heads wide,
              ``.window`` for causal convolutions, ``.h``/``.c`` for recurrent layers;
@@ -65,6 +71,9 @@ class Emit:
         """Sequence symbol -> bool (B, total), True at padded keys of a step graph's cache."""
         self.shift: str | None = None
         """int64 (B,) or (1,): subtracted from a step graph's target positions (``position_offset``)."""
+        self.rows: dict[str, str] = {}
+        """Sequence symbol -> int64 (B, L) positions of each row, read from a full-sequence or
+        encoder graph's mask (``_padding``)."""
         self.lengths: dict[str, str] = {}
         """Sequence symbol -> int64 scalar length, read from its token input (a flat view of a
         sequence no longer shows it)."""
@@ -139,7 +148,10 @@ class Emit:
         return self.b.output(f"present.{node.name}.{role}", value, shape)
 
     def positions(self, seq: str, x: str) -> str:
-        """int64 (L,) positions of the L vectors of ``x``: they follow the past in step graphs."""
+        """int64 (L,) positions of the L vectors of ``x``: they follow the past in step graphs;
+        (B, L) per row where a mask gave them (``rows``, ``row_positions``)."""
+        if seq in self.rows:
+            return self.rows[seq]
         length = self.lengths.get(seq) or self.b.shape_of(x, 1)
         if self.static and seq == "T":  # offset lives on the device: added to a Range made from the shape
             return self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
@@ -329,10 +341,26 @@ def _tokens(e: Emit, node) -> str:
     if e.kind == "step" and not e.static and decoder_only and e.graph.masks_padding("decoder"):
         _row_inputs(e)
     if e.kind != "step" and not node.attrs.get("optional"):
-        vocab = e.graph.spec.vocab
-        pads = b.op("Equal", tokens, b.const(np.int64(vocab.pad_id)))
-        if seq == "T" and vocab.starts_with_pad:  # the first target token is the start token
-            later = b.op("Range", b.const(np.int64(0)), e.lengths[seq], b.const(np.int64(1)))
-            pads = b.op("And", pads, b.op("Greater", later, b.const(np.int64(0))))
-        e.pads[seq] = pads
+        _padding(e, seq, b.input(mask_name(e.graph, node.name), ["batch", length], TensorProto.INT64))
     return tokens
+
+
+def mask_name(graph: Graph, port: str) -> str:
+    """The mask input of token input ``port`` in full-sequence and encoder graphs, named as
+    transformers and optimum name them: ``attention_mask`` for the source (or a decoder-only
+    model's tokens), ``decoder_attention_mask`` for an encoder-decoder's target."""
+    return "decoder_attention_mask" if port == "tgt" and "src" in graph.ports else "attention_mask"
+
+
+def _padding(e: Emit, seq: str, mask: str) -> None:
+    """Padding and positions of ``seq`` from its ``mask`` (B, L), 1 at real tokens, as
+    ``TorchModel.run`` reads ``src_mask``/``tgt_mask``: where some row starts with padding
+    (prompts of different lengths, left-padded), each row counts positions among its real
+    tokens; otherwise positions are the index."""
+    b, zero = e.b, e.b.const(np.int64(0))
+    e.pads[seq] = b.op("Equal", mask, zero)
+    real = b.op("Cast", b.op("Not", e.pads[seq]), to=TensorProto.INT64)
+    counted = b.op("Max", b.op("Sub", b.op("CumSum", real, b.const(np.int64(1))), b.const(np.int64(1))), zero)
+    index = b.op("Unsqueeze", b.op("Range", zero, e.lengths[seq], b.const(np.int64(1))), b.ints(0))  # (1, L)
+    first = b.op("Slice", real, b.ints(0), b.ints(1), b.ints(1))  # (B, 1): whether each row starts real
+    e.rows[seq] = b.op("Where", b.op("Equal", b.op("ReduceMin", first, keepdims=0), zero), counted, index)

@@ -20,6 +20,7 @@ from tfspec.search import SearchOptions, search
 
 from .attention import blocked
 from .frames import check_frame_parity
+from .graphs import mask_name
 from .runtime import OnnxModel
 from .static import StaticDecoder
 
@@ -32,18 +33,21 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
         return check_frame_parity(ort_model, model, tolerance, seed)
     rng = np.random.default_rng(seed)
     pad = spec.vocab.pad_id
-    src = _tokens(rng, spec.vocab.size, 3, 11, pad, pad_from=(1, 6)) if "src" in ports else None
-    tgt = _tokens(rng, spec.vocab.tgt_size, 3, 9, pad, pad_from=(2, 5)) if "tgt" in ports else None
+    src, src_keep = _tokens(rng, spec.vocab.size, 3, 11, pad, pad_from=(1, 6)) if "src" in ports else (None, None)
+    tgt, tgt_keep = _tokens(rng, spec.vocab.tgt_size, 3, 9, pad, pad_from=(2, 5)) if "tgt" in ports else (None, None)
     model = model.eval()
     checks = []
     with torch.no_grad():
         feeds = {k: v for k, v in (("src", src), ("tgt", tgt)) if v is not None}
+        masks = {k: v for k, v in (("src", src_keep), ("tgt", tgt_keep)) if v is not None}
         if "segments" in ports:
             feeds["segments"] = rng.integers(0, spec.segments, src.shape)
         outputs = ["logits"] + (["pooled"] if "pooled" in ports else [])
-        ref = model.run({k: torch.from_numpy(v) for k, v in feeds.items()}, tuple(outputs))
-        ours = dict(zip(outputs, ort_model.run("model", outputs, feeds)))
-        keep = (tgt if tgt is not None else src) != pad
+        ref = model.run({k: torch.from_numpy(v) for k, v in feeds.items()}
+                        | {f"{k}_mask": torch.from_numpy(v) for k, v in masks.items()}, tuple(outputs))
+        ours = dict(zip(outputs, ort_model.run("model", outputs, feeds | {
+            mask_name(model.graph, k): v for k, v in masks.items()})))
+        keep = tgt_keep if tgt is not None else src_keep
         if ref["logits"].dim() == 2:  # a sequence classification head: one row per sequence
             keep = np.ones(len(keep), dtype=bool)
         checks.append(Check("full-sequence logits, batch 3", _diff(ours["logits"], ref["logits"].numpy(), keep),
@@ -54,16 +58,17 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
         long = _blocked_length(model)
         if long is not None:
             sizes = {"src": spec.vocab.size, "tgt": spec.vocab.tgt_size}
-            feeds = {port: _tokens(rng, sizes[port], 2, long, pad, pad_from=(1, long // 2)) for port in sizes
+            feeds = {port: _tokens(rng, sizes[port], 2, long, pad, pad_from=(1, long // 2))[0] for port in sizes
                      if port in feeds}
             ref = model(*[torch.from_numpy(v) for v in feeds.values()]).numpy()
             keep = feeds["tgt" if "tgt" in feeds else "src"] != pad
             checks.append(Check(f"full-sequence logits, length {long} (blocked attention)",
                                 _diff(ort_model.logits(**feeds), ref, keep), tolerance))
         if src is not None:
-            memory = model.run({"src": torch.from_numpy(src)}, ("memory",))["memory"].numpy()
-            ours = ort_model.run("encoder", ["memory"], {"src": src})[0]
-            checks.append(Check("encoder memory, batch 3", _diff(ours, memory, src != pad), tolerance))
+            memory = model.run({"src": torch.from_numpy(src), "src_mask": torch.from_numpy(src_keep)},
+                               ("memory",))["memory"].numpy()
+            ours = ort_model.run("encoder", ["memory"], {"src": src, "attention_mask": src_keep})[0]
+            checks.append(Check("encoder memory, batch 3", _diff(ours, memory, src_keep), tolerance))
     if tgt is None:
         return checks
     tgt = _ids(rng, spec.vocab.tgt_size, tgt.shape, pad)  # decoding feeds no target padding
@@ -71,10 +76,12 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     for batch in (3, 1):
         s = None if src is None else src[:batch]
         with torch.no_grad():
-            full = torch.log_softmax(model(*[torch.from_numpy(v) for v in (s, tgt[:batch]) if v is not None]), -1)
-        wanted = _stepped(model, s, tgt[:batch]) if _bounded_experts(model) else [
+            feeds = {"tgt": torch.from_numpy(tgt[:batch])} | ({} if s is None else {
+                "src": torch.from_numpy(s), "src_mask": torch.from_numpy(src_keep[:batch])})
+            full = torch.log_softmax(model.run(feeds)["logits"], -1)
+        wanted = _stepped(model, s, tgt[:batch], src_keep) if _bounded_experts(model) else [
             full[:, b - 1].numpy() for _, b in CHUNKS]
-        state = decoder.start(s)
+        state = decoder.start(s) if s is None else decoder.start(s, src_keep[:batch])
         if s is None:  # decoder-only: one empty state, copied per row
             state = decoder.select(state, np.zeros(batch, dtype=np.int64), cross=True)
         for (a, b), want in zip(CHUNKS, wanted):
@@ -83,12 +90,12 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
                                 float(np.abs(log_probs - want).max()), tolerance))
     options = SearchOptions(beam=1, max_extra=12, max_length=12)
     prefix = None if src is not None else tgt[:, :1]
-    ours = search(decoder, src, options, prefix)
-    theirs = search(TorchDecoder(model), src, options, prefix)
+    ours = search(decoder, src, options, prefix, src_mask=src_keep)
+    theirs = search(TorchDecoder(model), src, options, prefix, src_mask=src_keep)
     differ = sum(x != y for x, y in zip(ours, theirs))
     checks.append(Check("greedy decoding, batch 3 (sentences that differ)", float(differ), 0))
     if "decoder_static" in ort_model.manifest["graphs"]:
-        checks.append(_static_check(ort_model, src, prefix))
+        checks.append(_static_check(ort_model, src, prefix, src_keep))
     return checks
 
 
@@ -109,15 +116,17 @@ def _stepped(model: TorchModel, src: np.ndarray | None, tgt: np.ndarray,
                               -1).numpy() for a, b in CHUNKS]
 
 
-def _static_check(ort_model: OnnxModel, src: np.ndarray | None, prefix: np.ndarray | None) -> Check:
+def _static_check(ort_model: OnnxModel, src: np.ndarray | None, prefix: np.ndarray | None,
+                  src_keep: np.ndarray | None) -> Check:
     """The static step graph decodes what the growing-cache one does: greedy and beam 4, its
     cache made to grow twice (4 slots, then 8, then 16) and its row buckets to shrink."""
     differ = 0
     for beam in (1, 4):
         options = SearchOptions(beam=beam, max_extra=12, max_length=12)
         static = StaticDecoder(ort_model, capture=ort_model.graphs, first_length=4)
-        differ += sum(x != y for x, y in zip(search(static, src, options, prefix),
-                                             search(ort_model.decoder(static=False), src, options, prefix)))
+        differ += sum(x != y for x, y in zip(search(static, src, options, prefix, src_mask=src_keep),
+                                             search(ort_model.decoder(static=False), src, options, prefix,
+                                                    src_mask=src_keep)))
     return Check("static step graph, greedy and beam 4, batch 3 (sentences that differ)", float(differ), 0)
 
 
@@ -142,11 +151,17 @@ def _ids(rng, vocab: int, shape: tuple[int, ...], pad: int) -> np.ndarray:
     return ids + (ids >= pad)
 
 
-def _tokens(rng, vocab: int, batch: int, length: int, pad: int, pad_from: tuple[int, int]) -> np.ndarray:
+def _tokens(rng, vocab: int, batch: int, length: int, pad: int, pad_from: tuple[int, int]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, mask): row ``pad_from[0]`` padded from ``pad_from[1]``, and the pad id as a word
+    inside row 0 (the mask, not the id, says what is padding)."""
     tokens = _ids(rng, vocab, (batch, length), pad)
     row, start = pad_from
     tokens[row, start:] = pad
-    return tokens
+    keep = np.arange(length)[None, :] < np.where(np.arange(batch) == row, start, length)[:, None]
+    if 0 <= pad < vocab and row != 0:
+        tokens[0, length // 2] = pad
+    return tokens, keep
 
 
 def _diff(ours: np.ndarray, ref: np.ndarray, keep: np.ndarray) -> float:

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.padding import implied_mask
 from tfspec.spec import spec_from_data
 from tfspec.untrusted import file_name, parse_json, read_json
 
@@ -106,15 +107,35 @@ class OnnxModel:
         return f"onnxruntime {__import__('onnxruntime').__version__} on {where}{note}"
 
     def logits(self, **tokens: np.ndarray) -> np.ndarray:
-        """The full-sequence graph: src and/or tgt (B, L) int64 -> logits (B, L, vocab)."""
+        """The full-sequence graph: src and/or tgt (B, L) int64, and their masks (``feeds``) ->
+        logits (B, L, vocab)."""
         return self.run("model", ["logits"], tokens)[0]
 
     def run(self, kind: str, outputs: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        """Run graph ``kind``; an optional ``segments`` input left out means one segment (ids 0)."""
-        session = self.sessions[kind]
-        if "src" in feeds and "segments" not in feeds and any(i.name == "segments" for i in session.get_inputs()):
+        """Run graph ``kind`` on ``feeds`` as ``feeds`` completes them."""
+        return self.sessions[kind].run(outputs, self.feeds(kind, feeds))
+
+    def feeds(self, kind: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``feeds`` for graph ``kind``: an optional ``segments`` input left out means one segment
+        (ids 0); a token input's mask (``attention_mask``, ``decoder_attention_mask``, int64 or
+        bool) left out is ``tfspec.padding.implied_mask``, and one the graph does not take (an
+        export from before masks were inputs, which finds padding by id itself) is dropped."""
+        taken = {i.name for i in self.sessions[kind].get_inputs()}
+        if "src" in feeds and "segments" not in feeds and "segments" in taken:
             feeds = {**feeds, "segments": np.zeros_like(feeds["src"])}
-        return session.run(outputs, feeds)
+        if kind not in ("model", "encoder"):
+            return feeds
+        vocab, feeds = self.spec.vocab, dict(feeds)
+        for port in ("src", "tgt"):
+            name = "decoder_attention_mask" if port == "tgt" and "src" in taken else "attention_mask"
+            if port in feeds and name in taken:
+                mask = feeds.get(name)
+                if mask is None:
+                    mask = implied_mask(feeds[port], vocab.pad_id, port == "tgt", vocab.starts_with_pad)
+                feeds[name] = np.asarray(mask).astype(np.int64)
+            elif name not in taken:
+                feeds.pop(name, None)
+        return feeds
 
     def session(self, proto: bytes):
         """A session for a graph built at run time, on the sessions' device and options."""
@@ -131,9 +152,7 @@ class OnnxModel:
     def run_on_device(self, kind: str, outputs: list[str], feeds: dict[str, np.ndarray]) -> dict:
         """Run graph ``kind`` from host ``feeds``, leaving the named outputs on the device as
         OrtValues (for decoding state that the host never needs to see)."""
-        session = self.sessions[kind]
-        if "src" in feeds and "segments" not in feeds and any(i.name == "segments" for i in session.get_inputs()):
-            feeds = {**feeds, "segments": np.zeros_like(feeds["src"])}
+        session, feeds = self.sessions[kind], self.feeds(kind, feeds)
         binding = self._bindings.setdefault(kind, session.io_binding())
         binding.clear_binding_outputs()
         for name, value in feeds.items():

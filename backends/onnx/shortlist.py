@@ -30,12 +30,12 @@ class ShortlistDecoder(OnnxDecoder):
         super().__init__(model, model.sessions[GRAPH])
         self.candidates = self.shortlist.always
 
-    def start(self, src: np.ndarray | None):
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None):
         if src is None:
             raise TfspecError("--shortlist: a shortlist maps source tokens to targets; this model has no sources")
         self.candidates = np.ascontiguousarray(self.shortlist.candidates(src), np.int64)
         self.vocab, self._top_k = len(self.candidates), {}  # top_k is clamped to the candidates
-        return super().start(src)
+        return super().start(src, mask)
 
     def run(self, state, tokens: np.ndarray, outputs: list[str], k: int = 1, mask: np.ndarray | None = None):
         self.binding.bind_cpu_input("candidates", self.candidates)

@@ -24,6 +24,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from tfspec.errors import TfspecError
+from tfspec.padding import implied_mask
 
 FIRST_LENGTH = 64
 """Cache slots a search starts with (doubled whenever a step would pass the end)."""
@@ -69,7 +70,9 @@ class StaticDecoder:
         self.graph_ids = count(1)  # 0 is onnxruntime's own default
         self._grow = None
 
-    def start(self, src: np.ndarray | None) -> StaticState:
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> StaticState:
+        """Encode ``src`` (B, S), ``mask`` (B, S) true at real tokens, into buffers of a bucket's
+        shape (the rows and columns added are padding)."""
         if src is None:
             return StaticState(np.zeros(1, np.int64), np.zeros(1, np.int64), 0, None, None)
         batch, length = src.shape
@@ -77,12 +80,11 @@ class StaticDecoder:
         if (limit := self.model.spec.positional.table_rows) is not None:  # never past the encoder's table
             padded_length = max(length, min(padded_length, limit))
         source = bucket(batch), padded_length
-        padded = np.full(source, self.pad, np.int64)
+        padded, real = np.full(source, self.pad, np.int64), np.zeros(source, np.int64)
         padded[:batch, :length] = src
-        feeds = {"src": padded}
+        real[:batch, :length] = implied_mask(src, self.pad) if mask is None else mask
+        feeds = self.model.feeds("encoder", {"src": padded, "attention_mask": real})
         session = self.model.sessions["encoder"]
-        if any(i.name == "segments" for i in session.get_inputs()):
-            feeds["segments"] = np.zeros_like(padded)
         binding = session.io_binding()
         for name, value in feeds.items():
             binding.bind_cpu_input(name, value)

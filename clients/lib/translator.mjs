@@ -173,6 +173,11 @@ export class Translator {
       num_beams: scalar(beam),
       length_penalty: new this.Tensor("float32", Float32Array.from([alpha]), []),
     };
+    if (this.session.inputNames.includes("attention_mask")) { // 1 at each source's own tokens: padding is data
+      const mask = new BigInt64Array(sources.length * width);
+      sources.forEach((s, r) => mask.fill(1n, r * width, r * width + s.length));
+      feeds.attention_mask = new this.Tensor("int64", mask, [sources.length, width]);
+    }
     if (this.rowLimits) feeds.max_extra = scalar(maxExtra);
     if (this.session.inputNames.includes("min_length")) feeds.min_length = scalar(0);
     let out;
