@@ -73,8 +73,8 @@ def test_config_only_counts_as_transformers(cli, tmp_path):
 
 
 @pytest.mark.parametrize("config_class,change,needle", [
-    ("LlamaConfig", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0}},
-     "rope type \"yarn\" is not supported"),
+    ("LlamaConfig", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4, "factor": 4.0}},
+     "rope type \"proportional\" is not supported"),
     ("LlamaConfig", {"hidden_act": "gelu_fast"}, "hidden_act"),
     ("LlamaConfig", {"attention_bias": "yes"}, "attention_bias must be true or false, got \"yes\""),
     ("LlamaConfig", {"moe_experts": 8}, "unknown field moe_experts"),
