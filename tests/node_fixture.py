@@ -32,6 +32,12 @@ decoder: {layers: 1, block: [causal_self_attention, ffn]}
 """
 
 
+PREVIOUS = Path(__file__).parent / "fixtures" / "before-masks" / "seq2seq-onnx"
+"""An export written before encoder graphs took ``attention_mask`` (tests/test_masks_full.py):
+the client feeds only the inputs a graph has."""
+PREVIOUS_LINES = json.loads((PREVIOUS.parent / "seq2seq-onnx-tokens.json").read_text())["lines"]
+
+
 def run(*args: str, stdin: str | None = None) -> dict:
     """Exit status, standard output and standard error of ``tfspec ARGS`` (in this process)."""
     out, err = io.StringIO(), io.StringIO()
@@ -77,6 +83,9 @@ def cases(dirs: dict[str, Path]) -> list[dict]:
               ("dec", ["--beam", "1"])]
     others = [("ids", [], "5 6\n7 1000\n"), ("ids", [], "5 six\n"), ("ids", [], "-1\n"), ("text", ["--beam", "0"], ""),
               ("text", ["--max-extra", "-1"], ""), ("text", [], "x" * 100_001 + "\n"), ("text", [], "")]  # and no input
+    # the pad id (0) as a word inside sources of a batch that pads: the client feeds attention_mask
+    others += [("ids", ["--beam", "1", "--max-extra", "6"], "5 0 7 8 0 9\n0 12\n33\n")]
+    others += [("old", args, "\n".join(PREVIOUS_LINES) + "\n") for args in (["--max-extra", "8"], ["--beam", "1"])]
     out = [{"dir": d, "args": a, "input": inputs[d]} for d, a in wanted]
     out += [{"dir": d, "args": a, "input": i} for d, a, i in others]
     for case in out:
@@ -115,7 +124,7 @@ def python_reference() -> dict:
 def write(root: Path) -> Path:
     """Write the exports, cases.json and python.json into ``root``."""
     root.mkdir(parents=True, exist_ok=True)
-    dirs = exports(root)
+    dirs = exports(root) | {"old": PREVIOUS}
     (root / "cases.json").write_text(json.dumps({"dirs": {k: str(v) for k, v in dirs.items()}, "cases": cases(dirs)},
                                                 ensure_ascii=False))
     (root / "python.json").write_text(json.dumps(python_reference() | {"tokenizer": tokenizer_reference(
