@@ -17,8 +17,7 @@ MUTANTS = [
          tests=["tests/test_onnx.py::test_every_layer_kind_matches_pytorch"
                 "[encoder-only, every bidirectional kind-18]"]),
     dict(name="ONNX target padding mask hides the start token of pad-started decoders (T5)",
-         file="backends/onnx/graphs.py", old='b.op("Greater", later, b.const(np.int64(0)))',
-         new='b.op("GreaterOrEqual", later, b.const(np.int64(0)))',
+         file="tfspec/padding.py", old="keep[:, 0] = True", new="keep[:, 0] = keep[:, 0]",
          tests=["tests/test_onnx.py::test_a_pad_started_target_keeps_its_start_token"]),
     dict(name="step graph's position offset off by one",
          file="backends/onnx/graphs.py", old='start = self.offset() if self.kind == "step" and seq == "T"',
