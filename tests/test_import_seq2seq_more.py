@@ -1,10 +1,14 @@
-"""`tfspec import` of M2M-100 (NLLB-200's class), umT5 and Switch Transformers against
+"""`tfspec import` of M2M-100 (NLLB-200's class), umT5, Switch Transformers and NLLB-MoE against
 transformers: small random models (every weight perturbed) written by ``save_pretrained`` and
 imported through the CLI; logits of the PyTorch backend and of the exported ONNX graphs equal
 on a right-padded batch, 20 greedy tokens (PyTorch, and onnxruntime's KV-cached step graph)
 equal to ``generate``, each default configuration counted as transformers counts it, import ->
 ``export --format hf`` -> ``from_pretrained`` giving the original logits back, and bad or
-inexact configurations refused in one line."""
+inexact configurations refused in one line.
+
+NLLB-MoE's reference is transformers' model with its experts dispatched as transformers 4 (and
+fairseq) did (``fairseq_experts``): transformers 5.24's NllbMoeExperts applies expert_1 and
+expert_0 to every token whatever the router chose."""
 
 from __future__ import annotations
 
@@ -40,7 +44,31 @@ CASES = {
     "switch": ("SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration", T5_SHAPE | dict(
         num_layers=4, num_decoder_layers=2, num_experts=4, num_sparse_encoder_layers=2, num_sparse_decoder_layers=1,
         expert_capacity=2)),
+    # layer 1 of each stack sparse: top-2 of 4 biased experts, outputs scaled by 1 - moe_token_dropout
+    "nllb_moe": ("NllbMoeConfig", "NllbMoeForConditionalGeneration", dict(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48, max_position_embeddings=64,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, num_experts=4,
+        encoder_sparse_step=2, decoder_sparse_step=2, moe_token_dropout=0.2)),
 }
+
+
+def fairseq_experts(self, hidden_states, router_mask, router_probs):
+    """transformers 4.46's NllbMoeSparseMLP dispatch (``router_mask = router_probs.bool()``): each
+    token through every expert its combine weights name, times that weight, the sum scaled by
+    1 - moe_token_dropout at inference."""
+    out = torch.zeros_like(hidden_states)
+    for expert in range(self.num_experts):
+        rows = router_probs[:, expert].nonzero(as_tuple=True)[0]
+        y = self[f"expert_{expert}"](hidden_states[rows]) * router_probs[rows, expert, None]
+        out.index_add_(0, rows, (y * (1 - self.moe_token_dropout)).to(out.dtype))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _nllb_moe_dispatch(monkeypatch):
+    from transformers.models.nllb_moe.modeling_nllb_moe import NllbMoeExperts
+    monkeypatch.setattr(NllbMoeExperts, "forward", fairseq_experts)
 
 
 def save(case: str, path: Path):
@@ -90,8 +118,10 @@ def test_logits_and_greedy_decoding_match_transformers(case, cli, tmp_path):
 
 DEFAULTS = {"m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),
             "umt5": ("UMT5Config", "UMT5ForConditionalGeneration"),
-            "switch": ("SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration")}
-"""m2m100_418M's shape; umT5-small's; switch-base-8's (3 of 12 layers sparse per stack, 8 experts)."""
+            "switch": ("SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration"),
+            "nllb_moe": ("NllbMoeConfig", "NllbMoeForConditionalGeneration")}
+"""m2m100_418M's shape; umT5-small's; switch-base-8's (3 of 12 layers sparse per stack, 8 experts);
+NLLB-MoE's layers at d_model 1024 with 128 experts in every 4th layer."""
 
 
 @pytest.mark.parametrize("family", DEFAULTS)
@@ -129,6 +159,11 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("switch", {"expert_capacity": "64"}, "expert_capacity must be an integer"),
     ("switch", {"dense_act_fn": "gelu_fast"}, "dense_act_fn: \"gelu_fast\" is not supported"),
     ("switch", {"n_positions": 512}, "unknown field n_positions"),
+    ("nllb_moe", {"second_expert_policy": "sampling"}, "second_expert_policy: \"sampling\" is not supported"),
+    ("nllb_moe", {"moe_eval_capacity_token_fraction": 0.5}, "moe_eval_capacity_token_fraction: 0.5 is not supp"),
+    ("nllb_moe", {"router_bias": True}, "router_bias: true is not supported"),
+    ("nllb_moe", {"moe_token_dropout": 1.0}, "moe_token_dropout must be at least 0 and below 1, got 1.0"),
+    ("nllb_moe", {"encoder_sparse_step": "4"}, "encoder_sparse_step must be an integer"),
     # not imported: BlenderbotSmall's decoder normalises unscaled token embeddings before the positions
     ("m2m_100", {"model_type": "blenderbot-small"}, "model_type 'blenderbot-small' is not supported"),
 ])

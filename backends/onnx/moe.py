@@ -34,7 +34,8 @@ def moe(e, node: Node, x: str) -> str:
         weight = b.op("ReduceSum", b.op("Mul", b.op("GatherND", top, index),
                                         b.op("Cast", b.op("GatherND", hit, index), to=b.elem_type)), b.ints(1),
                       keepdims=1)  # (M, 1): its router weight in each row
-        weights = [b.const(b.weights[p[role]][expert]) if p.get(role) else None for role in ("w_1", "w_3", "w_2")]
+        weights = [b.const(b.weights[p[role]][expert]) if p.get(role) else None
+                   for role in ("w_1", "w_3", "w_2", "b_1", "b_2")]
         out = _ffn(b, a, b.op("GatherND", flat, index), *weights)  # (M, d)
         y = b.op("ScatterND", y, index, b.op("Mul", out, weight), reduction="add")
     if "w_shared_1" in p:
@@ -99,11 +100,12 @@ def _f32(b, value: float) -> str:
     return b.const(np.float32(value), dtype=np.float32)
 
 
-def _ffn(b, a: dict, x: str, w_1: str, w_3: str | None, w_2: str) -> str:
-    """act(x W1) (* x W3 when gated), then W2; weights in PyTorch's (out, in) layout, no biases."""
-    def times(h, weight):
-        return b.op("Gemm", h, weight, transB=1)
-    h = activation(b, times(x, w_1), a["activation"])
+def _ffn(b, a: dict, x: str, w_1: str, w_3: str | None, w_2: str, b_1: str | None = None,
+         b_2: str | None = None) -> str:
+    """act(x W1 + b1) (* x W3 when gated), then W2 (+ b2); weights in PyTorch's (out, in) layout."""
+    def times(h, weight, bias=None):
+        return b.op("Gemm", h, weight, bias, transB=1)
+    h = activation(b, times(x, w_1, b_1), a["activation"])
     if w_3 is not None:
         h = b.op("Mul", h, times(x, w_3))
-    return times(h, w_2)
+    return times(h, w_2, b_2)

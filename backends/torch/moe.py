@@ -42,7 +42,7 @@ class MixtureOfExperts(OpModule):
             rows, slot = (chosen == expert).nonzero(as_tuple=True)
             if rows.numel():
                 y = self._ffn(ctx, flat[rows], self.w_1[expert], self.w_3[expert] if self.gated else None,
-                              self.w_2[expert])
+                              self.w_2[expert], *self._biases(expert))
                 out.index_add_(0, rows, y * weights[rows, slot, None])
         if getattr(self, "w_shared_1", None) is not None:
             y = self._ffn(ctx, flat, self.w_shared_1, getattr(self, "w_shared_3", None), self.w_shared_2)
@@ -83,11 +83,17 @@ class MixtureOfExperts(OpModule):
         loss = self.balance * self.experts * (routed * probs.mean(0)).sum() * n
         return loss + self.z_loss * torch.logsumexp(logits, -1).square().sum()
 
-    def _ffn(self, ctx, x, w_1, w_3, w_2):
-        """One expert: act(x W1) (* x W3 when gated), dropout, then W2 (no biases)."""
-        h = self.act(F.linear(x, w_1))
+    def _biases(self, expert: int) -> tuple:
+        """The expert's two biases (NLLB-MoE), or (None, None)."""
+        if getattr(self, "b_1", None) is None:
+            return None, None
+        return self.b_1[expert], self.b_2[expert]
+
+    def _ffn(self, ctx, x, w_1, w_3, w_2, b_1=None, b_2=None):
+        """One expert: act(x W1 + b1) (* x W3 when gated), dropout, then W2 (+ b2)."""
+        h = self.act(F.linear(x, w_1, b_1))
         if w_3 is not None:
             h = h * F.linear(x, w_3)
         if self.p and ctx.training:
             h = F.dropout(h, self.p)
-        return F.linear(h, w_2)
+        return F.linear(h, w_2, b_2)

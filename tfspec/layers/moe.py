@@ -68,6 +68,9 @@ class MixtureOfExperts(Sublayer):
     residual passes it on). Switch Transformers' expert_capacity (switch-base-8: 64), counted as
     transformers' SwitchTransformersTop1Router counts it, over the positions of one forward call,
     so a decoding step of one position never reaches it. Top-1 routing only; null: no bound."""
+    bias: bool = False
+    """Biases on each routed expert's two linear layers (NLLB-MoE's fc1 and fc2; Mixtral's,
+    Qwen2-MoE's, DeepSeek's and Switch's experts have none). The router never has one."""
     d_ff: Width | None = None
     """Inner size of each routed expert; defaults to the spec's d_ff."""
     shared: Annotated[int, Field(ge=0, le=64)] = 0
@@ -124,8 +127,8 @@ class MixtureOfExperts(Sublayer):
         return layer
 
     def idle(self, params: dict[str, int]) -> int:
-        """The routed experts a token does not run: (E - top_k) / E of w_1, w_2 and w_3."""
-        routed = sum(params.get(role, 0) for role in ("w_1", "w_2", "w_3"))
+        """The routed experts a token does not run: (E - top_k) / E of w_1, w_2, w_3 and the biases."""
+        routed = sum(params.get(role, 0) for role in ("w_1", "w_2", "w_3", "b_1", "b_2"))
         return routed * (self.experts - self.top_k) // self.experts
 
     def flops(self, s, dense=False):
@@ -146,6 +149,8 @@ class MixtureOfExperts(Sublayer):
                   "w_2": ((e, d, f), "xavier_uniform")}
         if layer.gated:
             params["w_3"] = ((e, f, d), "xavier_uniform")
+        if layer.bias:
+            params |= {"b_1": ((e, f), "zeros"), "b_2": ((e, d), "zeros")}
         if layer.score_bias:
             params["score_bias"] = ((e,), "zeros")
         if layer.shared:
