@@ -246,6 +246,9 @@ def main() -> None:
     p.add_argument("--out-len", type=int, default=64, help="output tokens, exactly (end of sentence forbidden before)")
     p.add_argument("--no-int8", dest="int8", action="store_false", help="skip the int8 engines")
     p.add_argument("--quick", action="store_true", help="batch 1 greedy only, 3 rounds, no int8: a smoke test")
+    p.add_argument("--settings", help="comma-separated BATCHxBEAM cells, e.g. 1x1,16x4 (default: all four)")
+    p.add_argument("--fastest", action="store_true",
+                   help="report each cell's fastest round, not the median: on a busy machine the least disturbed one")
     p.add_argument("--shortlist", type=int, default=0, metavar="N",
                    help="with ort18: also decode with a shortlist of N target ids per batch (module docstring)")
     args = p.parse_args()
@@ -253,6 +256,8 @@ def main() -> None:
     if unknown := set(args.engines) - set(ENGINES):
         p.error(f"unknown engines {sorted(unknown)}; choose from {','.join(ENGINES)}")
     settings = SETTINGS[:1] if args.quick else SETTINGS
+    if args.settings:
+        settings = [tuple(int(v) for v in cell.split("x")) for cell in args.settings.split(",")]
     if args.quick:
         args.rounds, args.int8 = min(args.rounds, 3), False
     torch.set_num_threads(args.threads)
@@ -286,7 +291,9 @@ def main() -> None:
 
     import onnxruntime
     ct2_version = __import__("ctranslate2").__version__ if any("CTranslate2" in n for n in runs) else "-"
-    print(f"\n{spec.name}: src {args.src_len} -> exactly {args.out_len} tokens, {args.threads} threads, median of "
+    summary = min if args.fastest else statistics.median
+    print(f"\n{spec.name}: src {args.src_len} -> exactly {args.out_len} tokens, {args.threads} threads, "
+          f"{'fastest' if args.fastest else 'median'} of "
           f"{args.rounds} rounds, {wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
           f"hypervisor stole {steal / wall:.2f} of the {os.cpu_count()} cores; onnxruntime "
           f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
@@ -302,7 +309,7 @@ def main() -> None:
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for (batch, beam) in settings:
         for suffix in ("", " int8") if args.int8 else ("",):
-            speed = {n: batch * args.out_len / statistics.median(times[(batch, beam), n + suffix])
+            speed = {n: batch * args.out_len / summary(times[(batch, beam), n + suffix])
                      for n in names if (n + suffix) in runs}
             cells = [f"{speed[n]:.0f}" if n in speed else "-" for n in names]
             cells += [f"{speed[o] / speed[r]:.2f}" if o in speed and r in speed else "-" for o, r in ratios]
