@@ -165,3 +165,11 @@ def test_decoder_only_export_refuses_shortlist(cli, corpus, write_spec, tmp_path
 def test_ids_outside_the_vocabulary_refused():
     with pytest.raises(TfspecError, match=r"pair 2: token ids outside the vocabularies \(10 source, 10 target\)"):
         build([([4, 5], [6]), ([4], [12])], 10, 10, SPECIALS)
+
+
+def test_generate_engine_refuses_shortlist(cli, tiny, tmp_path):
+    root, _ = tiny
+    (tmp_path / "in.txt").write_text("5 6 7\n")
+    code, _, err = cli("translate", root / "real", tmp_path / "in.txt", "--shortlist", "--engine", "generate")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "error: --shortlist decodes with --engine search: generate.onnx scores the whole vocabulary")
