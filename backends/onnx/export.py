@@ -18,12 +18,12 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 
 from tfspec import __version__
-from tfspec.backends.torch import TorchModel
 from tfspec.checks import Check
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
@@ -33,9 +33,11 @@ from tfspec.spec import spec_from_data
 from .generate import compose
 from .generator import check_generate, differences
 from .graphs import emit
-from .parity import check_parity
 from .shortlist import check_shortlist
 from .runtime import FORMAT, MANIFEST, OnnxModel
+
+if TYPE_CHECKING:  # torch is imported by exporting only: loading and serving an export never needs it
+    from tfspec.backends.torch import TorchModel
 
 EXTERNAL_DATA_BYTES = 1 << 28
 """Graphs whose weights exceed this keep them in a side file (protobuf caps files at 2 GiB)."""
@@ -106,6 +108,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
             manifest["shortlist"] = {"file": SHORTLIST, **shortlist.meta}
         write_manifest(staging, manifest)
         if parity:  # checked (and quantised) before publishing: a failure or an interrupt leaves nothing
+            from .parity import check_parity  # imports torch
             result.checks = check_parity(OnnxModel(staging, device="cpu"), model, tolerance=5e-2 if fp16 else 1e-4)
             if generate:
                 result.checks += check_generate(OnnxModel(staging, device="cpu"))
