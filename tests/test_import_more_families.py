@@ -236,8 +236,8 @@ def test_hf_export_round_trip_gives_the_original_outputs(case, cli, tmp_path):
     ("blenderbot", {"decoder_attention_heads": 2}, "decoder_attention_heads: 2 is not supported"),
     ("blenderbot", {"max_position_embeddings": None}, "max_position_embeddings must be an integer, got null"),
     ("blenderbot", {"tie_word_embeddings": False}, "tie_word_embeddings: false is not supported"),
-    # its decoder normalises the token embeddings before adding positions: tfspec's embed_norm follows the sum
-    ("blenderbot", {"model_type": "blenderbot-small"}, "model_type 'blenderbot-small' is not supported"),
+    # FSMT's two vocabularies and untied, unshared embeddings: not imported
+    ("blenderbot", {"model_type": "fsmt"}, "model_type 'fsmt' is not supported"),
 ])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, architecture, fields = CASES[case]

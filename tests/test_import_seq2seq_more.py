@@ -1,6 +1,6 @@
-"""`tfspec import` of M2M-100 (NLLB-200's class), umT5, Switch Transformers and NLLB-MoE against
-transformers: small random models (every weight perturbed) written by ``save_pretrained`` and
-imported through the CLI; logits of the PyTorch backend and of the exported ONNX graphs equal
+"""`tfspec import` of M2M-100 (NLLB-200's class), umT5, Switch Transformers, NLLB-MoE and
+BlenderbotSmall against transformers: small random models (every weight perturbed) written by
+``save_pretrained`` and imported through the CLI; logits of the PyTorch backend and of the exported ONNX graphs equal
 on a right-padded batch, 20 greedy tokens (PyTorch, and onnxruntime's KV-cached step graph)
 equal to ``generate``, each default configuration counted as transformers counts it, import ->
 ``export --format hf`` -> ``from_pretrained`` giving the original logits back, and bad or
@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from hf_checkpoints import assert_config_imports_at_count, save_random
+from hf_checkpoints import assert_config_imports_at_count, save_random, transformers_count
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.spec import load_spec
@@ -50,6 +51,11 @@ CASES = {
         decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48, max_position_embeddings=64,
         pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, num_experts=4,
         encoder_sparse_step=2, decoder_sparse_step=2, moe_token_dropout=0.2)),
+    # scaled encoder embeddings normalised with the positions; the decoder's unscaled, normalised before them
+    "blenderbot_small": ("BlenderbotSmallConfig", "BlenderbotSmallForConditionalGeneration", dict(
+        vocab_size=VOCAB, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=48, max_position_embeddings=64,
+        pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1, scale_embedding=True)),
 }
 
 
@@ -119,17 +125,29 @@ def test_logits_and_greedy_decoding_match_transformers(case, cli, tmp_path):
 DEFAULTS = {"m2m_100": ("M2M100Config", "M2M100ForConditionalGeneration"),
             "umt5": ("UMT5Config", "UMT5ForConditionalGeneration"),
             "switch": ("SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration"),
-            "nllb_moe": ("NllbMoeConfig", "NllbMoeForConditionalGeneration")}
+            "nllb_moe": ("NllbMoeConfig", "NllbMoeForConditionalGeneration"),
+            "blenderbot_small": ("BlenderbotSmallConfig", "BlenderbotSmallForConditionalGeneration")}
 """m2m100_418M's shape; umT5-small's; switch-base-8's (3 of 12 layers sparse per stack, 8 experts);
-NLLB-MoE's layers at d_model 1024 with 128 experts in every 4th layer."""
+NLLB-MoE's layers at d_model 1024 with 128 experts in every 4th layer; blenderbot_small-90M's."""
 
 
 @pytest.mark.parametrize("family", DEFAULTS)
 def test_default_config_counts_as_transformers(family, cli, tmp_path):
-    """No tensor is counted differently: M2M-100's sinusoids are buffers transformers does not
-    count (tfspec computes them), and these classes have no final_logits_bias."""
+    """M2M-100's sinusoids are buffers transformers does not count (tfspec computes them);
+    BlenderbotSmall's final_logits_bias is a buffer there too, a trained output bias tfspec
+    counts: its count is transformers' plus that buffer's size."""
     config_class, model_class = DEFAULTS[family]
-    assert_config_imports_at_count(cli, tmp_path / "hf", getattr(transformers, config_class)(), model_class)
+    config = getattr(transformers, config_class)()
+    if family != "blenderbot_small":
+        return assert_config_imports_at_count(cli, tmp_path / "hf", config, model_class)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    with torch.device("meta"):
+        model = getattr(transformers, model_class)(config)
+    bias = dict(model.named_buffers())["final_logits_bias"].numel()
+    assert code == 0 and json.loads(out)["params"]["total"] == transformers_count(config, model_class) + bias
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -164,8 +182,9 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("nllb_moe", {"router_bias": True}, "router_bias: true is not supported"),
     ("nllb_moe", {"moe_token_dropout": 1.0}, "moe_token_dropout must be at least 0 and below 1, got 1.0"),
     ("nllb_moe", {"encoder_sparse_step": "4"}, "encoder_sparse_step must be an integer"),
-    # not imported: BlenderbotSmall's decoder normalises unscaled token embeddings before the positions
-    ("m2m_100", {"model_type": "blenderbot-small"}, "model_type 'blenderbot-small' is not supported"),
+    ("blenderbot_small", {"scale_embedding": 1}, "scale_embedding must be true or false"),
+    ("blenderbot_small", {"decoder_vocab_size": 50}, "decoder_vocab_size: 50 is not supported"),
+    ("blenderbot_small", {"normalize_before": True, "extra": 1}, "unknown field extra"),
 ])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]
@@ -175,3 +194,23 @@ def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, need
     code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "ours").exists()
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"embed_norm": False}, "decoder.embed_norm_on: embed_norm_on: tokens places the embedding norm, but embed_norm "
+                            "is false"),
+    ({"decoder": {"embed_norm_on": "positions"}}, "decoder.embed_norm_on: input should be 'sum' or 'tokens'"),
+    ({"decoder": {"embed_scale": "maybe"}}, "decoder.embed_scale: input should be a valid boolean"),
+])
+def test_bad_stack_embedding_fields_are_one_error_line(change, needle, cli, tmp_path):
+    """BlenderbotSmall's imported spec with its decoder's embedding options made wrong."""
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(transformers.BlenderbotSmallConfig(**CASES["blenderbot_small"][2])
+                                                 .to_json_string())
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
+    data = yaml.safe_load((tmp_path / "ours" / "spec.yaml").read_text())
+    for key, value in change.items():
+        data[key] = data[key] | value if isinstance(value, dict) else value
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(data))
+    code, _, err = cli("validate", tmp_path / "bad.yaml")
+    assert code == 2 and err.startswith("error: ") and needle in err and len(err.strip().splitlines()) == 1, err

@@ -97,23 +97,28 @@ def build_graph(spec: Spec) -> Graph:
 
 def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | None]:
     """Token ids -> embeddings (x sqrt(d_model)) + positions -> dropout (§3.4, §3.5, §5.4);
-    an encoder reading frames projects them instead (no embedding matrix: None). Narrower
+    an encoder reading frames projects them instead (no embedding matrix: None). ``embed_norm``
+    follows the positions, or precedes them where the stack's ``embed_norm_on`` says. Narrower
     embeddings are projected to d_model before positions or after the dropout, as the spec's
     ``embed_projection`` says."""
     s, stack, projection = b.spec, b.stack, b.spec.embed_projection
-    width = s.embed_width
+    width, own = s.embed_width, getattr(b.spec, b.stack)  # own: the Stack, for its embedding options
     if s.frames is not None and stack == "encoder":
         x, embedding = s.frames.lower(b), None
     else:
         tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
         b.graph.ports[INPUT[stack]] = tokens
         weight = tie or ((vocab, width), f"normal:{width ** -0.5}")
-        scale = (math.sqrt(s.d_model) if s.embed_scale else 1.0) * s.embed_multiplier
+        scaled = s.embed_scale if own.embed_scale is None else own.embed_scale
+        scale = (math.sqrt(s.d_model) if scaled else 1.0) * s.embed_multiplier
         x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
                  params={"weight": weight}, component="embedding", shape=("B", b.seq, width))
         embedding = b.graph.node(x).params["weight"]
     if projection is not None and projection.projects == "tokens":  # OPT-350m: positions at d_model
         x, width = projection.lower_in(b, x), s.d_model
+    norm_on = own.embed_norm_on if s.embed_norm else None
+    if norm_on == "tokens":  # BlenderbotSmall's decoder: the positions join after the norm
+        x = b.norm(f"{stack}.embed_norm", x, width)
     if s.positional.kind in ("sinusoidal", "learned"):
         params = {}
         if s.positional.kind == "learned":
@@ -132,7 +137,7 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
         b.graph.ports["segments"] = ids
         x = b.op(f"{stack}.segment", "segment_embedding", [x, ids], component="embedding",
                  params={"weight": ((s.segments, width), "normal:0.02")}, shape=("B", b.seq, width))
-    if s.embed_norm:
+    if norm_on == "sum":
         x = b.norm(f"{stack}.embed_norm", x, width)
     x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout}, shape=("B", b.seq, width))
     if projection is not None and projection.projects == "inputs":  # ALBERT, ELECTRA: the normed sum

@@ -175,6 +175,14 @@ class Stack(SpecModel):
     share_layers: LayerSharing | None = None
     """Cross-layer parameter sharing without a timestep signal (ALBERT): runs of layers applying
     a few layers' weights in turn (``tfspec.spec.sharing``); None: every layer has its own."""
+    embed_scale: bool | None = None
+    """This stack's token embeddings scaled by sqrt(d_model) or not, where it differs from the
+    spec's ``embed_scale`` (BlenderbotSmall's decoder never scales them, its encoder does under
+    scale_embedding); None: the spec's."""
+    embed_norm_on: Literal["sum", "tokens"] = "sum"
+    """What the spec's ``embed_norm`` normalises in this stack: the token embeddings plus the
+    positions (BERT, BART), or the token embeddings alone, the positions added after it
+    (BlenderbotSmall's decoder)."""
 
     @model_validator(mode="after")
     def _one_form(self) -> Stack:
@@ -502,6 +510,9 @@ class Spec(SpecModel):
         spec = getattr(self, stack)
         if spec is None:
             return
+        if spec.embed_norm_on != "sum" and not self.embed_norm:
+            raise field_error(f"{stack}.embed_norm_on", f"embed_norm_on: {spec.embed_norm_on} places the embedding "
+                              "norm, but embed_norm is false: set embed_norm: true or drop embed_norm_on")
         for path, layer in spec.entries():
             field = f"{stack}.{path}"
             if layer.needs_memory and not (stack == "decoder" and self.family == "encoder-decoder"):

@@ -10,9 +10,8 @@ published configs scale the embeddings (``scale_embedding``). Decoding starts fr
 (``decoder_start_token_id`` 1). Defaults are BlenderbotConfig's (blenderbot-3B's shape: 2
 encoder and 24 decoder layers).
 
-BlenderbotSmall (``blenderbot-small``, blenderbot_small-90M) is not imported: its decoder
-normalises the token embeddings before adding the positions (and leaves them unscaled under
-``scale_embedding``), where tfspec's ``embed_norm`` normalises embeddings + positions.
+BlenderbotSmall (``blenderbot-small``, blenderbot_small-90M) is BART-like instead
+(``blenderbot_small.py``).
 """
 
 from __future__ import annotations
