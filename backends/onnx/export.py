@@ -31,6 +31,7 @@ from tfspec.shortlist import FILE as SHORTLIST, Shortlist, save as save_shortlis
 from tfspec.spec import spec_from_data
 
 from .generate import compose
+from .fused import FUSED_KINDS, fuse
 from .generator import check_generate, differences
 from .graphs import emit
 from .shortlist import check_shortlist
@@ -65,16 +66,20 @@ def graph_kinds(model: TorchModel, static: bool = False) -> list[str]:
 
 def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool = False,
            parity: bool = True, int8: bool = False, static_cache: bool = False, generate: bool = False,
-           shortlist: Shortlist | None = None) -> Exported:
+           shortlist: Shortlist | None = None, fused: bool = False) -> Exported:
     """Write the ONNX graphs of ``model`` (with its current weights) into ``directory``; with
     ``int8``, the float32 graphs are checked first and then replaced by quantised ones; with
     ``static_cache``, also the static step graph (``graphs`` module docstring) that GPUs
     replay as CUDA graphs; with ``generate``, also generate.onnx, the encoder and the whole
     search in one graph (``generate`` module), checked token for token against the Python
     search over the step graph; with ``shortlist`` (``tfspec.shortlist``), also the shortlist
-    step graph and the shortlist file, checked against the step graph's log-probabilities."""
+    step graph and the shortlist file, checked against the step graph's log-probabilities; with
+    ``fused``, the float32 graphs use onnxruntime's fused CPU operators (``fused`` module)."""
     if int8 and fp16:
         raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
+    if fused and (fp16 or generate):
+        raise TfspecError("--fused emits onnxruntime's CPU operators into float32 graphs; generate.onnx is standard "
+                          f"ONNX operators only: leave out {'--fp16' if fp16 else '--generate'}")
     graph, spec = model.graph, model.graph.spec
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -97,6 +102,8 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     try:
         for kind in graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else []):
             proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
+            if fused and kind in FUSED_KINDS:
+                manifest.setdefault("fused", {})[kind] = dict(fuse(proto))
             path = staging / f"{kind}.onnx"
             save_graph(proto, path)
             onnx.checker.check_model(str(path), full_check=True)

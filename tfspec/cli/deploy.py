@@ -24,16 +24,17 @@ def cmd_export(args) -> int:
     if args.tokenizer is not None:
         _check_tokenizer(args)
     if args.format == "hf":
-        if args.opset is not None or args.int8 or args.static_cache or args.generate:
+        if args.opset is not None or args.int8 or args.static_cache or args.generate or args.fused:
             flag = ("--opset" if args.opset is not None else "--int8" if args.int8 else
-                    "--static-cache" if args.static_cache else "--generate")
+                    "--static-cache" if args.static_cache else "--generate" if args.generate else "--fused")
             raise TfspecError(f"{flag} applies to --format onnx; a Hugging Face checkpoint keeps float weights "
                               "and has no graphs")
         from tfspec.cli.interop import export_hf
 
         return export_hf(args)
-    if args.format == "genai" and (args.int8 or args.static_cache or args.generate):
-        flag = "--int8" if args.int8 else "--static-cache" if args.static_cache else "--generate"
+    if args.format == "genai" and (args.int8 or args.static_cache or args.generate or args.fused):
+        flag = ("--int8" if args.int8 else "--static-cache" if args.static_cache else
+                "--generate" if args.generate else "--fused")
         raise TfspecError(f"{flag} applies to --format onnx; --format genai writes one float graph that "
                           "onnxruntime-genai drives")
     args.opset = args.opset or DEFAULT_OPSET
@@ -52,7 +53,8 @@ def cmd_export(args) -> int:
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
     else:
         result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
-                        int8=args.int8, static_cache=args.static_cache, generate=args.generate, shortlist=shortlist)
+                        int8=args.int8, static_cache=args.static_cache, generate=args.generate, shortlist=shortlist,
+                        fused=args.fused)
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
@@ -287,6 +289,10 @@ def register(command) -> None:
                         "penalty, end of sentence) in one graph of standard ONNX operators: input_ids, max_length, "
                         "num_beams, length_penalty in; sequences, sequences_scores out (docs/export-onnx.md); "
                         "checked token for token against the Python search")
+    c.add_argument("--fused", action="store_true",
+                   help="ONNX: onnxruntime's fused CPU operators (MultiHeadAttention, SkipLayerNormalization, "
+                        "SkipSimplifiedLayerNormalization) in place of the standard-op patterns: fewer nodes per "
+                        "step, faster small models on CPU; runs on onnxruntime only (docs/export-onnx.md)")
     c.add_argument("--shortlist", type=Path, metavar="CORPUS_DIR",
                    help="ONNX, encoder-decoders: also write shortlist.safetensors, the target tokens each source "
                         "token's translations use in CORPUS_DIR's training pairs (a `tfspec data fetch` or `prepare` "
