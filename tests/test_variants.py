@@ -15,7 +15,7 @@ from tfspec import build_graph, load_spec
 from tfspec.analysis.flops import analyze_flops
 from tfspec.analysis.paths import stack_paths
 from tfspec.backends.torch import build_module
-from tfspec.backends.torch.attention import rotary
+from tfspec.backends.torch.positions.rotary import rotary
 from tfspec.backends.torch.model import RunContext
 from tfspec.backends.torch.training import Pairs, TrainConfig, train
 from tfspec.backends.torch.training.batches import masked

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .attention import Rotation, rotate
+from .positions.rotary import Rotation, rotate
 from .registry import OpModule, lowering
 
 

@@ -30,6 +30,9 @@ from tfspec.spec.positions import Positional
 
 INHERITED = ("heads", "kv_heads", "d_k", "d_v", "positions")
 """Fields a layer may set for itself and otherwise takes from the spec (``resolved``)."""
+SCORE_MODIFIERS = ("softcap",)
+"""Fields that transform a layer's logits after its position terms and before the mask, in
+the order applied; each backend registers one module per field (``backends/*/modifiers``)."""
 
 
 class Attention(Sublayer):
@@ -66,8 +69,8 @@ class Attention(Sublayer):
     qk_norm (OLMo-7B-0424's and DBRX's clip_qkv: 8), which bounds them in low precision; None:
     no clamp."""
     softcap: Annotated[float, Field(gt=0, le=1e6)] | None = None
-    """Scores squashed to c * tanh(s / c) before the mask and softmax (Gemma 2's
-    attn_logit_softcapping: 50); None: no cap."""
+    """Scores squashed to c * tanh(s / c) after any position terms, before the mask and softmax
+    (Gemma 2's attn_logit_softcapping: 50), so the cap bounds every logit; None: no cap."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
@@ -211,8 +214,9 @@ class Attention(Sublayer):
             params |= disentangled.table_params(b, name, positions)
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
-                 "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "softcap": layer.softcap, "clip": layer.clip,
+                 "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "clip": layer.clip,
                  "positions": None if positions is None else positions.model_dump()}
+        attrs |= {field: getattr(layer, field) for field in SCORE_MODIFIERS}
         if layer.qk_norm != "none" or disentangled.NORM in params:
             attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)

@@ -5,10 +5,9 @@ modules that map them, each killed by the family tests against transformers."""
 QK_NORM_TESTS = ["tests/test_import_qk_norm_families.py::test_logits_and_greedy_tokens_match_transformers"]
 
 TORCH_NORM = ("            if self.qk_norm != \"none\":\n"
-              "                q, k = self._normed(q, \"q\"), self._normed(k, \"k\")\n")
-TORCH_ROTARY = ("            if self.rotary is not None:  # one rotation table per call, for every layer\n"
-                "                cos, sin = self.rotary(ctx, self.q_seq, Lq, x)\n"
-                "                q, k = rotate(q, cos, sin), rotate(k, cos, sin)\n")
+              "                q, k = normed(self, q, \"q\"), normed(self, k, \"k\")\n")
+TORCH_ROTARY = ("            if self.turn is not None:  # rotary positions\n"
+                "                q, k = self.turn(ctx, q, k)\n")
 ONNX_NORM = ("        if a[\"qk_norm\"] != \"none\":\n"
              "            q, k = _normed(b, node, q, \"q\"), _normed(b, node, k, \"k\")\n")
 ONNX_ROTARY = ("        positions = a[\"positions\"] or {}\n"
@@ -42,21 +41,12 @@ MUTANTS = [
 ]
 
 GEMMA_BLOOM_TESTS = "tests/test_import_gemma2_bloom.py::test_logits_and_greedy_tokens_match_transformers"
-TORCH_CAP = ("        if self.softcap is not None:  # Gemma 2: c * tanh(s / c) bounds every logit by c\n"
-             "            scores = torch.tanh(scores / self.softcap) * self.softcap\n")
-TORCH_TERMS_TO_MASK = (
-    "        if self.relative:  # Shaw et al. (2018), eq. 4: q_i · a_K(clip(j - i)) joins the score\n"
-    "            far = self.positions[\"max_distance\"]\n"
-    "            offsets = torch.arange(Lk, device=q.device)[None, :] - torch.arange(Lk - Lq, Lk, device=q.device)"
-    "[:, None]\n"
-    "            index = (offsets.clamp(-far, far) + far).expand(*scores.shape)\n"
-    "            scores = scores + (q @ self.rel_k.T * self.scale).gather(-1, index)\n"
-    "        for term in self.terms:  # T5's bucketed bias, ALiBi's distance penalty\n"
-    "            scores = scores + term(ctx, self, Lq, Lk, q.device)\n"
-    "        if causal:\n"
-    "            mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)\n"
-    "        if mask is not None:\n"
-    "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n")
+TORCH_CAP = ("        for modify in self.modifiers:  # Gemma 2's softcap\n"
+             "            scores = modify(scores)\n")
+TORCH_MASK = ("        if causal:\n"
+              "            mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)\n"
+              "        if mask is not None:\n"
+              "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n")
 
 MUTANTS += [
     dict(name="ALiBi slopes in reverse head order (the steepest slope on the last head)",
@@ -66,8 +56,8 @@ MUTANTS += [
          tests=[GEMMA_BLOOM_TESTS + "[bloom]"]),
     dict(name="attention soft-capping applied after the mask (masked logits capped to -c, not hidden) (PyTorch)",
          file="backends/torch/attention.py",
-         old=TORCH_CAP + TORCH_TERMS_TO_MASK,
-         new=TORCH_TERMS_TO_MASK + TORCH_CAP,
+         old=TORCH_CAP + TORCH_MASK,
+         new=TORCH_MASK + TORCH_CAP,
          tests=[GEMMA_BLOOM_TESTS + "[gemma2]"]),
     dict(name="sandwich norm: the norm after each sub-layer declared but its output unused",
          file="tfspec/ir/build.py",

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from tfspec.ir.positions import disentangled_rows
 from tfspec.layers.disentangled import NORM, NORM_BIAS, TABLE
 
+from ..projection import fused_bias
 from . import score_term
 
 
@@ -48,5 +49,5 @@ class Disentangled:
             table = (F.layer_norm(table, weight.shape, weight, bias, eps) if kind == "layer"
                      else weight * F.rms_norm(table, weight.shape, eps=eps))
         width = self.heads * module.d_k
-        q, k = F.linear(table, module.w_qkv, module._fused_bias())[:, :2 * width].split(width, -1)
+        q, k = F.linear(table, module.w_qkv, fused_bias(module))[:, :2 * width].split(width, -1)
         return tuple(t.view(len(table), self.heads, -1).transpose(0, 1) for t in (q, k))
