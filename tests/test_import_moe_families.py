@@ -85,8 +85,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
 
 @pytest.mark.parametrize("case,change,needle", [
     ("mixtral", {"attention_bias": True}, "unknown field attention_bias"),
-    ("mixtral", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}},
-     "rope type \"yarn\" is not supported"),
+    ("mixtral", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e6, "factor": 4.0}},
+     "rope type \"proportional\" is not supported"),
     ("mixtral", {"num_experts_per_tok": 5}, "num_experts_per_tok (5) must be between 1 and num_local_experts (4)"),
     ("mixtral", {"num_experts": 8}, "num_local_experts (4) and num_experts (8) disagree"),
     ("mixtral", {"num_local_experts": "4"}, "num_local_experts must be an integer"),
