@@ -77,9 +77,11 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     ``fused``, the float32 graphs use onnxruntime's fused CPU operators (``fused`` module)."""
     if int8 and fp16:
         raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
-    if fused and (fp16 or generate):
-        raise TfspecError("--fused emits onnxruntime's CPU operators into float32 graphs; generate.onnx is standard "
-                          f"ONNX operators only: leave out {'--fp16' if fp16 else '--generate'}")
+    if fused and fp16:
+        raise TfspecError("--fused emits onnxruntime's fused CPU operators into float32 graphs: leave out --fp16")
+    if fused and generate:
+        raise TfspecError("--fused: generate.onnx is standard ONNX operators only, for every runtime: leave out "
+                          "--generate (or export it separately)")
     graph, spec = model.graph, model.graph.spec
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -168,7 +170,8 @@ def quantize(directory: Path, manifest: dict, generate_metadata: dict[str, str] 
                     continue
                 quantize_dynamic(directory / file, staging / file, weight_type=QuantType.QInt8, per_channel=True,
                                  reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"],  # not opset 23's Attention
-                                 use_external_data_format=(directory / f"{file}.data").exists())
+                                 use_external_data_format=(directory / f"{file}.data").exists(),
+                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # past --fused's ops
         finally:
             logging.disable(logging.NOTSET)
         shutil.copy(directory / MANIFEST, staging / MANIFEST)
