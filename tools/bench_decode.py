@@ -61,11 +61,13 @@ from tfspec.ir.positions import sinusoids
 from tfspec.search import SearchOptions, search
 from tfspec.shortlist import FORMAT, Shortlist
 
-ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "static": "ORT op18 static", "generate": "ORT generate.onnx",
+ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "fused": "ORT op18 fused", "static": "ORT op18 static",
+           "generate": "ORT generate.onnx",
            "torch": "PyTorch eager", "ct2": "CTranslate2"}
 """``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not.
 ``generate``: generate.onnx (``export --generate``), the same search inside one graph, run by one
-``session.run`` per batch (opset 18, as ``ort18``, whose Python search it is compared with)."""
+``session.run`` per batch (opset 18, as ``ort18``, whose Python search it is compared with).
+``fused``: ``export --fused`` (onnxruntime's MultiHeadAttention and SkipLayerNormalization), opset 18."""
 SHORTLIST = "ORT op18 shortlist"
 SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)
 
@@ -137,14 +139,15 @@ def engines(args, spec, model, work: Path) -> dict[str, Callable]:
                 export(model, d, opset=18, parity=False, int8=bool(suffix), generate=True)
                 gen = Generator(OnnxModel(d, device="cpu", threads=args.threads))
                 out[ENGINES[key] + suffix] = lambda src, beam, n, gen=gen: gen(src, options(beam, n))
-        elif key.startswith("ort") or key == "static":
-            opset, static = (18, True) if key == "static" else (int(key[3:]), False)
+        elif key.startswith("ort") or key in ("static", "fused"):
+            opset, static = (18, key == "static") if key in ("static", "fused") else (int(key[3:]), False)
+            fused = key == "fused"
             short = fixed_shortlist(spec, args.shortlist) if args.shortlist and key == "ort18" else None
-            export(model, work / key, opset=opset, parity=False, static_cache=static, shortlist=short)
+            export(model, work / key, opset=opset, parity=False, static_cache=static, shortlist=short, fused=fused)
             dirs = {"": work / key}
             if args.int8:  # the product's int8 path: `tfspec export --int8`
                 export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True, static_cache=static,
-                       shortlist=short)
+                       shortlist=short, fused=fused)
                 dirs[" int8"] = work / f"{key}-int8"
             for suffix, d in dirs.items():
                 onnx = OnnxModel(d, device="cpu", threads=args.threads)
