@@ -35,6 +35,11 @@ CASES = {
     # sliding, global, sliding (pattern 2), each kind rotating with its own base
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", 0, GEMMA | {"sliding_window_pattern": 2, "rope_theta": 5e4,
                                                                    "rope_local_base_freq": 1e3}),
+    # gemma-3-4b and larger: the global layers' rotation stretched by linear scaling
+    "gemma3-linear": ("Gemma3TextConfig", "Gemma3ForCausalLM", 0, GEMMA | {
+        "sliding_window_pattern": 2, "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 5e4},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e3}}}),
 }
 
 
@@ -96,7 +101,8 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("gemma2", {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
      "rope type \"linear\" is not supported"),
     ("gemma2", {"use_bidirectional_attention": True}, "use_bidirectional_attention: true is not supported"),
-    ("gemma3", {"rope_scaling": {"rope_type": "linear", "factor": 8.0}}, "rope type \"linear\" is not supported"),
+    ("gemma3", {"rope_scaling": {"rope_type": "proportional", "factor": 8.0}},
+     "rope type \"proportional\" is not supported"),
     ("gemma3", {"rope_parameters": {"global": {"rope_theta": 1e6}}},
      "rope_parameters must be an object of rotary settings per layer type"),
     ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping: 50.0 is not supported"),

@@ -13,12 +13,9 @@ as ``layer_types`` says, x * (1 + w) RMSNorms) with three differences:
   6), and the output is soft-capped only when ``final_logit_softcapping`` says (null in the
   published configs).
 
-Refused by name: rope types other than default, among them the ``linear`` scaling the larger,
-multimodal Gemma 3 models put on their global layers (their ``gemma3`` model type is not
-imported either): rotary frequencies divided by a factor have no spec field; and
-``attn_logit_softcapping``, which transformers' Gemma 3 reads but never applies. Defaults are
-Gemma3TextConfig's (gemma-2-2b's shape, Gemma 3's
-262,208-token vocabulary).
+Rotary scaling as the Llama family reads it (``linear`` on the global layers of gemma-3-4b and
+larger). Refused by name: ``attn_logit_softcapping``, which transformers' Gemma 3 reads but never
+applies. Defaults are Gemma3TextConfig's (gemma-2-2b's shape, Gemma 3's 262,208-token vocabulary).
 """
 
 from __future__ import annotations
@@ -26,6 +23,7 @@ from __future__ import annotations
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, _show, number, register
 from tfspec.interop.hf.gemma2 import LAYER_TYPES, Gemma2, _checked_kinds
+from tfspec.interop.hf.rope import ROPE_TYPES, scaling_config
 
 THETA = {"full_attention": ("rope_theta", 1_000_000.0), "sliding_attention": ("rope_local_base_freq", 10_000.0)}
 """Layer type -> the field older files give its rotary base in, and Gemma3TextConfig's default."""
@@ -40,6 +38,9 @@ class Gemma3(Gemma2):
     mapped = tuple(f for f in Gemma2.mapped if f != "attn_logit_softcapping") + (
         "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern")
     required = Gemma2.required | {"attn_logit_softcapping": (None,)}
+    rope_types = ROPE_TYPES
+    """The larger published Gemma 3 models (4B, 12B, 27B) stretch their global layers' rotation
+    by linear scaling (factor 8)."""
     defaults = Gemma2.defaults | {"vocab_size": 262208, "max_position_embeddings": 131072,
                                   "attn_logit_softcapping": None, "final_logit_softcapping": None}
     """Gemma3TextConfig's values where Gemma 2's differ."""
@@ -96,8 +97,9 @@ class Gemma3(Gemma2):
         return None
 
     def config(self, spec) -> dict:
-        """Gemma 2's fields, each layer type's rotary base, no attention soft-capping."""
+        """Gemma 2's fields, each layer type's rotary base, the global layers' scaling (as
+        ``rope_scaling``, which transformers applies to them), no attention soft-capping."""
         bases = {LAYER_TYPES[layer.attention.kind != "restricted_self_attention"]: layer.attention.positions.base
                  for layer in spec.plan("decoder")}
         return super().config(spec) | {"attn_logit_softcapping": None} | {
-            field: bases.get(kind, default) for kind, (field, default) in THETA.items()}
+            field: bases.get(kind, default) for kind, (field, default) in THETA.items()} | scaling_config(spec.positional)
