@@ -1,4 +1,6 @@
-"""The ONNX lowering of the IR ``attention`` op, for every attention kind.
+"""The ONNX lowering of the IR ``attention`` op, for every attention kind, built from the same
+stages as the PyTorch backend's: project (``projection``) -> positions (``positions``,
+``scores``) -> score modifiers (``modifiers``) -> mask -> cache.
 
 Opset 18 spells attention out (MatMul, Softmax, MatMul); opset 23 emits the fused
 ``Attention`` op. Either way the kind's mask comes from its own ``visible(q, k)`` (see
@@ -10,21 +12,19 @@ queries against their neighbouring blocks' keys, O(n * w) work and memory instea
 
 from __future__ import annotations
 
-import json
 from typing import Callable
 
 import numpy as np
-from onnx import TensorProto
 
 from tfspec.ir import Node
-from tfspec.ir.positions import rotary_frequencies
-from tfspec.ir.rope_scaling import attention_factor, length_dependent, ntk_exponents
-from tfspec.layers.attention import block_plan, fused_bias
+from tfspec.layers.attention import block_plan
 from tfspec.registry import registrar
 
 from .builder import Index
-from .lowerings import lowering, normalize
-from .scores import SCORE_TERMS
+from .lowerings import lowering
+from .modifiers import modifiers_of
+from .positions import PositionStage, stage_of
+from .projection import normed, project, project_kv, project_queries, split_heads
 
 
 BLOCKED_UP_TO = 512
@@ -49,71 +49,29 @@ def blocked(node: Node) -> bool:
     return band is not None and block_plan(band)[0] <= BLOCKED_UP_TO
 
 
-def split_heads(b, x: str, heads: int, size: int) -> str:
-    """(B, L, h*size), or its flat (B * L, h*size) view -> (B, h, L, size)."""
-    return b.op("Transpose", b.op("Reshape", x, b.batched(-1, heads, size)), perm=[0, 2, 1, 3])
-
-
-def project_kv(b, node: Node, memory: str) -> tuple[str, str]:
-    """Cross-attention keys and values of the encoder output: (B, g, S, d_k), (B, g, S, d_v)."""
-    a, p = node.attrs, node.params
-    g, d_k, d_v = a["kv_heads"], a["d_k"], a["d_v"]
-    k, v = b.split(_clipped(b, node, b.linear(memory, p["w_kv"], _bias(b, node, "kv"))), g * d_k, g * d_v)
-    if a["qk_norm"] != "none":
-        k = _normed(b, node, k, "k")
-    return split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
-
-
-def _clipped(b, node: Node, x: str) -> str:
-    """Projected queries, keys or values clamped to [-clip, clip] (OLMo's clip_qkv), or ``x``."""
-    clip = node.attrs.get("clip")
-    return x if clip is None else b.op("Clip", x, b.const(np.float32(-clip)), b.const(np.float32(clip)))
-
-
-def _normed(b, node: Node, x: str, part: str) -> str:
-    """``qk_norm`` of (B, L, heads*d) queries or keys (or their flat view): over each head's d
-    features with one gain for all heads or one per head, or over the whole projection; as the
-    PyTorch backend's ``_normed``."""
-    a, p = node.attrs, node.params
-    bias = p.get(f"{part}_norm_bias")
-    if a["qk_norm"] == "all":
-        return normalize(b, x, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias)
-    if a["qk_norm"] == "per_head":  # normalised without a gain, then times the (heads, d) gains
-        heads = b.op("Reshape", x, b.ints(-1, a["heads"] if part == "q" else a["kv_heads"], a["d_k"]))
-        plain = normalize(b, heads, a["norm_type"], a["norm_eps"], None, size=a["d_k"])
-        return b.op("Reshape", b.op("Mul", plain, b.param(p[f"{part}_norm"])), b.op("Shape", x))
-    heads = b.op("Reshape", x, b.ints(-1, a["d_k"]))  # every head's features a row
-    return b.op("Reshape", normalize(b, heads, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias),
-                b.op("Shape", x))
-
-
 @lowering("attention")
 def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2); keys and values have g heads
     (carried between steps as g), each serving h/g query heads."""
     b, a, p = e.b, node.attrs, node.params
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
+    stage, modifiers = stage_of(node), modifiers_of(a)
+    plain = _plain(node, stage, modifiers)
     if node.layer.needs_memory:
-        q = _clipped(b, node, b.linear(x, p["w_q"], p.get("b_q")))
-        if a["qk_norm"] != "none":
-            q = _normed(b, node, q, "q")
+        q = project_queries(b, node, x)
         if e.kind == "step":  # computed by the encoder graph
             k = e.state(node, "key", ["src_batch", g, "src_len", d_k], prefix="cross")
             v = e.state(node, "value", ["src_batch", g, "src_len", d_v], prefix="cross")
         else:
             k, v = project_kv(b, node, memory)
     else:
-        qkv = _clipped(b, node, b.linear(x, p["w_qkv"], _bias(b, node, "qkv")))
-        q, k, v = b.split(qkv, h * d_k, g * d_k, g * d_v)
+        q, k, v = project(b, node, x)
         if a["qk_norm"] != "none":
-            q, k = _normed(b, node, q, "q"), _normed(b, node, k, "k")
-        positions = a["positions"] or {}
-        if positions.get("kind") == "rotary":
-            cos, sin = rotation(e, node.shape[1], q, d_k, positions)
-            rotated = int(d_k * positions["fraction"])
-            q, k = (_rotate(b, t, cos, sin, heads, d_k, rotated) for t, heads in ((q, h), (k, g)))
+            q, k = normed(b, node, q, "q"), normed(b, node, k, "k")
+        if stage is not None and stage.turn is not None:  # rotary positions
+            q, k = stage.turn(e, q, k)
         whole = TILED.get(node.layer.kind) or (_banded if blocked(node) else None)
-        if whole is not None and e.kind != "step" and _plain(node):  # over (B, L, h*d) sequences
+        if whole is not None and e.kind != "step" and plain:  # over (B, L, h*d) sequences
             q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))
             return b.linear(b.rows(whole(e, node, q, k, v), h * d_v), p["w_o"], p.get("b_o"))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
@@ -137,11 +95,11 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     else:
         q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
-    if _plain(node):
+    if plain:
         y = attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
     else:
         k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, d_v)
-        y = _explicit(e, node, q, k, v, mask)
+        y = _explicit(e, node, stage, modifiers, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
     b.flat.add(y)
     return b.linear(y, p["w_o"], p.get("b_o"))
@@ -163,19 +121,6 @@ def _dropped(b, layer, total: str) -> str:
     if period > 1:
         over = b.op("Mul", b.op("Div", over, b.const(np.int64(period))), b.const(np.int64(period)))
     return b.op("Unsqueeze", over, b.ints(0))
-
-
-def _bias(b, node: Node, role: str) -> str | None:
-    """The bias of the fused projection ``role`` (``fused_bias``): the parameter, or the parts'
-    biases and zeros concatenated into one constant; an initializer name either way, which
-    ``Builder.linear`` takes as it takes a parameter's."""
-    pieces = fused_bias(node.params, role, node.attrs)
-    if pieces is None:
-        return None
-    if len(pieces) == 1:
-        return node.params[pieces[0][0]]
-    return b.const(np.concatenate([b.weights[node.params[name]] if name else np.zeros(rows, np.float32)
-                                   for name, rows in pieces]))
 
 
 def repeat_heads(b, t: str, heads: int, kv_heads: int, size: int) -> str:
@@ -213,16 +158,16 @@ def _dot_scores(b, q: str, k: str, scale: float) -> str:
     return b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))
 
 
-def _plain(node: Node) -> bool:
-    """Dot-product scores with nothing added or capped: the fused and blocked paths apply."""
-    a = node.attrs
-    kind = (a["positions"] or {}).get("kind")
-    return a["score"] == "dot" and kind != "relative" and kind not in SCORE_TERMS and a["softcap"] is None
+def _plain(node: Node, stage: PositionStage | None, modifiers: list) -> bool:
+    """Dot-product scores with nothing added to them or changing them: the fused and blocked paths apply."""
+    added = stage is not None and (stage.logits is not None or stage.output is not None)
+    return node.attrs["score"] == "dot" and not added and not modifiers
 
 
-def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
-    """Additive scores and/or relative positions (Shaw et al. 2018, or T5's bias), spelled out
-    on (B, h, L, d); mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend."""
+def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: str, k: str, v: str,
+              mask: str | None) -> str:
+    """Additive scores, position terms or score modifiers, spelled out on (B, h, L, d);
+    mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend."""
     b, a, p = e.b, node.attrs, node.params
     h, d_k = a["heads"], a["d_k"]
     if a["score"] == "additive":  # w_h · tanh(q_i + k_j): (B, h, Lq, Lk, d) x (1, h, 1, d, 1)
@@ -231,85 +176,15 @@ def _explicit(e, node: Node, q: str, k: str, v: str, mask: str | None) -> str:
         scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
         scores = _dot_scores(b, q, k, a["scale"])
-    if a["softcap"] is not None:  # Gemma 2: c * tanh(s / c) bounds every logit by c
-        cap = b.const(float(a["softcap"]))
-        scores = b.op("Mul", b.op("Tanh", b.op("Div", scores, cap)), cap)
-    positions = a["positions"] or {}
-    relative = positions.get("kind") == "relative"
-    if relative:  # one-hot (Lq, Lk, R) of each pair's clipped distance j - i
-        far = positions["max_distance"]
-        rows, cols = e.grid(node.shape[1], a["kv_seq"], q, k)
-        distance = b.op("Add", b.op("Clip", b.op("Sub", cols, rows), b.const(np.int64(-far)), b.const(np.int64(far))),
-                        b.const(np.int64(far)))
-        onehot = b.op("Cast", b.op("Equal", b.op("Unsqueeze", distance, b.ints(2)),
-                                   b.const(np.arange(2 * far + 1, dtype=np.int64))), to=b.elem_type)
-        by_distance = b.op("MatMul", b.op("Mul", q, b.const(a["scale"])),
-                           b.op("Transpose", b.param(p["rel_k"])))  # (B, h, Lq, R)
-        spread = b.op("MatMul", b.op("Unsqueeze", by_distance, b.ints(3)), b.op("Transpose", onehot, perm=[0, 2, 1]))
-        scores = b.op("Add", scores, b.op("Squeeze", spread, b.ints(3)))
-    if positions.get("kind") in SCORE_TERMS:  # T5's bucketed bias, ALiBi's distance penalty
-        scores = b.op("Add", scores, SCORE_TERMS[positions["kind"]](e, node, q, k))
+    if stage is not None and stage.logits is not None:  # Shaw et al.'s q_i·a_K, T5's bias, ALiBi, DeBERTa
+        scores = b.op("Add", scores, stage.logits(e, q, k))
+    for modify in modifiers:  # Gemma 2's softcap
+        scores = modify(b, scores)
     if mask is not None:
         scores = b.op("Add", scores, mask)
     weights = b.op("Softmax", scores, axis=-1)
     y = b.op("MatMul", weights, v)
-    if relative:
-        per_distance = b.op("Squeeze", b.op("MatMul", b.op("Unsqueeze", weights, b.ints(3)), onehot), b.ints(3))
-        y = b.op("Add", y, b.op("MatMul", per_distance, b.param(p["rel_v"])))
-    return y
-
-
-def rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
-    """cos and sin (L, 1, r/2) of the positions of ``x``'s L vectors for heads of d features,
-    as ``Rotation`` of the PyTorch backend (angles in fp32 even in fp16 graphs), times the
-    scaling's ``attention_factor``; (B, L, 1, r/2) where the graph is fed positions per row
-    (genai's ``position_ids``). Layers alike share one table per graph."""
-    key = ("rotary", seq, d, json.dumps(positions, sort_keys=True))
-    return e.cached(key, lambda: _rotation(e, seq, x, d, positions))
-
-
-def _rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
-    b, factor = e.b, attention_factor(positions)
-    at = e.positions(seq, x)
-    angles = b.op("Mul", b.op("Unsqueeze", b.op("Cast", at, to=TensorProto.FLOAT), b.ints(-1)),
-                  _frequencies(b, at, d, positions))
-    angles = b.op("Unsqueeze", angles, b.ints(-2))
-    scaled = (lambda t: t) if factor == 1 else (lambda t: b.op("Mul", t, b.const(factor, np.float32)))
-    return tuple(b.op("Cast", scaled(b.op(f, angles)), to=b.elem_type) for f in ("Cos", "Sin"))
-
-
-def _frequencies(b, at: str, d: int, positions: dict) -> str:
-    """float32 (1, r/2) ``rotary_frequencies``: constant, or for dynamic and longrope scaling
-    those of the length the graph's call reaches, its largest position ``at`` + 1 (a decoding
-    step's total length), as transformers' ``dynamic_rope_update`` picks them per call."""
-    fixed = rotary_frequencies(d, positions).reshape(1, -1)
-    if not length_dependent(positions):
-        return b.const(fixed, np.float32)
-    scaling = positions["scaling"]
-    original = scaling["original_max_position_embeddings"]
-    reach = b.op("Add", b.op("ReduceMax", b.op("Reshape", at, b.ints(-1)), keepdims=0), b.const(np.int64(1)))
-    if scaling["type"] == "longrope":
-        long = rotary_frequencies(d, positions, original + 1).reshape(1, -1)
-        return b.op("Where", b.op("Greater", reach, b.const(np.int64(original))), b.const(long, np.float32),
-                    b.const(fixed, np.float32))
-    # dynamic NTK: each frequency times g^-(2i / (r - 2)), g = factor max(n, L) / L - (factor - 1) (ntk_growth)
-    n = b.op("Cast", b.op("Max", reach, b.const(np.int64(original))), to=TensorProto.FLOAT)
-    growth = b.op("Sub", b.op("Mul", n, b.const(scaling["factor"] / original, np.float32)),
-                  b.const(scaling["factor"] - 1, np.float32))
-    return b.op("Mul", b.const(fixed, np.float32),
-                b.op("Pow", growth, b.const(-ntk_exponents(fixed.shape[1]).reshape(1, -1), np.float32)))
-
-
-def _rotate(b, x: str, cos: str, sin: str, heads: int, d: int, rotated: int) -> str:
-    """(B, L, heads*d) queries or keys (or their flat view) with each pair (x_i, x_{i+r/2}) of
-    the first r = ``rotated`` features of every head rotated; the rest pass unchanged."""
-    half = rotated // 2
-    sizes = [half, half] + ([d - rotated] if d > rotated else [])
-    x1, x2, *rest = b.op("Split", b.op("Reshape", x, b.batched(-1, heads, d)), b.ints(*sizes), axis=-1,
-                         outputs=len(sizes))
-    rotated = b.op("Concat", b.op("Sub", b.op("Mul", x1, cos), b.op("Mul", x2, sin)),
-                   b.op("Add", b.op("Mul", x1, sin), b.op("Mul", x2, cos)), *rest, axis=-1)
-    return b.op("Reshape", rotated, b.ints(0, 0, heads * d))
+    return y if stage is None or stage.output is None else stage.output(e, weights, y)  # Shaw et al.'s a_V
 
 
 def _banded(e, node: Node, q: str, k: str, v: str) -> str:

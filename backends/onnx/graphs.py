@@ -49,10 +49,10 @@ from onnx import TensorProto
 from tfspec.ir import Graph
 
 from . import attention  # noqa: F401  (registers the attention lowering)
-from .attention import project_kv
 from .builder import Builder, Index
 from .frames import frames_input
 from .lowerings import LOWERINGS
+from .projection import project_kv
 
 KINDS = ("model", "encoder", "decoder", "decoder_static", "decoder_shortlist")
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from tfspec.errors import TfspecError
 from tfspec.ir import Node
 
-from .attention import _rotate, attend, rotation
+from .attention import attend
 from .lowerings import lowering, normalize
+from .positions.rotary import rotate, rotation
 
 
 @lowering("latent_attention")
@@ -29,8 +30,8 @@ def latent_attention(e, node: Node, x: str) -> str:
     k_pe = b.op("Reshape", k_pe, b.batched(-1, rope))  # (B, L, rope): one head for all
     if a["positions"] is not None:
         cos, sin = rotation(e, node.shape[1], x, rope, a["positions"])
-        q_pe = b.op("Reshape", _rotate(b, q_pe, cos, sin, h, rope, rope), b.batched(-1, h, rope))
-        k_pe = _rotate(b, k_pe, cos, sin, 1, rope, rope)
+        q_pe = b.op("Reshape", rotate(b, q_pe, cos, sin, h, rope, rope), b.batched(-1, h, rope))
+        k_pe = rotate(b, k_pe, cos, sin, 1, rope, rope)
     latent = b.op("Concat", c, k_pe, axis=-1)  # (B, L, rank + rope): what decoding carries
     if e.carries(node):
         if e.static:

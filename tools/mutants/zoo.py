@@ -9,12 +9,9 @@ TORCH_NORM = ("            if self.qk_norm != \"none\":\n"
 TORCH_ROTARY = ("            if self.turn is not None:  # rotary positions\n"
                 "                q, k = self.turn(ctx, q, k)\n")
 ONNX_NORM = ("        if a[\"qk_norm\"] != \"none\":\n"
-             "            q, k = _normed(b, node, q, \"q\"), _normed(b, node, k, \"k\")\n")
-ONNX_ROTARY = ("        positions = a[\"positions\"] or {}\n"
-               "        if positions.get(\"kind\") == \"rotary\":\n"
-               "            cos, sin = rotation(e, node.shape[1], q, d_k, positions)\n"
-               "            rotated = int(d_k * positions[\"fraction\"])\n"
-               "            q, k = (_rotate(b, t, cos, sin, heads, d_k, rotated) for t, heads in ((q, h), (k, g)))\n")
+             "            q, k = normed(b, node, q, \"q\"), normed(b, node, k, \"k\")\n")
+ONNX_ROTARY = ("        if stage is not None and stage.turn is not None:  # rotary positions\n"
+               "            q, k = stage.turn(e, q, k)\n")
 
 MUTANTS = [
     dict(name="qk_norm applied after the rotary rotation instead of before (PyTorch)",
@@ -152,7 +149,7 @@ MUTANTS += [
          tests=[MLA_TESTS + "[q_lora]"]),
     dict(name="latent attention: the shared key part left unrotated (ONNX)",
          file="backends/onnx/latent_attention.py",
-         old="        k_pe = _rotate(b, k_pe, cos, sin, 1, rope, rope)\n",
+         old="        k_pe = rotate(b, k_pe, cos, sin, 1, rope, rope)\n",
          new="",
          tests=[MLA_TESTS + "[lite]"]),
 ]

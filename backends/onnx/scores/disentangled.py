@@ -12,14 +12,13 @@ from tfspec.ir.positions import disentangled_rows
 from tfspec.layers.disentangled import NORM, NORM_BIAS, TABLE
 
 from ..lowerings import normalize
+from ..projection import fused_bias
 from . import score_term
 
 
 @score_term("disentangled")
 def disentangled(e, node: Node, q: str, k: str) -> str:
     """(B, h, Lq, Lk) logit terms for (B, h, Lq, d) queries and (B, h, Lk, d) keys."""
-    from ..attention import _bias  # the attention lowering imports this package
-
     b, a, p = e.b, node.attrs, node.params
     h, d, positions = a["heads"], a["d_k"], a["positions"]
     rows = disentangled_rows(positions)
@@ -30,7 +29,7 @@ def disentangled(e, node: Node, q: str, k: str) -> str:
     table = b.param(p[TABLE])
     if NORM in p:
         table = normalize(b, table, a["norm_type"], a["norm_eps"], p[NORM], p.get(NORM_BIAS))
-    projected = b.op("Gemm", table, b.param(p["w_qkv"]), _bias(b, node, "qkv"), transB=1)  # (R, (h + 2g) d)
+    projected = b.op("Gemm", table, b.param(p["w_qkv"]), fused_bias(b, node, "qkv"), transB=1)  # (R, (h + 2g) d)
     pos_q, pos_k = (b.op("Transpose", b.op("Reshape", part, b.ints(-1, h, d)), perm=[1, 2, 0])  # (h, d, R)
                     for part in b.op("Split", projected, b.ints(h * d, h * d, h * a["d_v"]), axis=-1, outputs=3)[:2])
     terms = []
