@@ -66,8 +66,11 @@ def test_shipped_zoo_spec_exports_as_its_family(cli, tmp_path, write_spec):
     ("extends: zoo/gpt2\nnorm: post\nfinal_norm: false\n", 'norm is "post" (GPT-2: "pre")'),
     ("extends: zoo/gpt2\npositional: {kind: sinusoidal}\n", 'positional.kind is "sinusoidal" (GPT-2: "learned")'),
     # without the pooler it is ElectraModel, which has no output bias
-    ("extends: zoo/bert-base\npooler: false\noutput_bias: true\n", "BertModel always has a pooler"),
-    ("extends: tiny\n", "GPT-2 is a decoder alone; this spec is encoder-decoder"),
+    ("extends: zoo/bert-base\npooler: false\noutput_bias: true\n", "closest: not ELECTRA: output_bias is true "
+     "(ELECTRA: false)"),
+    # the nearest families, with what to change, not every family's reason
+    ("extends: tiny\n", 'closest: not Marian: output_bias is false (Marian: true), positional.layout is '
+     '"interleaved" (Marian: "halves"); not BlenderbotSmall'),
     ("extends: zoo/t5-small\noutput_scale: 0.5\n", "output_scale is 0.5 (T5: 0.04419417382415922)"),
     ("extends: zoo/t5-small\npositional: {kind: relative, max_distance: 128}\n",
      'positional.kind is "relative" (T5: "relative_bias")'),
@@ -75,6 +78,7 @@ def test_shipped_zoo_spec_exports_as_its_family(cli, tmp_path, write_spec):
 def test_spec_that_is_not_the_family_is_refused(cli, tmp_path, write_spec, text, says):
     code, _, err = cli("export", write_spec(text), "--format", "hf", "-o", tmp_path / "hf")
     assert code == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert err.count("; not ") < 3  # the closest families' reasons, not sixty
     assert not (tmp_path / "hf").exists()
 
 

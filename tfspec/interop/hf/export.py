@@ -23,40 +23,53 @@ from tfspec.interop.hf.tensors import write_safetensors
 from tfspec.spec import Spec
 
 
+CLOSEST = 3
+"""Families a refusal describes: the nearest ones, so that the line says what to change."""
+
+
 def fitting_family(spec: Spec) -> Family:
-    """The family whose transformers class computes exactly what ``spec`` does."""
-    reasons = []
+    """The family whose transformers class computes exactly what ``spec`` does; refused with
+    the reasons of the ``CLOSEST`` families (fewest differing fields), not all of them."""
+    misses = []
     for model_type in sorted(FAMILIES, key=lambda t: (FAMILIES[t].export_rank, t)):
         family = FAMILIES[model_type]()
-        reason = misfit(family, spec)
+        reason, distance = _misfit(family, spec)
         if reason is None:
             return family
-        reasons.append(f"not {family.title}: {reason}")
-    raise TfspecError(f"{spec.name} fits no Hugging Face family tfspec exports; " + "; ".join(reasons))
+        misses.append((distance, len(misses), f"not {family.title}: {reason}"))
+    closest = [reason for *_, reason in sorted(misses)[:CLOSEST]]
+    raise TfspecError(f"{spec.name} fits no Hugging Face family tfspec exports; closest: " + "; ".join(closest)
+                      + f" ({len(misses) - len(closest)} other families differ more)")
 
 
 def misfit(family: Family, spec: Spec) -> str | None:
     """Why ``spec`` is not ``family`` (the resolved fields that differ), or None."""
+    return _misfit(family, spec)[0]
+
+
+def _misfit(family: Family, spec: Spec) -> tuple[str | None, float]:
+    """``misfit``'s reason and how far ``spec`` is from ``family``: the number of differing
+    fields, more for a configuration that does not hold, most for another structure."""
     if reason := family.structure(spec):
-        return reason
+        return reason, 1e6
     if not family.grouped and (differing := [name for name, stack in spec.stacks if not stack.uniform]):
         return (f"the {' and '.join(differing)} layers are not all alike (groups of different blocks); "
-                f"{family.title} repeats one layer")
+                f"{family.title} repeats one layer"), 1e5
     spec = family_form(spec)
     config = family.config(spec)
     source = Source(config, "(exported config)", family.architecture_for(spec))
     try:
         rebuilt = Spec.model_validate({"name": spec.name, **family.spec_data(source)})
     except ValidationError as e:
-        return f"its {family.title} configuration is not a valid spec ({e.errors()[0]['msg']})"
+        return f"its {family.title} configuration is not a valid spec ({e.errors()[0]['msg']})", 1e4
     except TfspecError as e:  # the family's import refuses what its config() wrote: a spec it cannot hold
-        return f"{family.title} does not import its own configuration of it ({str(e).removeprefix('error: ')})"
+        return f"{family.title} does not import its own configuration of it ({str(e).removeprefix('error: ')})", 1e4
     ours, theirs = _flat(spec, family.free), _flat(rebuilt, family.free)
     differ = [key for key in ours.keys() | theirs.keys() if ours.get(key) != theirs.get(key)]
     if not differ:
-        return None
+        return None, 0
     return ", ".join(f"{key} is {_show(ours.get(key))} ({family.title}: {_show(theirs.get(key))})"
-                     for key in sorted(differ))
+                     for key in sorted(differ)), len(differ)
 
 
 def family_form(spec: Spec) -> Spec:
