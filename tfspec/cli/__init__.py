@@ -89,8 +89,13 @@ def main(argv: list[str] | None = None) -> int:
     else is a bug in tfspec and keeps its traceback, under a line that says so."""
     argv = sys.argv[1:] if argv is None else argv
     args = parser(_named(argv)).parse_args(argv)
+    return guarded(args.fn, args)
+
+
+def guarded(fn, *args) -> int:
+    """``fn(*args)`` behind ``main``'s exception boundary (also each process of ``tfspec serve --workers``)."""
     try:
-        return args.fn(args)
+        return fn(*args)
     except TfspecError as e:
         return _refuse(e.lines())
     except KeyboardInterrupt as e:
