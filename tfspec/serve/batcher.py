@@ -3,8 +3,10 @@
 onnxruntime runs in the worker thread (it releases the GIL), so the server's event loop keeps
 accepting and answering while a batch decodes. Requests that arrive during a batch wait in a
 bounded queue (full: the caller answers 503, memory stays bounded) and form the next batch:
-the queued requests whose search options are equal, up to ``max_batch_tokens`` source tokens,
-sorted by length into sub-batches by ``decode_all``, as ``tfspec translate`` sorts its lines.
+the oldest request and the queued ones of equal search options nearest it in length, up to
+``max_batch_tokens`` tokens counting the padding, as ``decode_all`` groups ``tfspec translate``'s
+sorted lines (a batch of mixed lengths steps as long as its longest line: taken in arrival
+order, served throughput was 64% of ``decode_all``'s on the same lines).
 A request that times out or whose client leaves is marked cancelled: it is dropped from the
 queue, and a running batch whose requests are all cancelled stops at its next step.
 """
@@ -50,6 +52,10 @@ class Job:
     def tokens(self) -> int:
         return sum(map(len, self.sources))
 
+    @property
+    def width(self) -> int:
+        return max(map(len, self.sources))
+
 
 class Batcher:
     """The queue and its worker thread. ``on_batch(jobs, seconds)`` is told of each batch decoded
@@ -88,23 +94,24 @@ class Batcher:
         return len(self.queue)
 
     def _next(self) -> list[Job]:
-        """The oldest live job and the queued ones that may join it, up to the token budget."""
+        """The oldest live job and the queued ones that may join it, nearest in length first,
+        while rows x longest row (the padded batch) fits the token budget."""
         with self.ready:
             while not self.stopping and not any(not j.cancelled for j in self.queue):
                 self.ready.wait()
             if self.stopping:
                 return []
-            while self.queue[0].cancelled:
-                self.queue.popleft()
-            first = self.queue.popleft()
-            jobs, budget = [first], self.max_batch_tokens - first.tokens
-            for job in list(self.queue):
-                if job.cancelled:
-                    self.queue.remove(job)
-                elif job.key == first.key and job.tokens <= budget:
-                    self.queue.remove(job)
+            self.queue = deque(job for job in self.queue if not job.cancelled)
+            first, jobs, rows, width = self.queue[0], [], 0, 0
+            peers = sorted((job for job in self.queue if job.key == first.key),
+                           key=lambda job: abs(job.width - first.width))  # stable: the oldest first at a tie
+            for job in peers:
+                grown = (rows + len(job.sources), max(width, job.width))
+                if not jobs or grown[0] * grown[1] <= self.max_batch_tokens:
                     jobs.append(job)
-                    budget -= job.tokens
+                    rows, width = grown
+            taken = set(jobs)
+            self.queue = deque(job for job in self.queue if job not in taken)
             return jobs
 
     def _work(self) -> None:
