@@ -16,10 +16,10 @@ def cmd_serve(args) -> int:
         raise TfspecError(f"tfspec serve needs {e.name}: pip install 'tfspec[serve]'") from None
     config = ServeConfig(Path(args.model), max_batch_tokens=args.max_batch_tokens, max_queue=args.max_queue,
                          timeout=args.timeout, threads=args.threads, batching=args.batching)
-    print(f"serving {args.model} on http://{args.host}:{args.port} (SIGTERM drains within {args.grace:g}s)",
+    workers = f", {args.workers} workers" if args.workers > 1 else ""
+    print(f"serving {args.model} on http://{args.host}:{args.port}{workers} (SIGTERM drains within {args.grace:g}s)",
           file=sys.stderr)
-    serve(config, args.host, args.port, args.grace)
-    return 0
+    return serve(config, args.host, args.port, args.grace, workers=args.workers)
 
 
 def register(command) -> None:
@@ -37,7 +37,10 @@ def register(command) -> None:
                    help="requests waiting at most; more are answered 503 with Retry-After (default 256)")
     c.add_argument("--timeout", type=number(0, 86400, low_open=True), default=60.0,
                    help="seconds a request may take; later: 504 and its work is cancelled (default 60)")
-    c.add_argument("--threads", type=THREADS, help="onnxruntime threads (default: all cores)")
+    c.add_argument("--threads", type=THREADS, help="onnxruntime threads of each worker (default: all cores, "
+                   "shared out among the workers)")
+    c.add_argument("--workers", type=integer(1, 256), default=1,
+                   help="server processes sharing the port, each with its own model and queue (default 1)")
     c.add_argument("--batching", choices=("continuous", "static"), default="continuous",
                    help="decoder-only models: prompts join and leave the running batch at each step (continuous, "
                         "the default where the step graph takes masks) or a batch runs to its end (static)")

@@ -1,9 +1,11 @@
 """Prometheus metrics of one server, in their own registry (several apps in one process, as in
-the tests, never share counters). Names start with ``tfspec_``."""
+the tests, never share counters). Names start with ``tfspec_``, beside the standard
+``process_*`` of the serving process (resident memory, CPU seconds, start time: with
+``--workers`` a scrape reaches one worker, and its start time tells which)."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -11,6 +13,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 class Metrics:
     def __init__(self):
         self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
         self.requests = Counter("tfspec_requests", "HTTP requests by route and status", ["route", "status"],
                                 registry=self.registry)
         self.latency = Histogram("tfspec_request_seconds", "time from arrival to answer", ["route"],
