@@ -49,8 +49,8 @@ MUTANTS = [
          tests=["tests/test_params.py::test_tied_matrix_is_one_parameter"]),
     dict(name="sinusoid table with sin and cos swapped",
          file="tfspec/ir/positions.py",
-         old="table[:, 0::2], table[:, 1::2] = sines, cosines",
-         new="table[:, 0::2], table[:, 1::2] = cosines, sines",
+         old="table[:, 0:2 * sines.shape[1]:2], table[:, 1:2 * cosines.shape[1]:2] = sines, cosines",
+         new="table[:, 0:2 * sines.shape[1]:2], table[:, 1:2 * cosines.shape[1]:2] = cosines, sines",
          tests=["tests/test_torch_reference.py"]),
     dict(name="sinusoid rates over d_model - 1",
          file="tfspec/ir/positions.py",
@@ -67,6 +67,22 @@ MUTANTS = [
          old="return (q @ module.rel_k.T * module.scale).gather(-1, index)",
          new="return (q @ module.rel_k.T).gather(-1, index)",
          tests=["tests/test_variants.py::test_relative_positions_follow_shaw_et_al"]),
+    dict(name="attention soft-capping applied before the position terms (ALiBi's penalty left uncapped)",
+         file="backends/torch/attention.py",
+         old="        if self.term is not None:  # Shaw et al.'s q_i·a_K, T5's bucketed bias, ALiBi's penalty, DeBERTa's terms\n"
+             "            scores = scores + self.term(ctx, self, q, k)\n"
+             "        for modify in self.modifiers:  # Gemma 2's softcap\n"
+             "            scores = modify(scores)\n",
+         new="        for modify in self.modifiers:  # Gemma 2's softcap\n"
+             "            scores = modify(scores)\n"
+             "        if self.term is not None:  # Shaw et al.'s q_i·a_K, T5's bucketed bias, ALiBi's penalty, DeBERTa's terms\n"
+             "            scores = scores + self.term(ctx, self, q, k)\n",
+         tests=["tests/test_attention_stages.py::test_softcap_bounds_the_logits_after_the_position_terms"]),
+    dict(name="plain rotary attention spelled out (the fused kernel never taken)",
+         file="backends/torch/attention.py",
+         old="self.plain = self.score == \"dot\" and",
+         new="self.plain = False and self.score == \"dot\" and",
+         tests=["tests/test_attention_stages.py::test_plain_rotary_attention_takes_the_fused_kernels"]),
     dict(name="feed-forward activation dropped",
          file="backends/torch/layers.py",
          old="h = self.act(F.linear(x, self.w_1, getattr(self, \"b_1\", None)))",
