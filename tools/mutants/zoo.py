@@ -44,6 +44,11 @@ TORCH_MASK = ("        if causal:\n"
               "            mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)\n"
               "        if mask is not None:\n"
               "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n")
+STAGES = "tests/test_attention_stages.py::"
+ONNX_TERM = ("    if stage is not None and stage.logits is not None:  # Shaw et al.'s q_i·a_K, T5's bias, ALiBi, DeBERTa\n"
+             "        scores = b.op(\"Add\", scores, stage.logits(e, q, k))\n")
+ONNX_CAP = ("    for modify in modifiers:  # Gemma 2's softcap\n"
+            "        scores = modify(b, scores)\n")
 
 MUTANTS += [
     dict(name="ALiBi slopes in reverse head order (the steepest slope on the last head)",
@@ -56,6 +61,16 @@ MUTANTS += [
          old=TORCH_CAP + TORCH_MASK,
          new=TORCH_MASK + TORCH_CAP,
          tests=[GEMMA_BLOOM_TESTS + "[gemma2]"]),
+    dict(name="attention soft-capping applied before the position terms (ONNX)",
+         file="backends/onnx/attention.py",
+         old=ONNX_TERM + ONNX_CAP,
+         new=ONNX_CAP + ONNX_TERM,
+         tests=[STAGES + "test_every_position_kind_with_a_softcap_exports_with_parity[alibi]"]),
+    dict(name="relative positions' value term left out of the ONNX graphs",
+         file="backends/onnx/attention.py",
+         old="    return y if stage is None or stage.output is None else stage.output(e, weights, y)",
+         new="    return y",
+         tests=[STAGES + "test_every_position_kind_with_a_softcap_exports_with_parity[relative]"]),
     dict(name="sandwich norm: the norm after each sub-layer declared but its output unused",
          file="tfspec/ir/build.py",
          old="        y = b.norm(f\"{name}_{'out_' if norm == 'sandwich' else ''}norm\", y)\n",
