@@ -65,8 +65,8 @@ def test_every_position_kind_with_a_softcap_exports_with_parity(kind, tmp_path):
     """Each position kind under a soft-cap low enough to bend the scores: onnxruntime equals the
     PyTorch backend on full sequences, steps after pasts and greedy tokens."""
     torch.manual_seed(0)
-    model = build_module(spec(positional={"kind": kind, **POSITIONS.get(kind, {})},
-                              decoder={"layers": 2, "block": [{"kind": "causal_self_attention", "softcap": 0.8}, "ffn"]}))
+    capped = {"layers": 2, "block": [{"kind": "causal_self_attention", "softcap": 0.8}, "ffn"]}
+    model = build_module(spec(positional={"kind": kind, **POSITIONS.get(kind, {})}, decoder=capped))
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)

@@ -176,7 +176,7 @@ def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: st
         scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
         scores = _dot_scores(b, q, k, a["scale"])
-    if stage is not None and stage.logits is not None:  # Shaw et al.'s q_i·a_K, T5's bias, ALiBi, DeBERTa
+    if stage is not None and stage.logits is not None:  # the position kind's logit term
         scores = b.op("Add", scores, stage.logits(e, q, k))
     for modify in modifiers:  # Gemma 2's softcap
         scores = modify(b, scores)

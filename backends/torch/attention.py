@@ -98,7 +98,7 @@ class MultiHeadAttention(OpModule):
             scores = torch.einsum("bhqkd,hd->bhqk", torch.tanh(q[:, :, :, None] + k[:, :, None]), self.w_score)
         else:
             scores = q @ k.transpose(-1, -2) * self.scale
-        if self.term is not None:  # Shaw et al.'s q_i·a_K, T5's bucketed bias, ALiBi's penalty, DeBERTa's terms
+        if self.term is not None:  # the position kind's logit term (relative, T5's bias, ALiBi, DeBERTa)
             scores = scores + self.term(ctx, self, q, k)
         for modify in self.modifiers:  # Gemma 2's softcap
             scores = modify(scores)

@@ -28,7 +28,8 @@ def project_queries(module, x: torch.Tensor) -> torch.Tensor:
 def project_memory(module, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The (B, S, d) encoder output -> (B, g, S, d_k) keys, clipped and normed, and (B, g, S, d_v) values."""
     B, g = memory.shape[0], module.g
-    k, v = clipped(module, F.linear(memory, module.w_kv, fused_bias(module))).split([g * module.d_k, g * module.d_v], -1)
+    kv = clipped(module, F.linear(memory, module.w_kv, fused_bias(module)))
+    k, v = kv.split([g * module.d_k, g * module.d_v], -1)
     k = k.view(B, -1, g, module.d_k)
     k = k if module.qk_norm == "none" else normed(module, k, "k")
     return k.transpose(1, 2), v.view(B, -1, g, module.d_v).transpose(1, 2)

@@ -69,13 +69,15 @@ MUTANTS = [
          tests=["tests/test_variants.py::test_relative_positions_follow_shaw_et_al"]),
     dict(name="attention soft-capping applied before the position terms (ALiBi's penalty left uncapped)",
          file="backends/torch/attention.py",
-         old="        if self.term is not None:  # Shaw et al.'s q_i·a_K, T5's bucketed bias, ALiBi's penalty, DeBERTa's terms\n"
+         old="        if self.term is not None:  # the position kind's logit term "
+             "(relative, T5's bias, ALiBi, DeBERTa)\n"
              "            scores = scores + self.term(ctx, self, q, k)\n"
              "        for modify in self.modifiers:  # Gemma 2's softcap\n"
              "            scores = modify(scores)\n",
          new="        for modify in self.modifiers:  # Gemma 2's softcap\n"
              "            scores = modify(scores)\n"
-             "        if self.term is not None:  # Shaw et al.'s q_i·a_K, T5's bucketed bias, ALiBi's penalty, DeBERTa's terms\n"
+             "        if self.term is not None:  # the position kind's logit term "
+             "(relative, T5's bias, ALiBi, DeBERTa)\n"
              "            scores = scores + self.term(ctx, self, q, k)\n",
          tests=["tests/test_attention_stages.py::test_softcap_bounds_the_logits_after_the_position_terms"]),
     dict(name="plain rotary attention spelled out (the fused kernel never taken)",

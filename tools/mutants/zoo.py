@@ -45,7 +45,7 @@ TORCH_MASK = ("        if causal:\n"
               "        if mask is not None:\n"
               "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n")
 STAGES = "tests/test_attention_stages.py::"
-ONNX_TERM = ("    if stage is not None and stage.logits is not None:  # Shaw et al.'s q_i·a_K, T5's bias, ALiBi, DeBERTa\n"
+ONNX_TERM = ("    if stage is not None and stage.logits is not None:  # the position kind's logit term\n"
              "        scores = b.op(\"Add\", scores, stage.logits(e, q, k))\n")
 ONNX_CAP = ("    for modify in modifiers:  # Gemma 2's softcap\n"
             "        scores = modify(b, scores)\n")

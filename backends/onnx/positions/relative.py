@@ -25,7 +25,8 @@ class Relative(PositionStage):
                                         b.const(np.arange(2 * far + 1, dtype=np.int64))), to=b.elem_type)
         by_distance = b.op("MatMul", b.op("Mul", q, b.const(a["scale"])),
                            b.op("Transpose", b.param(p["rel_k"])))  # (B, h, Lq, R)
-        spread = b.op("MatMul", b.op("Unsqueeze", by_distance, b.ints(3)), b.op("Transpose", self.onehot, perm=[0, 2, 1]))
+        spread = b.op("MatMul", b.op("Unsqueeze", by_distance, b.ints(3)),
+                      b.op("Transpose", self.onehot, perm=[0, 2, 1]))  # (B, h, Lq, 1, Lk)
         return b.op("Squeeze", spread, b.ints(3))
 
     def output(self, e, weights: str, y: str) -> str:
