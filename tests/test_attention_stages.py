@@ -18,16 +18,15 @@ import torch
 
 from tfspec import build_graph
 from tfspec.backends.onnx import export
+from tfspec.backends.onnx import modifiers as onnx_modifiers, positions as onnx_positions, scores as onnx_scores
 from tfspec.backends.onnx.graphs import emit
 from tfspec.backends.torch import RunContext, TorchDecoder, build_module
+from tfspec.backends.torch import modifiers as torch_modifiers, positions as torch_positions, scores as torch_scores
 from tfspec.ir.positions import alibi_slopes
 from tfspec.layers.attention import SCORE_MODIFIERS
 from tfspec.search import SearchOptions, search
 from tfspec.spec import Spec
 from tfspec.spec.positions import Positional
-
-from tfspec.backends.onnx import modifiers as onnx_modifiers, positions as onnx_positions, scores as onnx_scores
-from tfspec.backends.torch import modifiers as torch_modifiers, positions as torch_positions, scores as torch_scores
 
 BASE = {"name": "m", "family": "decoder-only", "vocab": 100, "d_model": 32, "heads": 4, "d_ff": 48, "dropout": 0.0,
         "norm": "pre", "norm_type": "rms", "decoder": {"layers": 2, "block": ["causal_self_attention", "ffn"]}}
