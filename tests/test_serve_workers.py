@@ -64,7 +64,7 @@ def test_two_workers_answer_as_translate_does_and_drain_on_sigterm(tiny, cli, tm
         counts = served_counts(server.url)
         assert len(counts) == 2 and sum(counts.values()) == 48 and min(counts.values()) > 0, counts
 
-        pids = re.search(r"listening \(pids (\d+), (\d+)\)", server.log.read_text()).groups()
+        pids = re.search(r"listening on port \d+ \(pids (\d+), (\d+)\)", server.log.read_text()).groups()
         os.kill(int(pids[0]), signal.SIGKILL)  # a worker dies (out of memory, say): another takes its place
         for _ in range(300):
             if "starting another" in server.log.read_text() and len(served_counts(server.url, 8).keys() - counts):

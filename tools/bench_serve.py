@@ -5,6 +5,7 @@ arrivals), and 4x overload (statuses, lost requests, the server's resident memor
     nice -n 10 .venv/bin/python tools/bench_serve.py [--lines 512] [--seconds 20] [--threads 1]
     nice -n 10 .venv/bin/python tools/bench_serve.py --batching 4,8 [--hidden 256] [--layers 4]
     nice -n 10 .venv/bin/python tools/bench_serve.py --replicas 2
+    nice -n 10 .venv/bin/python tools/bench_serve.py --workers 2 --rounds 3
 
 Each request carries one line (the way a service sees traffic); the offline run decodes all
 lines in one `decode_all` call with the same --max-batch-tokens. The client is plain asyncio
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import signal
 import socket
@@ -73,6 +75,13 @@ async def open_loop(port: int, bodies: list, rate: float, seconds: float, path: 
     return await asyncio.gather(*tasks)
 
 
+def cpu(pid: int) -> float:
+    """CPU seconds ``pid`` has used, all its threads together: what the server costs per line,
+    whatever else the machine runs."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return sum(map(int, fields[11:13])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def rss(pid: int) -> float:
     """Resident memory of ``pid`` in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -81,7 +90,8 @@ def rss(pid: int) -> float:
     return float("nan")
 
 
-def offline(directory: Path, lines: list, threads: int, max_batch_tokens: int) -> float:
+def offline(directory: Path, lines: list, threads: int, max_batch_tokens: int) -> tuple[float, float]:
+    """(lines per second, CPU seconds per line) of one ``decode_all`` over ``lines``."""
     from tfspec.backends.onnx import OnnxModel
     from tfspec.evaluate import decode_all
     from tfspec.search import SearchOptions
@@ -92,23 +102,26 @@ def offline(directory: Path, lines: list, threads: int, max_batch_tokens: int) -
                             max_length=limit - 1)
     sources = [line + [eos] for line in lines]
     decode_all(model.decoder(), sources[:32], options, max_batch_tokens, batch_type="tokens")  # warm
-    started = time.perf_counter()
+    started, used = time.perf_counter(), time.process_time()
     decode_all(model.decoder(), sources, options, max_batch_tokens, batch_type="tokens")
-    return len(lines) / (time.perf_counter() - started)
+    return len(lines) / (time.perf_counter() - started), (time.process_time() - used) / len(lines)
 
 
 def start(directory: Path, threads: int, *flags) -> tuple[subprocess.Popen, int]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    log = Path(tempfile.mkdtemp()) / "serve.log"
     process = subprocess.Popen([sys.executable, "-m", "tfspec", "serve", str(directory), "--port", str(port),
-                                "--threads", str(threads), *map(str, flags)])
+                                "--threads", str(threads), *map(str, flags)], stderr=log.open("w"))
     for _ in range(600):
         try:
-            if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1).status == 200:
+            if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1).status == 200 and (
+                    "--workers" not in flags or "workers listening" in log.read_text()):
                 return process, port
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     raise SystemExit("the server did not get ready in 60 s")
 
 
@@ -187,6 +200,19 @@ def replicas(directory: Path, lines: list, count: int, threads: int, max_batch_t
             process.wait(60)
 
 
+def workers(directory: Path, lines: list, count: int, threads: int, max_batch_tokens: int) -> None:
+    """Saturation throughput of ``tfspec serve --workers count --threads threads`` on one port."""
+    process, port = start(directory, threads, *(("--workers", count) if count > 1 else ()),
+                          "--max-batch-tokens", max_batch_tokens)
+    try:
+        asyncio.run(closed_loop(port, lines[:64], 64))  # warm (the last worker has loaded: start waits for it)
+        rate = asyncio.run(closed_loop(port, lines, 128))
+        print(f"--workers {count} --threads {threads}, 128 clients: {rate:.1f} lines/s", flush=True)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dir", type=Path, help="an export directory (default: tiny, exported here)")
@@ -198,6 +224,10 @@ def main() -> None:
                    "these Poisson rates (comma-separated requests/s) on a random Llama (--hidden, --layers)")
     p.add_argument("--replicas", type=int, help="instead: saturation of 1 server x N threads against N servers "
                    "x 1 thread (translate, load spread over them)")
+    p.add_argument("--workers", type=int, help="instead: saturation of 1 server x N threads against --workers N "
+                   "(N processes on one port, 1 thread each)")
+    p.add_argument("--clients", type=int, default=128, help="closed-loop clients at saturation")
+    p.add_argument("--rounds", type=int, default=1, help="--workers: times each setting runs, alternated")
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     args = p.parse_args()
@@ -215,15 +245,24 @@ def main() -> None:
     if args.replicas:
         replicas(directory, lines, 1, args.replicas, args.max_batch_tokens)
         return replicas(directory, lines, args.replicas, 1, args.max_batch_tokens)
-    base = offline(directory, lines, args.threads, args.max_batch_tokens)
-    print(f"offline decode_all: {base:.1f} lines/s (beam {OPTIONS['beam']}, {args.threads} thread(s))")
+    if args.workers:
+        for _ in range(args.rounds):  # alternated: a shared machine's load drifts less between the two
+            workers(directory, lines, 1, args.workers, args.max_batch_tokens)
+            workers(directory, lines, args.workers, 1, args.max_batch_tokens)
+        return None
+    base, base_cpu = offline(directory, lines, args.threads, args.max_batch_tokens)
+    print(f"offline decode_all: {base:.1f} lines/s, {1000 * base_cpu:.2f} CPU ms per line "
+          f"(beam {OPTIONS['beam']}, {args.threads} thread(s))")
     requests = [{"ids": [line], **OPTIONS} for line in lines]
     process, port = start(directory, args.threads, "--max-batch-tokens", args.max_batch_tokens,
                           "--max-queue", 256, "--timeout", 10)
     try:
         asyncio.run(closed_loop(port, lines[:64], 64))  # warm
-        capacity = asyncio.run(closed_loop(port, lines, 128))
-        print(f"served at saturation (128 clients): {capacity:.1f} lines/s = {capacity / base:.0%} of offline")
+        used = cpu(process.pid)
+        capacity = asyncio.run(closed_loop(port, lines, args.clients))
+        served_cpu = (cpu(process.pid) - used) / len(lines)
+        print(f"served at saturation ({args.clients} clients): {capacity:.1f} lines/s = {capacity / base:.0%} of "
+              f"offline; server {1000 * served_cpu:.2f} CPU ms per line = offline's x{served_cpu / base_cpu:.2f}")
         for share in (0.5, 0.9):
             results = asyncio.run(open_loop(port, requests, share * capacity, args.seconds))
             print(f"{share:.0%} of capacity ({share * capacity:.1f}/s): {latency(results)}, "

@@ -51,8 +51,8 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
             forward(signal.SIGTERM, None)
             return _join(running, grace) or status
         running.append(process)
-    print(f"tfspec serve: {workers} workers listening (pids {', '.join(str(p.pid) for p in running)})",
-          file=sys.stderr)
+    print(f"tfspec serve: {workers} workers listening on port {address[1]} "
+          f"(pids {', '.join(str(p.pid) for p in running)})", file=sys.stderr)
     while not stopping:
         wait([p.sentinel for p in running], timeout=0.5)
         for i, process in enumerate(running):
