@@ -2,7 +2,7 @@
 `decode_all` on the same lines, p50/p99 latency at 50% and 90% of that capacity (Poisson
 arrivals), and 4x overload (statuses, lost requests, the server's resident memory).
 
-    nice -n 10 .venv/bin/python tools/bench_serve.py [--lines 512] [--seconds 20] [--threads 1]
+    nice -n 10 .venv/bin/python tools/bench_serve.py [--spec small|tiny] [--lines 512] [--seconds 20] [--threads 1]
     nice -n 10 .venv/bin/python tools/bench_serve.py --batching 4,8 [--hidden 256] [--layers 4]
     nice -n 10 .venv/bin/python tools/bench_serve.py --replicas 2
     nice -n 10 .venv/bin/python tools/bench_serve.py --workers 2 --rounds 3
@@ -215,7 +215,9 @@ def workers(directory: Path, lines: list, count: int, threads: int, max_batch_to
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", type=Path, help="an export directory (default: tiny, exported here)")
+    p.add_argument("--dir", type=Path, help="an export directory (default: --spec exported here, random weights)")
+    p.add_argument("--spec", default="small", help="the spec exported without --dir: small (d_model 256, what users "
+                   "serve on CPUs) or tiny (d_model 64, where HTTP's fixed cost per request shows most)")
     p.add_argument("--lines", type=int, default=512)
     p.add_argument("--seconds", type=float, default=20, help="length of each open-loop run")
     p.add_argument("--threads", type=int, default=1, help="onnxruntime threads, offline and served")
@@ -237,8 +239,8 @@ def main() -> None:
                                 args.max_batch_tokens)
     directory = args.dir
     if directory is None:
-        directory = Path(tempfile.mkdtemp()) / "tiny"
-        subprocess.run([sys.executable, "-m", "tfspec", "export", "tiny", "-o", str(directory), "--no-check"],
+        directory = Path(tempfile.mkdtemp()) / args.spec
+        subprocess.run([sys.executable, "-m", "tfspec", "export", args.spec, "-o", str(directory), "--no-check"],
                        check=True, capture_output=True)
     rng = np.random.default_rng(0)
     lines = [rng.integers(4, 1000, rng.integers(5, 30)).tolist() for _ in range(args.lines)]
