@@ -4,10 +4,13 @@ one graph of standard ONNX operators, for runtimes without tfspec's Python searc
 Interface (the names of onnxruntime's retired ``BeamSearch`` op, so users recognise it)::
 
     input_ids         int64 (batch, src_len)  sources, right-padded; for a decoder-only model
-                                              prompts (of one length: every id is read as a token)
-    attention_mask    int64 (batch, src_len)  encoder-decoder models only: 1 at a source's real
-                                              tokens, 0 at its padding (a pad-equal id where the
-                                              mask is 1 is a word)
+                                              prompts, left-padded (without attention_mask: of
+                                              one length, every id read as a token)
+    attention_mask    int64 (batch, src_len)  1 at a source's (a prompt's) real tokens, 0 at its
+                                              padding (a pad-equal id where the mask is 1 is a
+                                              word); decoder-only models whose step graph takes
+                                              masks (not those carrying convolution or recurrent
+                                              state) and encoder-decoder models
     max_length        int64 ()                most tokens a hypothesis may have, end of sentence included
     num_beams         int64 ()                hypotheses kept per sentence; 1 is greedy search
     length_penalty    float ()                GNMT's alpha (``tfspec.search.length_penalty``)
@@ -76,14 +79,15 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
     b = Builder(f"{spec.name}.generate", opset, "float32", {})
     b.scope = "generate"
     inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "src_len"])]
-    if encoder is not None:
+    ragged = encoder is None and any(i.name == "attention_mask" for i in step.input)
+    if encoder is not None or ragged:
         inputs += [helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "src_len"])]
     inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in ("max_length", "num_beams")]
     inputs += [helper.make_tensor_value_info("length_penalty", TensorProto.FLOAT, [])]
     # Plain inputs, not inputs with a default: onnxruntime's JavaScript bindings and OpenVINO
     # cannot set those (they read them as constants), and onnxruntime warns about them at load.
     inputs += [helper.make_tensor_value_info(n, TensorProto.INT64, []) for n in ("min_length", "max_extra")]
-    s = _Setup(b, spec, encoder is not None)
+    s = _Setup(b, spec, encoder is not None, ragged)
     shared = {}
     if encoder is not None:
         shared = {o.name: (o.type.tensor_type.elem_type, len(o.type.tensor_type.shape.dim))
@@ -107,31 +111,64 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
 
 class _Setup:
     """What the graph computes once, before the search: clean ids, k, each sentence's limit,
-    per-step tables, a decoder-only model's prompts (names of graph values)."""
+    per-step tables, a decoder-only model's prompts (names of graph values). ``ragged``: a
+    decoder-only model's step graph takes masks, so prompts of different lengths share a batch."""
 
-    def __init__(self, b: Builder, spec, encoder: bool):
+    def __init__(self, b: Builder, spec, encoder: bool, ragged: bool = False):
         vocab = spec.vocab
-        self.encoder, self.vocab = encoder, vocab
+        self.encoder, self.vocab, self.ragged = encoder, vocab, ragged
         self.pad_banned = vocab.bos_id == vocab.pad_id != vocab.eos_id  # as tfspec.search._banned
         i64, unsq = (lambda v: b.const(np.int64(v))), (lambda x: b.op("Unsqueeze", x, b.ints(0)))
         size = vocab.size if self.encoder else vocab.tgt_size
         outside = b.op("Or", b.op("Less", "input_ids", i64(0)), b.op("GreaterOrEqual", "input_ids", i64(size)))
         ids = b.op("Where", outside, i64(vocab.unk_id), "input_ids")
         positions = spec.positional.max_len if spec.positional.kind != "none" else None
-        mask = None  # a source's real tokens: int64 (batch, src_len), 1 or 0
-        if encoder:
+        mask = None  # a source's (a prompt's) real tokens: int64 (batch, src_len), 1 or 0
+        if encoder or ragged:
             mask = b.op("Cast", b.op("Not", b.op("Equal", "attention_mask", i64(0))), to=TensorProto.INT64)
-        if positions is not None:  # the first step's tokens fit the positions: a prompt leaves one for bos
+        if positions is not None and not ragged:  # the first step's tokens fit: a prompt leaves one for bos
             cut = (b.ints(0), b.ints(positions - (0 if self.encoder else 1)), b.ints(1))
             ids, mask = b.op("Slice", ids, *cut), mask and b.op("Slice", mask, *cut)
         self.ids, self.mask, self.n = ids, mask, b.shape_of(ids, 0)
         self.beam = beam_constants(b, self.n, b.op("Max", "num_beams", i64(1)), vocab.stop_ids)
-        self.limits = self._limits(b, positions)
-        self._tables(b, vocab.tgt_size)
-        if not self.encoder:  # bos then the prompt, as `tfspec translate` feeds a decoder-only model
+        self.prompt_mask = None  # int64 (batch, width): 1 at bos and a ragged batch's real prompt tokens
+        if ragged:
+            self.prompt, self.prompt_mask = self._packed(b, positions)
+        elif not self.encoder:  # bos then the prompt, as `tfspec translate` feeds a decoder-only model
             bos = b.op("Expand", b.const(np.full((1, 1), vocab.bos_id, np.int64)),
                        b.op("Concat", unsq(self.n), b.ints(1), axis=0))
             self.prompt = b.op("Concat", bos, ids, axis=1)
+        self.limits = self._limits(b, positions)
+        self._tables(b, vocab.tgt_size)
+
+    def _packed(self, b: Builder, positions: int | None) -> tuple[str, str]:
+        """Each row's bos and real tokens (the mask's ones; the first positions - 1 of them
+        where positions are bounded) moved in order to the row's end, and their mask: left
+        padding, the convention of transformers and onnxruntime-genai, whatever padding the
+        caller used. A TopK sorts the columns by a key: padding first, then bos, then the real
+        tokens by column (the keys differ, so no tie order is relied on)."""
+        i64 = lambda v: b.const(np.int64(v))  # noqa: E731
+        real = self.mask
+        if positions is not None:  # the first step's tokens fit the positions: a prompt leaves one for bos
+            kept = b.op("LessOrEqual", b.op("CumSum", real, i64(1)), i64(positions - 1))
+            real = b.op("Mul", real, b.op("Cast", kept, to=TensorProto.INT64))
+        width = b.shape_of(self.ids, 1)
+        columns, twice = b.op("Range", i64(0), width, i64(1)), b.op("Mul", width, i64(2))  # (L,), 2L
+        keys = b.op("Where", b.op("Cast", real, to=TensorProto.BOOL),
+                    b.op("Add", b.op("Mul", columns, i64(2)), b.op("Add", twice, i64(2))), columns)
+        column = lambda x: b.op("Expand", x, b.op("Concat", b.op("Unsqueeze", self.n, b.ints(0)),  # noqa: E731
+                                                    b.ints(1), axis=0))  # (batch, 1)
+        bos_key = b.op("Reshape", b.op("Add", twice, i64(1)), b.ints(1, 1))
+        keys = b.op("Concat", keys, column(bos_key), axis=1)
+        order = b.op("TopK", keys, b.op("Unsqueeze", b.op("Add", width, i64(1)), b.ints(0)), axis=1, largest=0,
+                     outputs=2)[1]
+        tokens = b.op("Concat", self.ids, column(b.const(np.full((1, 1), self.vocab.bos_id, np.int64))), axis=1)
+        mask = b.op("Concat", real, column(b.const(np.ones((1, 1), np.int64))), axis=1)
+        tokens, mask = (b.op("GatherElements", x, order, axis=1) for x in (tokens, mask))
+        if positions is not None:  # no row has more: the columns before are padding everywhere
+            last = (b.ints(-positions), b.ints(2**62), b.ints(1))
+            tokens, mask = b.op("Slice", tokens, *last), b.op("Slice", mask, *last)
+        return tokens, mask
 
     def _limits(self, b: Builder, positions: int | None) -> str:
         """Each sentence's most output tokens (``tfspec.search._limits``), capped where positions
@@ -148,7 +185,10 @@ class _Setup:
             limits = b.op("Where", b.op("Greater", length, i64(0)), limits, i64(0))
         if positions is None:
             return limits
-        fed = i64(1) if self.encoder else b.op("Add", b.shape_of(self.ids, 1), i64(1))  # the first step's tokens
+        if self.ragged:  # each row's own first step: bos and its prompt
+            fed = b.op("ReduceSum", self.prompt_mask, b.ints(1), keepdims=0)
+        else:  # the first step's tokens
+            fed = i64(1) if self.encoder else b.op("Add", b.shape_of(self.ids, 1), i64(1))
         return b.op("Min", limits, b.op("Sub", i64(positions + 1), fed))
 
     def _tables(self, b: Builder, vocab: int) -> None:

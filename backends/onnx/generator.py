@@ -33,12 +33,14 @@ class Generator:
 
     def __call__(self, ids: np.ndarray, options: SearchOptions, mask: np.ndarray | None = None) -> list[list[int]]:
         """Decode ``ids`` (B, S) int64, right-padded sources (``mask`` true at their real tokens,
-        by default ``implied_mask``) or (one length) prompts: output ids without bos or end of
-        sentence, as ``tfspec.search.search`` returns them."""
+        by default ``implied_mask``) or prompts (left-padded, ``mask`` true at their real tokens,
+        by default every one; prompts of different lengths need a graph that takes masks): output
+        ids without bos or end of sentence, as ``tfspec.search.search`` returns them."""
         if options.sampling is not None:
             raise ValueError("generate.onnx searches (greedy or beam); sampling needs the Python search")
-        if self.masks:
-            mask = implied_mask(ids, self.model.spec.vocab.pad_id) if mask is None else mask
+        if self.masks and mask is None:  # a prompt's every id is a token: padding is only what a mask says
+            prompts = self.model.spec.family == "decoder-only"
+            mask = np.ones(ids.shape, bool) if prompts else implied_mask(ids, self.model.spec.vocab.pad_id)
         feeds = {"input_ids": np.ascontiguousarray(ids, np.int64),
                  "max_length": np.array(NO_LIMIT if options.max_length is None else options.max_length, np.int64),
                  "num_beams": np.array(options.beam, np.int64),
@@ -54,15 +56,18 @@ class Generator:
 def generate_all(generator: Generator, sources: list[list[int]], options: SearchOptions, batch: int = 32,
                  decoder_only: bool = False, batch_type: str = "examples",
                  on_batch: Callable[[int], None] | None = None) -> list[list[int]]:
-    """``tfspec.evaluate.decode_all`` through generate.onnx: the same batches, so the same outputs."""
+    """``tfspec.evaluate.decode_all`` through generate.onnx: the same batches, so the same outputs.
+    Prompts of different lengths share a batch, left-padded, where the graph takes masks (each
+    row decodes as it does alone), else go one at a time as ``decode_all`` sends them."""
     outputs: list[list[int]] = [[] for _ in sources]
     lengths = [len(s) for s in sources]
-    for rows in batches(lengths, 1 if decoder_only else batch, batch_type):
-        tokens = np.full((len(rows), max(lengths[i] for i in rows)), generator.model.spec.vocab.pad_id, np.int64)
-        for r, i in enumerate(rows):
-            tokens[r, : lengths[i]] = sources[i]
-        mask = lengths_mask([lengths[i] for i in rows], tokens.shape[1])
-        for i, out in zip(rows, generator(tokens, options, None if decoder_only else mask)):
+    left = decoder_only and generator.masks
+    for rows in batches(lengths, batch if left or not decoder_only else 1, batch_type):
+        mask = lengths_mask([lengths[i] for i in rows], max(lengths[i] for i in rows))
+        mask = mask[:, ::-1] if left else mask
+        tokens = np.full(mask.shape, generator.model.spec.vocab.pad_id, np.int64)
+        tokens[mask] = np.concatenate([sources[i] for i in rows])  # row by row, each where its mask is
+        for i, out in zip(rows, generator(tokens, options, mask)):
             outputs[i] = out
         if on_batch is not None:
             on_batch(len(rows))

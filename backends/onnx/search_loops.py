@@ -12,7 +12,9 @@ the per-source values included, for the sentences left, as ``OnnxDecoder.select`
 pasts themselves are not copied: the next step gathers its rows by ``beam_rows``.
 
 The per-search state: ``tokens`` (m * k, L) to feed next, the step graph's pasts, ``beam_rows``
-(the past row each row continues), ``offset`` (for step graphs that take one), each sentence's
+(the past row each row continues), ``offset`` (for step graphs that take one), ``key_mask``
+(a ragged batch of prompts: each row's keys, 0 at its padding, the step's own tokens included;
+reordered and narrowed as ``tokens`` are, one column of ones longer each step), each sentence's
 ``scores`` (m, k), ``finished`` count, ``best`` score, ``result`` (m, t) and its ``length``, and
 ``hyps`` (m * k, t), the hypotheses' tokens; the outer Loop adds the per-source ``shared``
 values, ``orig`` (each sentence's row in the batch), ``limits`` and the outputs being filled.
@@ -45,7 +47,8 @@ def search(b: Builder, s, step: onnx.GraphProto, shared: dict[str, tuple[int, in
              for i in step.input if i.name.startswith("past.")}  # no past_len yet; fixed window and state sizes
     pasts = [(name, elem, len(dims) + 1) for name, (elem, dims) in empty.items()]
     offset = [("offset", I64, 0)] if any(i.name == "offset" for i in step.input) else []
-    rows = [("tokens", I64, 2), *pasts, ("beam_rows", I64, 1), *offset]
+    key_mask = [("key_mask", I64, 2)] if s.prompt_mask is not None else []
+    rows = [("tokens", I64, 2), *pasts, ("beam_rows", I64, 1), *offset, *key_mask]
     state = [("t", I64, 0), *rows, *SENTENCES, ("hyps", I64, 2)]
     outer = state + [(n, e, r) for n, (e, r) in shared.items()] + [("orig", I64, 1), ("limits", I64, 1)] + OUTPUTS
     initial = _initial(b, s, empty, bool(offset), list(shared))
@@ -83,7 +86,10 @@ def _steps(b: Builder, s, step, v: dict, state: list, pasts: list, offset: bool,
     names = {"tgt": w["tokens"], "beam_rows": w["beam_rows"], "top_k": width} | {p: w[p] for p, _, _ in pasts}
     names |= {"offset": w["offset"]} if offset else {}
     names |= {i.name: v[i.name] for i in step.input if i.name.startswith("cross.") or i.name == "memory_bias"}
-    if any(i.name == "attention_mask" for i in step.input):  # prompts of one length: no padding
+    if s.prompt_mask is not None:  # each row's padding: its zeros, all before its prompt
+        names |= {"attention_mask": w["key_mask"], "position_offset": b.op(
+            "Sub", b.shape_of(w["key_mask"], 1), b.op("ReduceSum", w["key_mask"], b.ints(1), keepdims=0))}
+    elif any(i.name == "attention_mask" for i in step.input):  # prompts of one length: no padding
         names |= {"attention_mask": b.const(np.ones((1, 1), np.int64)),
                   "position_offset": b.const(np.zeros(1, np.int64))}
     weights: dict = {}  # the body's own: onnxruntime pre-packs a Gemm's weight only from its own graph
@@ -98,6 +104,10 @@ def _steps(b: Builder, s, step, v: dict, state: list, pasts: list, offset: bool,
                                                            for p, _, _ in pasts}
     if offset:
         updated["offset"] = b.op("Add", w["offset"], b.shape_of(w["tokens"], 1))
+    if s.prompt_mask is not None:  # the rows continued, and the token each adds
+        kept = b.op("Gather", w["key_mask"], updated["beam_rows"], axis=0)
+        ones = b.op("Expand", i64(1), b.op("Concat", b.op("Shape", kept, start=0, end=1), b.ints(1), axis=0))
+        updated["key_mask"] = b.op("Concat", kept, ones, axis=1)
     every = b.op("Greater", b.op("ReduceMin", b.op("Cast", found.going, to=I64), keepdims=0), i64(0))
     body = helper.make_graph(b.nodes, "steps", [_info("steps/i", I64, 0), _info("steps/cond", BOOL, 0)]
                              + [_info(w[n], e, r) for n, e, r in state] + [_info("steps/going", BOOL, 1)],
@@ -150,7 +160,7 @@ def _narrow(b: Builder, s, v: dict, state: list, inner: list[str], shared: list[
         if name.startswith("past.") or name == "offset":  # rows picked by beam_rows at the next step
             updated[name] = final[name]
         else:
-            by = keep_rows if name in ("tokens", "beam_rows", "hyps") else keep
+            by = keep_rows if name in ("tokens", "beam_rows", "hyps", "key_mask") else keep
             updated[name] = b.op("Gather", final[name], by, axis=0)
     for name in [*shared, "orig", "limits"]:
         updated[name] = b.op("Gather", v[name], keep, axis=0)
@@ -170,15 +180,13 @@ def _initial(b: Builder, s, pasts: dict, offset: bool, shared: list[str]) -> lis
         first = b.op("Expand", b.const(np.full((1, 1), s.vocab.bos_id, np.int64)),
                      b.op("Concat", unsq(rows), b.ints(1), axis=0))
     else:  # bos then the prompt, as `tfspec translate` feeds a decoder-only model; each row k times
-        prompt = b.op("Gather", s.prompt, keep, axis=0)
-        spread = b.op("Expand", b.op("Unsqueeze", prompt, b.ints(1)),
-                      b.op("Concat", unsq(m), s.beam.k_1d, b.op("Shape", prompt, start=1, end=2), axis=0))
-        first = b.op("Reshape", spread, b.op("Concat", unsq(rows), b.ints(-1), axis=0))
+        first = _spread(b, s, s.prompt, keep)
     out = [i64(0), first]
     for elem, dims in pasts.values():
         out.append(b.op("ConstantOfShape", b.op("Concat", unsq(rows), b.ints(*dims), axis=0),
                         value=numpy_helper.from_array(np.zeros(1, helper.tensor_dtype_to_np_dtype(elem)))))
     out += [b.op("Range", i64(0), rows, i64(1))] + ([i64(0)] if offset else [])
+    out += [] if s.prompt_mask is None else [_spread(b, s, s.prompt_mask, keep)]  # the first step's keys
     first_copy = b.op("Where", b.op("Equal", s.beam.columns, i64(0)), b.const(np.float64(0), np.float64),
                       b.const(NEG_INF, np.float64))  # (k,)
     empty = lambda r: b.op("ConstantOfShape", b.op("Concat", unsq(r), b.ints(0), axis=0),  # noqa: E731
@@ -190,6 +198,15 @@ def _initial(b: Builder, s, pasts: dict, offset: bool, shared: list[str]) -> lis
     out += [keep, b.op("Gather", s.limits, keep, axis=0), empty(s.n), zeros(s.n),
             b.op("Expand", b.const(NEG_INF, np.float64), unsq(s.n))]
     return out
+
+
+def _spread(b: Builder, s, x: str, keep: str) -> str:
+    """The rows ``keep`` of ``x`` (batch, width), each k times in a row: (m * k, width)."""
+    x = b.op("Gather", x, keep, axis=0)
+    m = b.op("Unsqueeze", b.shape_of(keep, 0), b.ints(0))
+    spread = b.op("Expand", b.op("Unsqueeze", x, b.ints(1)),
+                  b.op("Concat", m, s.beam.k_1d, b.op("Shape", x, start=1, end=2), axis=0))
+    return b.op("Reshape", spread, b.op("Concat", b.op("Mul", m, s.beam.k_1d), b.ints(-1), axis=0))
 
 
 def _info(name: str, elem: int, rank: int) -> onnx.ValueInfoProto:
