@@ -89,6 +89,21 @@ def test_the_mask_not_the_id_says_what_is_padding(exported):
     assert abs(scores(generator, prompt[None], dropped) - scores(generator, prompt[None], ones))[0] > 1e-3
 
 
+def test_each_row_keeps_its_own_limits_where_positions_are_bounded(exported):
+    """96 positions: a prompt of 90 leaves room for 6 tokens (the last one never fed), one of 3
+    for max_extra's 12; one of 120 is cut to its first 95 tokens (bos takes a position) and
+    gives one token, as each alone."""
+    generator, _ = exported
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(4, 100, n) for n in (3, 90, 120)]
+    options = SearchOptions(beam=2, max_extra=12, min_length=12)  # max_length None: the graph's cap
+    tokens, mask = left_padded(prompts, 0)
+    ours = generator(tokens, options, mask)
+    assert ours == [generator(p[None], options)[0] for p in prompts]
+    assert [len(out) for out in ours] == [12, 6, 1]
+    assert generator(prompts[2][None, :95], options) == ours[2:]
+
+
 def test_llama_checkpoint_gives_transformers_generate_tokens_on_a_left_padded_batch(cli, tmp_path):
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(vocab_size=120, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -108,7 +123,8 @@ def test_llama_checkpoint_gives_transformers_generate_tokens_on_a_left_padded_ba
                         min_new_tokens=6, do_sample=False)[:, tokens.shape[1]:]
     generator = Generator(OnnxModel(tmp_path / "onnx", device="cpu"))
     options = SearchOptions(beam=1, max_extra=6, max_length=6, min_length=6)
-    assert generator(*left_padded(prompts, 0)[:1], options, left_padded(prompts, 0)[1]) == want.tolist()
+    tokens, mask = left_padded(prompts, 0)
+    assert generator(tokens, options, mask) == want.tolist()
 
 
 def test_translate_engine_generate_batches_prompts_of_different_lengths(exported, cli, tmp_path):
@@ -127,7 +143,10 @@ def test_decoders_with_state_beyond_keys_keep_prompts_of_one_length(tmp_path):
     """A convolution's window cannot be masked: generate.onnx keeps today's interface."""
     spec = Spec.model_validate(BASE | {"decoder": {"layers": 1, "block": [
         {"kind": "conv", "kernel": 3, "causal": True}, "causal_self_attention", "ffn"]}})
+    torch.manual_seed(0)
     export(build_module(spec).eval(), tmp_path, parity=False, generate=True)
-    generator = Generator(OnnxModel(tmp_path, device="cpu"))
+    model = OnnxModel(tmp_path, device="cpu")
+    generator, decoder = Generator(model), model.decoder()
     assert not generator.masks
-    assert generator(np.array([[5, 6, 7]]), SearchOptions(beam=2, max_extra=3, max_length=3))[0]
+    options = SearchOptions(beam=2, max_extra=4, max_length=4, min_length=4)
+    assert generator(np.array([[5, 6, 7]]), options) == search(decoder, None, options, prefix=np.array([[1, 5, 6, 7]]))
