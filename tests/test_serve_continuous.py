@@ -86,7 +86,9 @@ def test_20_concurrent_clients_get_generates_tokens(llama, cli, tmp_path):
     assert [n for _, n in got if n is not None] == [n for (_, n), b in zip(want, bodies) if not b["stream"]]
     joins = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
              if line.startswith("tfspec_batch_requests_")}
-    assert joins["tfspec_batch_requests_count"] >= 3  # prompts joined a running batch, several times
+    # prompts joined a running batch (how often depends on the machine's speed against the arrivals;
+    # test_rows_join_and_leave_between_steps steers joins step by step)
+    assert joins["tfspec_batch_requests_count"] >= 2
     assert joins["tfspec_batch_requests_sum"] > 2 * joins["tfspec_batch_requests_count"]
 
 
