@@ -300,8 +300,8 @@ def register(command) -> None:
                         "and softmax cover only a batch's candidates: `translate --shortlist` (docs/decoding.md)")
     c.add_argument("--shortlist-per-source", type=integer(1, 100_000), default=50, metavar="N",
                    help="candidates kept per source token, by sentence pairs shared (default 50)")
-    c.add_argument("--shortlist-frequent", type=integer(0, 100_000), default=100, metavar="K",
-                   help="most frequent target tokens every batch allows (default 100)")
+    c.add_argument("--shortlist-frequent", type=integer(0, 100_000), default=500, metavar="K",
+                   help="most frequent target tokens every batch allows (default 500)")
     c.add_argument("--seed", type=SEED, default=0, help="seed of the random weights without --weights")
     c.add_argument("--tokenizer", metavar="MODEL",
                    help="tfspec's sentencepiece model (a training run's tokenizer.model) to ship as "
