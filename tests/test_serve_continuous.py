@@ -62,7 +62,7 @@ def alone(cli, directory, body) -> tuple[str, int]:
 
 
 def test_20_concurrent_clients_get_generates_tokens(llama, cli, tmp_path):
-    from test_serve import Server, request
+    from test_serve import Server
 
     bodies = requests(20)
     want = [alone(cli, llama, body) for body in bodies]
@@ -70,7 +70,9 @@ def test_20_concurrent_clients_get_generates_tokens(llama, cli, tmp_path):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
 
     def ask(i: int):
-        time.sleep(0.015 * i)  # arrivals spread over the running batch's steps
+        # arrivals spread over the running batch's steps; how many join a running batch depends on the
+        # machine's speed (test_rows_join_and_leave_between_steps steers joins step by step)
+        time.sleep(0.005 * i)
         body = bodies[i]
         answer = client.completions.create(model="llama", **body)
         if body["stream"]:
@@ -79,17 +81,10 @@ def test_20_concurrent_clients_get_generates_tokens(llama, cli, tmp_path):
     try:
         with ThreadPoolExecutor(len(bodies)) as pool:
             got = list(pool.map(ask, range(len(bodies))))
-        metrics = request(server.url + "/metrics")[1]
     finally:
         assert server.stop() == 0
     assert [body["prompt"] + text for body, (text, _) in zip(bodies, got)] == [text for text, _ in want]
     assert [n for _, n in got if n is not None] == [n for (_, n), b in zip(want, bodies) if not b["stream"]]
-    joins = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
-             if line.startswith("tfspec_batch_requests_")}
-    # prompts joined a running batch (how often depends on the machine's speed against the arrivals;
-    # test_rows_join_and_leave_between_steps steers joins step by step)
-    assert joins["tfspec_batch_requests_count"] >= 2
-    assert joins["tfspec_batch_requests_sum"] > 2 * joins["tfspec_batch_requests_count"]
 
 
 class Steered:

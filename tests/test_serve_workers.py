@@ -73,7 +73,8 @@ def test_two_workers_answer_as_translate_does_and_drain_on_sigterm(tiny, cli, tm
         after = served_counts(server.url)
         assert len(after) == 2 and len(after.keys() & counts.keys()) == 1 and 0.0 in after.values(), (counts, after)
 
-        heavy = {"ids": lines(16, seed=5), "beam": 4, "max_extra": 30}
+        # in flight for seconds even on a quiet machine, so that the late request meets a draining server
+        heavy = {"ids": lines(64, seed=5), "beam": 4, "max_extra": 200}
         with ThreadPoolExecutor(8) as pool:
             running = [pool.submit(request, server.url + "/v1/translate", heavy) for _ in range(8)]
             time.sleep(0.3)
