@@ -169,9 +169,10 @@ def assert_config_imports_at_count(cli, directory: Path, config, architecture: s
 
 @torch.no_grad()
 def assert_hf_round_trip(cli, directory: Path, original, architecture: str, tokens: torch.Tensor,
-                         keep: torch.Tensor) -> None:
+                         keep: torch.Tensor, **inputs) -> None:
     """import -> ``export --format hf`` -> ``from_pretrained`` of the checkpoint ``original`` wrote to
-    ``directory`` gives ``architecture`` and ``original``'s logits at the real tokens."""
+    ``directory`` gives ``architecture`` and ``original``'s logits at the real tokens (``inputs``:
+    the model's other inputs, an encoder-decoder's attention_mask and decoder_input_ids)."""
     import json
 
     import transformers
@@ -182,5 +183,5 @@ def assert_hf_round_trip(cli, directory: Path, original, architecture: str, toke
                          "-o", exported)
     assert code == 0 and "parity: ok" in out, out + err
     assert json.loads((exported / "config.json").read_text())["architectures"] == [architecture]
-    got = getattr(transformers, architecture).from_pretrained(exported).eval()(tokens).logits
-    torch.testing.assert_close(got[keep], original(tokens).logits[keep], atol=1e-4, rtol=0)
+    got = getattr(transformers, architecture).from_pretrained(exported).eval()(tokens, **inputs).logits
+    torch.testing.assert_close(got[keep], original(tokens, **inputs).logits[keep], atol=1e-4, rtol=0)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from hf_checkpoints import perturb
+from hf_checkpoints import assert_hf_round_trip, perturb
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.search import SearchOptions, search
@@ -147,16 +147,9 @@ def test_default_config_counts_as_transformers(family, cli, tmp_path):
 @torch.no_grad()
 def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     original = save(case, tmp_path / "original")
-    imported_dir, exported = tmp_path / "imported", tmp_path / "exported"
-    assert cli("import", tmp_path / "original", "-o", imported_dir, "--quiet")[0] == 0
-    code, out, err = cli("export", imported_dir, "--weights", imported_dir / "model.safetensors", "--format", "hf",
-                         "-o", exported)
-    assert code == 0 and "parity: ok" in out, out + err
-    assert json.loads((exported / "config.json").read_text())["architectures"] == [CASES[case][1]]
     src, tgt = batch(case, seed=7)
-    inputs = dict(input_ids=src, attention_mask=(src != ids(case)[0]).long(), decoder_input_ids=tgt)
-    got = getattr(transformers, CASES[case][1]).from_pretrained(exported).eval()(**inputs).logits
-    torch.testing.assert_close(got, original(**inputs).logits, atol=1e-4, rtol=0)
+    assert_hf_round_trip(cli, tmp_path / "original", original, CASES[case][1], src, torch.ones_like(tgt, dtype=bool),
+                         attention_mask=(src != ids(case)[0]).long(), decoder_input_ids=tgt)
 
 
 @pytest.mark.parametrize("case,change,needle", [

@@ -80,15 +80,10 @@ class SwitchTransformers(T5):
             return super()._output(source, d_model)  # T5's reading refuses it by name
         return {"tie_embeddings": "all" if tied else "inputs", "output_scale": d_model ** -0.5 if tied else 1.0}
 
-    def rules(self, spec, architecture: str) -> list[Rule]:
-        rules = [Rule("encoder.embed.weight", ("shared.weight",))]
-        if not spec.ties_output:
-            rules.append(Rule("output.weight", ("lm_head.weight",)))
-        for stack in ("encoder", "decoder"):
-            rules.append(Rule(f"{stack}.norm.weight", (f"{stack}.final_layer_norm.weight",)))
-            for layer in spec.plan(stack):
-                rules += _layer(layer)
-        return rules
+    @staticmethod
+    def layer_rules(layer) -> list[Rule]:
+        """T5's rules, with a sparse layer's router and experts."""
+        return _layer(layer)
 
     def config(self, spec) -> dict:
         config = super().config(spec)

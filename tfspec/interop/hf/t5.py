@@ -81,8 +81,13 @@ class T5(Family):
         for stack in ("encoder", "decoder"):
             rules.append(Rule(f"{stack}.norm.weight", (f"{stack}.final_layer_norm.weight",)))
             for layer in spec.plan(stack):
-                rules += _layer(layer)
+                rules += self.layer_rules(layer)
         return rules
+
+    @staticmethod
+    def layer_rules(layer) -> list[Rule]:
+        """One layer's tensor rules (Switch Transformers' sparse layers differ)."""
+        return _layer(layer)
 
     def dropped(self, architecture: str) -> dict[str, str]:
         return {"encoder.embed_tokens.weight": "the encoder's embedding, tied to the shared one",
