@@ -185,3 +185,15 @@ def assert_hf_round_trip(cli, directory: Path, original, architecture: str, toke
     assert json.loads((exported / "config.json").read_text())["architectures"] == [architecture]
     got = getattr(transformers, architecture).from_pretrained(exported).eval()(tokens, **inputs).logits
     torch.testing.assert_close(got[keep], original(tokens, **inputs).logits[keep], atol=1e-4, rtol=0)
+
+
+def assert_config_refused(cli, tmp_path: Path, config: dict, needle: str) -> None:
+    """``config`` as a checkpoint's config.json imports as one ``error:`` line holding
+    ``needle``, exit 2, and writes no output directory."""
+    import json
+
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "ours").exists()

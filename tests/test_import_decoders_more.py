@@ -12,8 +12,8 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import (assert_config_imports_at_count, assert_decoder_import_matches, assert_hf_round_trip, perturb,
-                            right_padded)
+from hf_checkpoints import (assert_config_imports_at_count, assert_config_refused, assert_decoder_import_matches,
+                            assert_hf_round_trip, perturb, right_padded)
 
 transformers = pytest.importorskip("transformers")
 
@@ -94,11 +94,7 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]
     config = json.loads(getattr(transformers, config_class)(**fields).to_json_string()) | change
-    (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
-    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "ours").exists()
+    assert_config_refused(cli, tmp_path, config, needle)
 
 
 def test_gpt_neo_with_global_and_local_layers_is_not_exported(cli, tmp_path):

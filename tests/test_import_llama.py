@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_checkpoints import perturb
+from hf_checkpoints import assert_config_refused, perturb
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.search import SearchOptions, search
@@ -86,12 +86,8 @@ def test_config_only_counts_as_transformers(cli, tmp_path):
      "rope_scaling: low_freq_factor must be a number"),
     ("MistralConfig", {"num_key_value_heads": 3}, "valid tfspec spec: heads (4) must be a multiple of kv_heads (3)")])
 def test_unsupported_or_malformed_configs_are_refused_by_name(config_class, change, needle, cli, tmp_path):
-    (tmp_path / "hf").mkdir()
     config = json.loads(getattr(transformers, config_class)(**SMALL).to_json_string()) | change
-    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
-    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
-    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
-    assert not (tmp_path / "ours").exists()
+    assert_config_refused(cli, tmp_path, config, needle)
 
 
 PUBLISHED = {"Llama-2-7b-hf": 6_738_415_616, "TinyLlama-1.1B": 1_100_048_384, "Mistral-7B-v0.1": 7_241_732_096,
