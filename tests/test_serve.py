@@ -216,6 +216,21 @@ def test_sigterm_drains_in_flight_requests(tiny, tmp_path):
     assert s.process.wait(20) == 0
 
 
+def test_requests_left_when_the_grace_is_spent_get_503_not_a_cancelled_task(tiny, tmp_path):
+    s = Server(tiny, "--grace", 2, tmp=tmp_path)
+    heavy = {"ids": lines(64, seed=5), "beam": 4, "max_extra": 200}  # ~2 s each on a quiet core
+    with ThreadPoolExecutor(6) as pool:
+        running = [pool.submit(request, s.url + "/v1/translate", heavy) for _ in range(6)]
+        time.sleep(0.3)
+        s.process.send_signal(signal.SIGTERM)
+        answers = [f.result() for f in running]
+    assert {a[0] for a in answers} <= {200, 503}
+    cut = [a for a in answers if a[0] == 503]
+    assert cut and all("grace" in a[1]["error"]["message"] and a[2]["Retry-After"] == "1" for a in cut)
+    assert s.process.wait(10) == 0
+    assert "Traceback" not in s.log.read_text()
+
+
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
     """(ONNX export of an imported random tiny Llama with its tokenizer.json, its server)."""

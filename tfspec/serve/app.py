@@ -88,6 +88,8 @@ class Service:
         self.metrics.queue.set_function(lambda: self.batcher.depth)
         self.draining = False
         self.inflight = 0
+        self.stopped = asyncio.Event()
+        """Set when a drain's grace is spent: what is still in flight answers 503 and is cancelled."""
 
     async def body(self, request: Request, model):
         """The request body parsed as ``model``: 413 over ``max_body``, 400 if not JSON, 422 if
@@ -124,11 +126,13 @@ class Service:
                            headers={"Retry-After": "1"}) from None
         left = self.config.timeout - (time.perf_counter() - started)
         gone = asyncio.ensure_future(_disconnected(request))
+        stopped = asyncio.ensure_future(self.stopped.wait())
         try:
-            done, _ = await asyncio.wait({job.future, gone}, timeout=max(left, 0),
+            done, _ = await asyncio.wait({job.future, gone, stopped}, timeout=max(left, 0),
                                          return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
+            stopped.cancel()
         if job.future in done:
             outputs = job.future.result()
             self.metrics.generated.inc(sum(map(len, outputs)))
@@ -136,6 +140,9 @@ class Service:
         job.cancelled = True
         if gone in done:
             raise ApiError(499, "the client closed the request")
+        if stopped in done:
+            raise ApiError(503, "the server stopped before this request finished (its drain's grace was spent); "
+                                "cancelled", headers={"Retry-After": "1"})
         raise ApiError(504, f"not answered within the server's timeout ({self.config.timeout:g}s); cancelled")
 
     def sources(self, body: TranslateRequest) -> list[list[int]]:

@@ -26,8 +26,11 @@ class _Server(uvicorn.Server):
 
     async def on_tick(self, counter: int) -> bool:
         if self.deadline is not None and not self.should_exit:
-            # in flight done, or most of the grace spent: uvicorn's own shutdown gets the rest
-            self.should_exit = self.service.inflight == 0 or time.monotonic() > self.deadline - self.grace / 4
+            # in flight done, or most of the grace spent: what is left answers 503 (not a cancelled
+            # task's 500) within uvicorn's own shutdown, which gets the rest of the grace
+            if time.monotonic() > self.deadline - self.grace / 4:
+                self.service.stopped.set()
+            self.should_exit = self.service.inflight == 0 or self.service.stopped.is_set()
         return await super().on_tick(counter)
 
 
