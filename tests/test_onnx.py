@@ -269,3 +269,21 @@ def test_wide_windows_are_masked_not_blocked(tmp_path):
     model, result = _export(Spec.model_validate(data), tmp_path)
     _assert_parity(result)
     assert not any("blocked" in c.name for c in result.checks)
+
+
+@pytest.mark.parametrize("version, spins", [("1.26.3", "0"), ("1.27.0", "1"), ("1.32.0", "1"), ("2.0.1", "1")])
+def test_small_machines_spin_only_where_onnxruntime_bounds_the_spin(version, spins, monkeypatch):
+    """On 4 cores or fewer a step's threads spin between operators, but only for a bounded
+    time: an onnxruntime without ``spin_duration_us`` (before 1.27) would spin unbounded and
+    take the cores from the caller, so there spinning stays off."""
+    from tfspec.backends.onnx import runtime
+
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(ort, "__version__", version)
+    options = runtime.session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == spins
+    if spins == "1":
+        assert 0 < int(options.get_session_config_entry("session.intra_op.spin_duration_us")) <= 1000
+    monkeypatch.setattr(runtime.os, "cpu_count", lambda: 16)  # many cores: onnxruntime's own default
+    with pytest.raises(Exception, match="does not have configuration"):
+        runtime.session_options().get_session_config_entry("session.intra_op.allow_spinning")

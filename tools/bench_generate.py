@@ -43,6 +43,7 @@ from bench_decode import cpu_seconds
 from tfspec import build_graph, load_spec
 from tfspec.analysis import analyze_params
 from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.onnx.runtime import spinning
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.search import SearchOptions, search
@@ -76,6 +77,7 @@ def write_llama(args, directory: Path):
 def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
     """Name -> generate(prompts (B, L) with BOS first, n) -> exactly n new token ids per row."""
     import ctranslate2
+    import onnxruntime
     import onnxruntime_genai as og
     from ctranslate2.converters import TransformersConverter
 
@@ -92,7 +94,7 @@ def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
         export_genai(model, work / "genai", parity=False)
         config = og.Config(str(work / "genai"))  # the threads and spinning tfspec's sessions get
         config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-            "intra_op_num_threads": args.threads, "session.intra_op.allow_spinning": "0"}}}}))
+            "intra_op_num_threads": args.threads, **dict(spinning(onnxruntime.__version__))}}}}))
         genai_model = og.Model(config)
     options = lambda n: SearchOptions(beam=1, min_length=n, max_length=n, max_extra=n)
     if not args.experts:  # CTranslate2's converter registers no Mixtral (4.8.5: MixtralConfig refused)

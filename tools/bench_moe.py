@@ -28,6 +28,7 @@ from bench_step import feeds  # noqa: E402
 from tfspec.backends.onnx import export  # noqa: E402
 from tfspec.backends.onnx import lowerings  # noqa: E402
 from tfspec.backends.onnx.moe import _ffn, route  # noqa: E402
+from tfspec.backends.onnx.runtime import session_options  # noqa: E402
 from tfspec.backends.torch import build_module  # noqa: E402
 from tfspec.spec import Spec  # noqa: E402
 
@@ -85,9 +86,7 @@ def main() -> None:
         export(model, directories[1], parity=False)
     finally:
         lowerings.LOWERINGS["moe"] = routed
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options(args.threads)  # what `tfspec translate` runs with
     print(f"{model.graph.num_params:,} parameters; {args.experts} experts of {args.d_ff}, top {args.top_k}, "
           f"{args.layers} layers, d_model {args.d_model}; {args.threads} threads")
     print("ms, median of rounds   routed experts   every expert   every/routed")

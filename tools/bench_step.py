@@ -20,6 +20,8 @@ import time
 import numpy as np
 import onnxruntime as ort
 
+from tfspec.backends.onnx.runtime import session_options
+
 
 def feeds(session, batch: int, past: int, src: int = 32) -> dict[str, np.ndarray]:
     """Inputs for one step of ``session``'s step graph."""
@@ -50,9 +52,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options(args.threads)  # what `tfspec translate` runs with
     sessions = [ort.InferenceSession(f"{d}/decoder.onnx", options) for d in args.exports]
     print(f"step time (ms, median of {args.rounds} rounds of 20 steps), past {args.past}:")
     for batch in (1, 16, 64):

@@ -39,10 +39,30 @@ def session_options(threads: int | None = None):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     cores = os.cpu_count() or 1
     options.intra_op_num_threads = threads or cores
-    if cores <= 4:  # spinning threads fight the caller for the few cores there are (~2x slower)
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if cores <= 4:
+        for key, value in spinning(ort.__version__):
+            options.add_session_config_entry(key, value)
     options.log_severity_level = 3
     return options
+
+
+SPIN_US = 50
+"""How long an idle intra-op thread spins before it sleeps, on machines of 4 cores or fewer.
+Between two operators of a step a spinning thread picks up the next one at once, where a
+sleeping one pays a wake-up per operator: a decoding step has ~190 of them, so on 2 quiet cores
+`base` int8 greedy ran 1.43x and fp32 1.3x faster with 50 us than with no spinning. Bounded, it
+stops soon after a step ends, so Python's host work between steps and other processes keep the
+cores: beside a busy process it lost 4-16%, where onnxruntime's default (unbounded) lost 36%."""
+
+
+def spinning(version: str) -> list[tuple[str, str]]:
+    """Session config for thread spinning on a small machine: bounded where onnxruntime can
+    bound it (``spin_duration_us``, 1.27 and later; older releases ignore the key and would spin
+    unbounded), else off."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    if (major, minor) >= (1, 27):
+        return [("session.intra_op.allow_spinning", "1"), ("session.intra_op.spin_duration_us", str(SPIN_US))]
+    return [("session.intra_op.allow_spinning", "0")]
 
 
 def providers(device: str) -> list[str]:
