@@ -1,6 +1,7 @@
 """The ONNX decoder keeps its state on the device and still decodes like the PyTorch backend.
 
-A spy on onnxruntime's Python API watches every run: past keys/values and cross-attention
+A spy on onnxruntime's Python API (and on the step's run through its C-level binding) watches
+every run: past keys/values and cross-attention
 values must be bound as OrtValues (never fed or bound as numpy arrays), each step's pasts
 must be the very buffers the previous step returned as presents, cross-attention values must
 come from a run on the device (the encoder, once per search, or a gather of its rows) and stay
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from tfspec import load_spec
-from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.onnx import OnnxModel, decoding, export
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.search import SearchOptions, search
 
@@ -71,6 +72,15 @@ class Spy:
                 spy.live = {p for n, p in [*outputs.items(), *inputs.items()] if n.startswith(("present.", *STATE)) and p}
             return result
 
+        def raw_run(raw, values, host, device):  # a step, bound through the C-level binding
+            assert not any(n.startswith(("present.", *STATE)) for n in host), "decoding state copied to the host"
+            arrays, presents = original_raw_run(raw, values, host, device)
+            inputs = {n: v.data_ptr() for n, v in values.items()} | {"tgt": None}
+            outputs = dict(zip(device, (v.data_ptr() for v in presents)))
+            spy.runs.append((True, inputs, outputs))
+            spy.live = {p for n, p in [*outputs.items(), *inputs.items()] if n.startswith(("present.", *STATE)) and p}
+            return arrays, presents
+
         def run(sess, output_names, feeds, *args, **kwargs):
             assert not any(n.startswith(STATE) for n in feeds), "decoding state fed as numpy arrays"
             return original_run(sess, output_names, feeds, *args, **kwargs)
@@ -82,6 +92,8 @@ class Spy:
         original_bind_ortvalue, original_bind_output = io.bind_ortvalue_input, io.bind_output
         original_clear, original_run_binding = io.clear_binding_outputs, session.run_with_iobinding
         original_run, original_numpy = session.run, value.numpy
+        original_raw_run = decoding._RawBinding.run
+        mp.setattr(decoding._RawBinding, "run", raw_run)
         mp.setattr(io, "bind_cpu_input", refuse(io.bind_cpu_input))
         mp.setattr(io, "bind_input", refuse(io.bind_input))
         mp.setattr(io, "bind_ortvalue_input", bind_ortvalue_input)

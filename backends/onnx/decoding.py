@@ -66,6 +66,7 @@ class OnnxDecoder:
         self.vocab = outputs["log_probs"].shape[1]
         self.dtype = model.dtype
         self.binding = self.session.io_binding()  # one binding, rebound each step
+        self._raw = _RawBinding(self.session, self.binding, model.device)
         self.shared = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
         self._top_k: dict[int, np.ndarray] = {}  # k -> the (1,) top_k input, made once
         self._gather = None  # (session, binding) of the gather graph, made on first use
@@ -115,17 +116,8 @@ class OnnxDecoder:
         if self.takes_masks:  # bound every step: a binding outlives the search that made it
             b.bind_cpu_input("attention_mask", NO_PADDING[0] if key_mask is None else key_mask)
             b.bind_cpu_input("position_offset", NO_PADDING[1] if key_mask is None else state.position_offset)
-        for name, value in state.values.items():
-            b.bind_ortvalue_input(name, value)
-        b.clear_binding_outputs()  # fresh outputs: ORT must not write into last step's presents
-        for name in outputs:
-            b.bind_output(name, "cpu")
-        for name in self.presents:
-            b.bind_output(name, *self.model.device)
-        self.session.run_with_iobinding(b)
-        results = b.get_outputs()
-        host = [value.numpy() for value in results[: len(outputs)]]
-        values = state.values | dict(zip(self.pasts, results[len(outputs):]))
+        host, presents = self._raw.run(state.values, outputs, self.presents)
+        values = state.values | dict(zip(self.pasts, presents))
         rows = np.arange(len(tokens), dtype=np.int64)
         return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1], key_mask,
                                    state.position_offset))
@@ -166,6 +158,36 @@ class OnnxDecoder:
         if k not in self._top_k:
             self._top_k[k] = np.array([min(k, self.vocab)], np.int64)
         return self._top_k[k]
+
+
+class _RawBinding:
+    """A step's OrtValue inputs, its outputs and the run, through onnxruntime's C-level binding
+    (``IOBinding._iobinding``, ``InferenceSession._sess``). The Python wrappers check every
+    value's session and device on each call and wrap every output: at batch 1 that was ~40% of
+    the host time of a step (~50 us of `small`'s 0.13 ms)."""
+
+    def __init__(self, session, binding, device: tuple[str, int]):
+        import onnxruntime as ort
+
+        self.session, self.binding, self.wrap = session._sess, binding._iobinding, ort.OrtValue
+        self.cpu = ort.OrtDevice.make("cpu", 0)._get_c_device()
+        self.device = ort.OrtDevice.make(*device)._get_c_device()
+
+    def run(self, values: dict, host: list[str], device: list[str]) -> tuple[list[np.ndarray], list]:
+        """Bind ``values`` (name -> OrtValue), run, return the ``host`` outputs as arrays and
+        the ``device`` outputs as OrtValues on the device."""
+        b = self.binding
+        for name, value in values.items():
+            b.bind_ortvalue_input(name, value._ortvalue)
+        b.clear_binding_outputs()  # fresh outputs: ORT must not write into last step's presents
+        for name in host:
+            b.bind_output(name, self.cpu)
+        for name in device:
+            b.bind_output(name, self.device)
+        self.session.run_with_iobinding(b, None)
+        results = b.get_outputs()
+        return ([results[i].numpy() for i in range(len(host))],
+                [self.wrap(results[i]) for i in range(len(host), len(host) + len(device))])
 
 
 def _gather_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
