@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -52,7 +51,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from bandwidth import fraction, read_bandwidth, weights_read_per_step
+from bandwidth import cpu_name, fraction, read_bandwidth, weights_read_per_step
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.onnx.generator import Generator
@@ -300,7 +299,7 @@ def main() -> None:
           f"{args.rounds} rounds, {wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
           f"hypervisor stole {steal / wall:.2f} of the {os.cpu_count()} cores; onnxruntime "
           f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
-          f"{platform.processor() or platform.machine()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
+          f"{cpu_name()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"({args.threads} threads, median of one measurement per round)")
     names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs] + ([SHORTLIST] if SHORTLIST in runs else [])
     orts = [n for n in names if n.startswith("ORT")]

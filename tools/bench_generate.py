@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bandwidth import fraction, read_bandwidth, weights_read_per_step
+from bandwidth import cpu_name, fraction, read_bandwidth, weights_read_per_step
 from bench_decode import cpu_seconds
 from tfspec import build_graph, load_spec
 from tfspec.analysis import analyze_params
@@ -166,7 +165,7 @@ def main() -> None:
           f"{args.kv_heads} kv, vocab {args.vocab}): prompt {args.prompt} -> exactly {args.new} new tokens, greedy, "
           f"fp32, {args.threads} threads, median of {args.rounds}; meanwhile other processes used "
           f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
-          f"{platform.processor() or platform.machine()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
+          f"{cpu_name()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
           f"weights read per step {step_bytes / 1e6:.0f} MB")
     names = list(runs)
     others = [n for n in names if n != "tfspec ORT"]

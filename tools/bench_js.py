@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bandwidth import cpu_name
 from web_check import REPO, drive, missing, serve
 
 NODE_BENCH = REPO / "clients" / "node" / "bench.mjs"
@@ -145,8 +145,7 @@ def main() -> int:
 
 
 def report(speeds: dict, args, n: int) -> None:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+    cpu = cpu_name()
     print(f"generate.onnx of {args.model.name}, {n} lines, median of {args.rounds} rounds; {cpu}")
     print("| engine | beam | tokens/s | vs Python onnxruntime |\n|---|---:|---:|---:|")
     for (engine, beam), rates in speeds.items():

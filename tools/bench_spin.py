@@ -1,0 +1,95 @@
+"""How onnxruntime's idle threads wait between operators: spinning off, a bounded spin (what
+tfspec sets on machines of 4 cores or fewer), or onnxruntime's default, measured on whole
+decodes (the host work between steps included), side by side in one run.
+
+Each setting gets its own sessions over the same export; the settings take turns within each
+round and medians are compared. ``--busy`` runs one CPU-bound process beside them, as on a
+shared machine, where a spinning thread takes a core the caller needs.
+
+    tfspec export base -o base-int8 --int8
+    python tools/bench_spin.py base-int8
+    python tools/bench_spin.py base-int8 --busy
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+from bandwidth import cpu_name
+from tfspec.backends.onnx import OnnxModel, runtime
+from tfspec.search import SearchOptions, search
+
+SETTINGS = {
+    "off": {"session.intra_op.allow_spinning": "0"},
+    "50 us": {"session.intra_op.allow_spinning": "1", "session.intra_op.spin_duration_us": "50"},
+    "default": {"session.intra_op.allow_spinning": "1"},
+}
+
+
+def decoder(directory: str, threads: int, entries: dict[str, str]):
+    """The export's ONNX decoder with sessions made under ``entries``."""
+    def options(threads=None):
+        made = ort.SessionOptions()
+        made.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        made.intra_op_num_threads = threads
+        for key, value in entries.items():
+            made.add_session_config_entry(key, value)
+        return made
+
+    shipped, runtime.session_options = runtime.session_options, options
+    try:
+        return OnnxModel(directory, device="cpu", threads=threads).decoder()
+    finally:
+        runtime.session_options = shipped
+
+
+def _spin_forever() -> None:
+    while True:
+        pass
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("export", help="a `tfspec export` directory")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--busy", action="store_true", help="one CPU-bound process runs beside the decodes")
+    args = p.parse_args()
+    decoders = {name: decoder(args.export, args.threads, entries) for name, entries in SETTINGS.items()}
+    rng = np.random.default_rng(0)
+    busy = multiprocessing.Process(target=_spin_forever, daemon=True) if args.busy else None
+    if busy:
+        busy.start()
+    print(f"{args.export}: 32 source tokens -> exactly 64, {args.threads} threads, median of {args.rounds} rounds;"
+          f" onnxruntime {ort.__version__}, {cpu_name()}"
+          f"{', one busy process beside' if busy else ''}")
+    print("| setting | " + " | ".join(f"{name} (tok/s)" for name in SETTINGS) + " | 50 us / off | default / off |")
+    print("|---" * (len(SETTINGS) + 3) + "|")
+    try:
+        for batch, beam in [(1, 1), (1, 4), (16, 1)]:
+            src = rng.integers(4, 1000, (batch, 32)).astype(np.int64)
+            options = SearchOptions(beam=beam, alpha=0.6, min_length=64, max_length=64)
+            times: dict[str, list[float]] = {name: [] for name in SETTINGS}
+            for round_ in range(args.rounds + 1):  # the first round warms up
+                for name, dec in decoders.items():
+                    started = time.perf_counter()
+                    search(dec, src, options)
+                    if round_:
+                        times[name].append(time.perf_counter() - started)
+            speed = {name: batch * 64 / statistics.median(t) for name, t in times.items()}
+            print(f"| batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'} | "
+                  + " | ".join(f"{speed[name]:.0f}" for name in SETTINGS)
+                  + f" | {speed['50 us'] / speed['off']:.2f} | {speed['default'] / speed['off']:.2f} |")
+    finally:
+        if busy:
+            busy.terminate()
+
+
+if __name__ == "__main__":
+    main()
