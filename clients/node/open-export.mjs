@@ -1,6 +1,6 @@
 // A tfspec export directory opened for translation in Node.js: tfspec.json, generate.onnx in an
 // onnxruntime-node session (set up as tfspec's Python runtime sets up its own: all graph
-// optimisations, no spinning threads on small machines), tokenizer.json when there is one.
+// optimisations, short spins on small machines), tokenizer.json when there is one.
 
 import fs from "node:fs";
 import os from "node:os";
@@ -19,6 +19,16 @@ function readJson(file, what) {
   } catch (e) {
     throw new TranslateError(`${file}: not a readable ${what} (${e.message.split("\n")[0]})`);
   }
+}
+
+/**
+ * Thread spinning on a machine of 4 cores or fewer, as tfspec's Python sessions set it: idle threads
+ * spin 50 us between operators where onnxruntime (1.27 and later) bounds the spin, else not at all
+ * (an unbounded spin takes the cores from the caller).
+ */
+function spinning(version) {
+  const [major, minor] = version.split(".").map(Number);
+  return major > 1 || minor >= 27 ? { allow_spinning: "1", spin_duration_us: "50" } : { allow_spinning: "0" };
 }
 
 /** The `Translator` of export directory `dir`, with `threads` onnxruntime threads (default: all cores). */
@@ -43,7 +53,7 @@ export async function openExport(dir, { threads } = {}) {
   }
   const cores = os.availableParallelism();
   const options = { graphOptimizationLevel: "all", intraOpNumThreads: threads ?? cores, logSeverityLevel: 3 };
-  if (cores <= 4) options.extra = { session: { intra_op: { allow_spinning: "0" } } };
+  if (cores <= 4) options.extra = { session: { intra_op: spinning(ort.env.versions.common) } };
   let session;
   try {
     session = await ort.InferenceSession.create(graph, options);
