@@ -132,7 +132,6 @@ def test_missing_file(cli, tmp_path):
     assert code == 2 and "absent.yaml" in err and "no such spec file" in err
 
 
-
 def test_a_training_run_given_as_spec_says_how_to_export_it(cli, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -140,6 +139,7 @@ def test_a_training_run_given_as_spec_says_how_to_export_it(cli, tmp_path):
     code, _, err = cli("export", run, "-o", tmp_path / "out")
     assert code == 2 and err.count("error:") == 1 and "a training run, not a spec" in err
     assert f"--weights {run}/average.safetensors" in err and not (tmp_path / "out").exists()
+
 
 def test_all_problems_reported_together(cli, write_spec):
     path = write_spec(GOOD.replace("d_ff: 128", "d_ff: 0").replace("d_model: 64", "d_model: x"))
