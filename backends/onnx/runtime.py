@@ -49,10 +49,11 @@ def session_options(threads: int | None = None):
 SPIN_US = 50
 """How long an idle intra-op thread spins before it sleeps, on machines of 4 cores or fewer.
 Between two operators of a step a spinning thread picks up the next one at once, where a
-sleeping one pays a wake-up per operator: a decoding step has ~190 of them, so on 2 quiet cores
-`base` int8 greedy ran 1.43x and fp32 1.3x faster with 50 us than with no spinning. Bounded, it
-stops soon after a step ends, so Python's host work between steps and other processes keep the
-cores: beside a busy process it lost 4-16%, where onnxruntime's default (unbounded) lost 36%."""
+sleeping one pays a wake-up per operator: a decoding step has 170-270 of them, so on 2 quiet cores
+decoding ran 1.2-1.4x faster with 50 us than with no spinning. Bounded, it stops soon after a
+step ends, so Python's host work between steps and other processes keep the cores: beside a busy
+process it gave 0.77-1.21x of no spinning, onnxruntime's unbounded default 0.69-0.93x
+(BENCHMARKS.md, `tools/bench_spin.py`)."""
 
 
 def spinning(version: str) -> list[tuple[str, str]]:
