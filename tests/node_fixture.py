@@ -54,13 +54,32 @@ def run(*args: str, stdin: str | None = None) -> dict:
     return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
+def spread_weights(root: Path) -> Path:
+    """The decoder-only model's weights drawn with a wide spread (normal, 0.3): its tokens then
+    follow its prompt, where default random weights repeat one token whatever comes before, so a
+    batch of prompts padded wrongly prints other lines than each prompt alone."""
+    import torch
+
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import save_weights
+    from tfspec.spec import load_spec
+
+    torch.manual_seed(0)
+    model = build_module(load_spec(root / "spec" / "dec.yaml"))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3)
+    save_weights(model, root / "dec.safetensors")
+    return root / "dec.safetensors"
+
+
 def exports(root: Path) -> dict[str, Path]:
     """tiny with the sample's tokenizer, tiny reading ids, and a decoder-only model (random weights)."""
     tokenizer = train_tokenizer(sample_dir(), 1000, out_dir=root / "spm")
     (root / "spec").mkdir()  # apart from the tokenizer: export copies the *.model files beside a spec
     (root / "spec" / "dec.yaml").write_text(DECODER_ONLY)
     made = {"text": ("tiny", "--tokenizer", tokenizer), "ids": ("tiny",),
-            "dec": (root / "spec" / "dec.yaml", "--tokenizer", tokenizer)}
+            "dec": (root / "spec" / "dec.yaml", "--tokenizer", tokenizer, "--weights", spread_weights(root))}
     for name, (spec, *more) in made.items():
         result = run("export", spec, "-o", root / name, "--generate", "--seed", "1", "--no-check", *more)
         if result["code"] != 0:

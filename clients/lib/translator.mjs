@@ -108,6 +108,9 @@ export class Translator {
     // Exports before min_length and max_extra became plain inputs gave them defaults, which
     // onnxruntime's JavaScript bindings neither list nor feed: there a batch holds sources of one length
     this.rowLimits = session.inputNames.includes("max_extra");
+    // Prompts of different lengths share a batch, left-padded, where the graph takes their mask
+    // (as `tfspec translate --engine generate` batches them); older exports took one at a time
+    this.leftPadded = this.decoderOnly && session.inputNames.includes("attention_mask");
   }
 
   /** Source ids (with end of sentence) of input line `number`; [] for a blank line (`Codec.encode`). */
@@ -165,7 +168,8 @@ export class Translator {
     const own = BigInt(maxExtra) + BigInt(this.decoderOnly ? 0 : width); // one length when !rowLimits
     const maxLength = this.rowLimits || own > cap ? cap : own;
     const ids = new BigInt64Array(sources.length * width).fill(BigInt(this.vocab.pad_id));
-    sources.forEach((s, r) => s.forEach((id, c) => { ids[r * width + c] = BigInt(id); }));
+    const first = (s) => (this.leftPadded ? width - s.length : 0); // where each row's own tokens start
+    sources.forEach((s, r) => s.forEach((id, c) => { ids[r * width + first(s) + c] = BigInt(id); }));
     const scalar = (value) => new this.Tensor("int64", BigInt64Array.from([BigInt(value)]), []);
     const feeds = {
       input_ids: new this.Tensor("int64", ids, [sources.length, width]),
@@ -175,7 +179,7 @@ export class Translator {
     };
     if (this.session.inputNames.includes("attention_mask")) { // 1 at each source's own tokens: padding is data
       const mask = new BigInt64Array(sources.length * width);
-      sources.forEach((s, r) => mask.fill(1n, r * width, r * width + s.length));
+      sources.forEach((s, r) => mask.fill(1n, r * width + first(s), r * width + first(s) + s.length));
       feeds.attention_mask = new this.Tensor("int64", mask, [sources.length, width]);
     }
     if (this.rowLimits) feeds.max_extra = scalar(maxExtra);
@@ -199,7 +203,7 @@ export class Translator {
     const sources = lines.map((line, i) => this.encode(line, i + 1, warn));
     const started = performance.now();
     const outputs = sources.map(() => []);
-    const size = this.decoderOnly ? 1 : batch;
+    const size = this.decoderOnly && !this.leftPadded ? 1 : batch;
     for (const rows of batches(sources.map((s) => s.length), size, !this.rowLimits)) {
       const result = await this.generate(rows.map((i) => sources[i]), { beam, alpha, maxExtra });
       rows.forEach((i, r) => { outputs[i] = result[r]; });
