@@ -23,4 +23,9 @@ MUTANTS = [
          old="if (this.rowLimits) feeds.max_extra = scalar(maxExtra);",
          new="if (this.rowLimits) feeds.max_extra = scalar(maxExtra + 1);",
          tests=["tests/test_node_client.py"]),
+    dict(name="JS client feeds a mask of ones to a batch of prompts (padding read as tokens)",
+         file="clients/lib/translator.mjs",
+         old="sources.forEach((s, r) => mask.fill(1n, r * width + first(s), r * width + first(s) + s.length));",
+         new="mask.fill(1n);",
+         tests=["tests/test_node_client.py"]),
 ]
