@@ -36,7 +36,8 @@ def cpu_name() -> str:
     """The CPU's model name and its widest vector extension, which the benchmarks name beside
     every table: which engine's kernels suit a CPU moves the ratios."""
     info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
+    pairs = (line.split(":", 1) for line in info.splitlines() if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in pairs}
     name = " ".join(fields.get("model name", platform.processor() or platform.machine()).split())
     flags = set(fields.get("flags", "").split())
     for flag, isa in [("amx_int8", "AMX, AVX-512 VNNI"), ("avx512_vnni", "AVX-512 VNNI"), ("avx512f", "AVX-512"),
