@@ -66,7 +66,8 @@ ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "fused": "ORT op18 fused", 
 """``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not.
 ``generate``: generate.onnx (``export --generate``), the same search inside one graph, run by one
 ``session.run`` per batch (opset 18, as ``ort18``, whose Python search it is compared with).
-``fused``: ``export --fused`` (onnxruntime's MultiHeadAttention and SkipLayerNormalization), opset 18."""
+``fused``: ``export --fused`` (onnxruntime's MultiHeadAttention and SkipLayerNormalization, and the
+in-place cache's step graph, ``decoder_inplace``, where the model allows), opset 18."""
 SHORTLIST = "ORT op18 shortlist"
 SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)
 
@@ -237,6 +238,17 @@ def verify(runs, model, spec, src, rng, n: int) -> None:
               f"max |diff| {diff:.2e}" + ("  <- NOT THE SAME MODEL: fix ct2_model()" if diff > 1e-3 else ""))
 
 
+def batch_beam_cells(text: str) -> list[tuple[int, int]]:
+    """``--settings``' BATCHxBEAM cells, each two positive integers."""
+    try:
+        found = [tuple(int(v) for v in cell.split("x")) for cell in text.split(",")]
+    except ValueError:
+        found = []
+    if not found or any(len(c) != 2 or min(c) < 1 for c in found):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected BATCHxBEAM cells such as 1x1,16x4")
+    return found
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--spec", default="base")
@@ -248,7 +260,7 @@ def main() -> None:
     p.add_argument("--out-len", type=int, default=64, help="output tokens, exactly (end of sentence forbidden before)")
     p.add_argument("--no-int8", dest="int8", action="store_false", help="skip the int8 engines")
     p.add_argument("--quick", action="store_true", help="batch 1 greedy only, 3 rounds, no int8: a smoke test")
-    p.add_argument("--settings", help="comma-separated BATCHxBEAM cells, e.g. 1x1,16x4 (default: all four)")
+    p.add_argument("--settings", type=batch_beam_cells, help="comma-separated BATCHxBEAM cells, e.g. 1x1,16x4 (default: all four)")
     p.add_argument("--fastest", action="store_true",
                    help="report each cell's fastest round, not the median: on a busy machine the least disturbed one")
     p.add_argument("--shortlist", type=int, default=0, metavar="N",
@@ -259,7 +271,7 @@ def main() -> None:
         p.error(f"unknown engines {sorted(unknown)}; choose from {','.join(ENGINES)}")
     settings = SETTINGS[:1] if args.quick else SETTINGS
     if args.settings:
-        settings = [tuple(int(v) for v in cell.split("x")) for cell in args.settings.split(",")]
+        settings = args.settings
     if args.quick:
         args.rounds, args.int8 = min(args.rounds, 3), False
     torch.set_num_threads(args.threads)

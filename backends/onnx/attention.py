@@ -21,6 +21,7 @@ from tfspec.layers.attention import block_plan
 from tfspec.registry import registrar
 
 from .builder import Index
+from .inplace import attend_in_place
 from .lowerings import lowering
 from .modifiers import modifiers_of
 from .positions import PositionStage, stage_of
@@ -70,6 +71,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             q, k = normed(b, node, q, "q"), normed(b, node, k, "k")
         if stage is not None and stage.turn is not None:  # rotary positions
             q, k = stage.turn(e, q, k)
+        if e.carries(node) and e.inplace:  # GroupQueryAttention over buffers it extends (``inplace``)
+            return b.linear(b.rows(attend_in_place(e, node, plain, q, k, v), h * d_v), p["w_o"], p.get("b_o"))
         whole = TILED.get(node.layer.kind) or (_banded if blocked(node) else None)
         if whole is not None and e.kind != "step" and plain:  # over (B, L, h*d) sequences
             q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))

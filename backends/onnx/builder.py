@@ -31,6 +31,9 @@ class Builder:
         self.initializers: dict[str, onnx.TensorProto] = {}
         self.inputs: list[onnx.ValueInfoProto] = []
         self.outputs: list[onnx.ValueInfoProto] = []
+        self.shapes: list[onnx.ValueInfoProto] = []
+        """Shapes of the outputs of onnxruntime's own ops, which onnx's shape inference cannot
+        infer (``fused`` reads shapes past them)."""
         self.scope = ""
         self._count = 0
         self._consts: dict[tuple, str] = {}
@@ -108,8 +111,11 @@ class Builder:
         return name
 
     def model(self, metadata: dict[str, str]) -> onnx.ModelProto:
-        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, list(self.initializers.values()))
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, list(self.initializers.values()),
+                                  value_info=self.shapes)
+        domains = sorted({n.domain for n in self.nodes if n.domain})  # onnxruntime's own ops (``inplace``)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)]
+                                  + [helper.make_opsetid(d, 1) for d in domains],
                                   producer_name="tfspec", ir_version=10)
         helper.set_model_props(model, metadata)
         return model

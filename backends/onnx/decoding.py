@@ -69,7 +69,7 @@ class OnnxDecoder:
         self._raw = _RawBinding(self.session, self.binding, model.device)
         self.shared = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
         self._top_k: dict[int, np.ndarray] = {}  # k -> the (1,) top_k input, made once
-        self._gather = None  # (session, binding) of the gather graph, made on first use
+        self._gathers: dict[tuple, tuple] = {}  # names -> (session, binding) of their gather graph
 
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
         """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (``OnnxModel.feeds``)."""
@@ -141,10 +141,11 @@ class OnnxDecoder:
 
     def _take(self, values: dict, rows: np.ndarray) -> dict:
         """``values``' rows ``rows``, gathered on the device by a graph of Gathers."""
-        if self._gather is None:
-            session = self.model.session(_gather_graph(self.shared, self.inputs, self.dtype))
-            self._gather = session, session.io_binding()
-        session, b = self._gather
+        names = tuple(values)
+        if names not in self._gathers:
+            session = self.model.session(_gather_graph(list(names), self.inputs, self.dtype))
+            self._gathers[names] = session, session.io_binding()
+        session, b = self._gathers[names]
         b.bind_cpu_input("rows", rows)
         for name, value in values.items():
             b.bind_ortvalue_input(name, value)
@@ -173,9 +174,11 @@ class _RawBinding:
         self.cpu = ort.OrtDevice.make("cpu", 0)._get_c_device()
         self.device = ort.OrtDevice.make(*device)._get_c_device()
 
-    def run(self, values: dict, host: list[str], device: list[str]) -> tuple[list[np.ndarray], list]:
+    def run(self, values: dict, host: list[str], device: list[str],
+            written: dict | None = None) -> tuple[list[np.ndarray], list]:
         """Bind ``values`` (name -> OrtValue), run, return the ``host`` outputs as arrays and
-        the ``device`` outputs as OrtValues on the device."""
+        the ``device`` outputs as OrtValues on the device; ``written`` (output name ->
+        OrtValue): outputs written into those values (the in-place cache's buffers)."""
         b = self.binding
         for name, value in values.items():
             b.bind_ortvalue_input(name, value._ortvalue)
@@ -184,6 +187,8 @@ class _RawBinding:
             b.bind_output(name, self.cpu)
         for name in device:
             b.bind_output(name, self.device)
+        for name, value in (written or {}).items():
+            b.bind_ortvalue_output(name, value._ortvalue)
         self.session.run_with_iobinding(b, None)
         results = b.get_outputs()
         return ([results[i].numpy() for i in range(len(host))],

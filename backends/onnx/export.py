@@ -34,6 +34,7 @@ from .generate import compose
 from .fused import FUSED_KINDS, fuse
 from .generator import check_generate, differences
 from .graphs import emit
+from .inplace import NotInPlace
 from .shortlist import check_shortlist
 from .runtime import FORMAT, MANIFEST, OnnxModel
 
@@ -74,7 +75,8 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     search in one graph (``generate`` module), checked token for token against the Python
     search over the step graph; with ``shortlist`` (``tfspec.shortlist``), also the shortlist
     step graph and the shortlist file, checked against the step graph's log-probabilities; with
-    ``fused``, the float32 graphs use onnxruntime's fused CPU operators (``fused`` module)."""
+    ``fused``, the float32 graphs use onnxruntime's fused CPU operators (``fused`` module), and a
+    step graph whose cache grows in place is added (``inplace`` module) where the model allows."""
     if int8 and fp16:
         raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
     if fused and fp16:
@@ -102,8 +104,13 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                              "tfspec.graph": kind, "tfspec.export_id": export_id,
                              "tfspec.spec": json.dumps(manifest["spec"]), "tfspec.vocab": json.dumps(manifest["vocab"])}
     try:
-        for kind in graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else []):
-            proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
+        kinds = graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else [])
+        for kind in kinds + (["decoder_inplace"] if fused and "decoder" in kinds else []):
+            try:
+                proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
+            except NotInPlace as e:  # the standard step graph serves it
+                manifest["in_place_cache"] = f"not written: {e}"
+                continue
             if fused and kind in FUSED_KINDS:
                 manifest.setdefault("fused", {})[kind] = dict(fuse(proto))
             path = staging / f"{kind}.onnx"

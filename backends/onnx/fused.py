@@ -29,7 +29,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 DOMAIN = "com.microsoft"
-FUSED_KINDS = ("model", "encoder", "decoder", "decoder_shortlist")
+FUSED_KINDS = ("model", "encoder", "decoder", "decoder_shortlist", "decoder_inplace")
 """The graphs ``export --fused`` rewrites: not the static step graph (for CUDA graphs) nor
 generate.onnx (standard operators only, for every runtime)."""
 

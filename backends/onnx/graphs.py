@@ -38,6 +38,11 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              ``candidates`` (n,), int64 target ids (a target-vocabulary shortlist,
              ``tfspec.shortlist``): the projection's rows are gathered by them, ``log_probs``
              is (batch, n) over them and ``top_ids`` are mapped back to vocabulary ids.
+``decoder_inplace``  the ``decoder`` step whose self-attention caches are ``max_len`` buffers
+             that onnxruntime's ``GroupQueryAttention`` extends in place (``inplace``): the
+             runtime binds each ``present.*`` to its ``past.*``, so no step copies the cache.
+             Positions start at ``offset`` (1,); no ``beam_rows`` (the runtime reorders rows
+             between steps) and no padding masks. onnxruntime only (``export --fused``).
 """
 
 from __future__ import annotations
@@ -51,17 +56,18 @@ from tfspec.ir import Graph
 from . import attention  # noqa: F401  (registers the attention lowering)
 from .builder import Builder, Index
 from .frames import frames_input
+from .inplace import NotInPlace
 from .lowerings import LOWERINGS
 from .projection import project_kv
 
-KINDS = ("model", "encoder", "decoder", "decoder_static", "decoder_shortlist")
+KINDS = ("model", "encoder", "decoder", "decoder_static", "decoder_shortlist", "decoder_inplace")
 
 
 class Emit:
     """One graph being emitted: what lowerings ask of it beyond the builder."""
 
-    def __init__(self, graph: Graph, kind: str, b: Builder, static: bool = False):
-        self.graph, self.kind, self.b, self.static = graph, kind, b, static
+    def __init__(self, graph: Graph, kind: str, b: Builder, static: bool = False, inplace: bool = False):
+        self.graph, self.kind, self.b, self.static, self.inplace = graph, kind, b, static, inplace
         self.pads: dict[str, str] = {}
         """Sequence symbol -> bool (B, L), True at padding (absent in step graphs' targets)."""
         self.bias: dict[str, str] = {}
@@ -94,6 +100,10 @@ class Emit:
         name = f"{prefix}.{node.name}.{role}"
         if prefix != "past":
             return self.per_source(name, shape)
+        if self.inplace:  # a buffer extended in place: only GroupQueryAttention's (``inplace``)
+            if shape[2] != "max_len":
+                raise NotInPlace(f"{node.name} carries state GroupQueryAttention does not hold")
+            return self.cached(("past", name), lambda: self.b.input(name, shape))
 
         def gathered():
             rows = self.cached("beam_rows", lambda: self.b.input("beam_rows", ["batch"], TensorProto.INT64))
@@ -153,7 +163,7 @@ class Emit:
         if seq in self.rows:
             return self.rows[seq]
         length = self.lengths.get(seq) or self.b.shape_of(x, 1)
-        if self.static and seq == "T":  # offset lives on the device: added to a Range made from the shape
+        if (self.static or self.inplace) and seq == "T":  # offset lives on the device: added to a Range made from the shape
             return self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
                 "Range", self.b.const(np.int64(0)), length, self.b.const(np.int64(1)))))
         start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
@@ -168,7 +178,7 @@ class Emit:
         """Target positions already decoded: the past length of the first self-attention that
         keeps every past key (an ``offset`` input for decoders without one: banded kinds keep
         only their band)."""
-        if self._offset is None and self.static:
+        if self._offset is None and (self.static or self.inplace):
             self._offset = self.b.input("offset", [1], TensorProto.INT64)
         if self._offset is None:
             attn = next((n for n in self.graph.nodes() if n.stack == "decoder" and n.op == "attention"
@@ -235,10 +245,10 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
     """The ONNX graph ``kind`` (see the module docstring) of ``graph`` with ``weights``
     (IR parameter name -> array)."""
     ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
-    static, shortlist = kind == "decoder_static", kind == "decoder_shortlist"
-    if static or shortlist:
+    static, shortlist, inplace = (kind == f"decoder_{k}" for k in ("static", "shortlist", "inplace"))
+    if static or shortlist or inplace:
         kind = "decoder"
-    e = Emit(graph, "step" if kind == "decoder" else kind, b, static)
+    e = Emit(graph, "step" if kind == "decoder" else kind, b, static, inplace)
     if shortlist:
         e.shortlist = b.input("candidates", ["candidates"], TensorProto.INT64)
     pooled = [ports["pooled"]] if "pooled" in ports else []
@@ -338,7 +348,7 @@ def _tokens(e: Emit, node) -> str:
     if seq not in e.lengths:
         e.lengths[seq] = b.shape_of(tokens, 1)
     decoder_only = e.graph.spec.family == "decoder-only"
-    if e.kind == "step" and not e.static and decoder_only and e.graph.masks_padding("decoder"):
+    if e.kind == "step" and not (e.static or e.inplace) and decoder_only and e.graph.masks_padding("decoder"):
         _row_inputs(e)
     if e.kind != "step" and not node.attrs.get("optional"):
         _padding(e, seq, b.input(mask_name(e.graph, node.name), ["batch", length], TensorProto.INT64))

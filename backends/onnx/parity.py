@@ -22,6 +22,7 @@ from .attention import blocked
 from .frames import check_frame_parity
 from .graphs import mask_name
 from .runtime import OnnxModel
+from .inplace import InPlaceDecoder
 from .static import StaticDecoder
 
 CHUNKS = [(0, 1), (1, 3), (3, 6), (6, 9)]  # step inputs: pasts of 0, 1, 3 and 6 tokens
@@ -72,7 +73,28 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     if tgt is None:
         return checks
     tgt = _ids(rng, spec.vocab.tgt_size, tgt.shape, pad)  # decoding feeds no target padding
-    decoder = ort_model.decoder(static=False)  # the growing-cache step graph, step by step
+    decoder = ort_model.decoder(static=False, in_place=False)  # the growing-cache step graph, step by step
+    checks += _steps(decoder, model, src, src_keep, tgt, "decoder step", tolerance)
+    options = SearchOptions(beam=1, max_extra=12, max_length=12)
+    prefix = None if src is not None else tgt[:, :1]
+    ours = search(decoder, src, options, prefix, src_mask=src_keep)
+    theirs = search(TorchDecoder(model), src, options, prefix, src_mask=src_keep)
+    differ = sum(x != y for x, y in zip(ours, theirs))
+    checks.append(Check("greedy decoding, batch 3 (sentences that differ)", float(differ), 0))
+    if "decoder_static" in ort_model.manifest["graphs"]:
+        checks.append(_static_check(ort_model, src, prefix, src_keep))
+    if "decoder_inplace" in ort_model.sessions:
+        checks += _steps(InPlaceDecoder(ort_model, first_length=4), model, src, src_keep, tgt, "in-place step",
+                         tolerance)
+        checks.append(_same_search(ort_model, InPlaceDecoder(ort_model, first_length=4), "in-place step graph",
+                                   src, prefix, src_keep))
+    return checks
+
+
+def _steps(decoder, model: TorchModel, src: np.ndarray | None, src_keep: np.ndarray | None, tgt: np.ndarray,
+           name: str, tolerance: float) -> list[Check]:
+    """``decoder``'s log-probabilities after pasts of 0, 1, 3 and 6 tokens against PyTorch's."""
+    checks = []
     for batch in (3, 1):
         s = None if src is None else src[:batch]
         with torch.no_grad():
@@ -86,16 +108,8 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
             state = decoder.select(state, np.zeros(batch, dtype=np.int64), cross=True)
         for (a, b), want in zip(CHUNKS, wanted):
             log_probs, state = decoder.run(state, tgt[:batch, a:b], ["log_probs"])
-            checks.append(Check(f"decoder step after {a} tokens, batch {batch}",
+            checks.append(Check(f"{name} after {a} tokens, batch {batch}",
                                 float(np.abs(log_probs - want).max()), tolerance))
-    options = SearchOptions(beam=1, max_extra=12, max_length=12)
-    prefix = None if src is not None else tgt[:, :1]
-    ours = search(decoder, src, options, prefix, src_mask=src_keep)
-    theirs = search(TorchDecoder(model), src, options, prefix, src_mask=src_keep)
-    differ = sum(x != y for x, y in zip(ours, theirs))
-    checks.append(Check("greedy decoding, batch 3 (sentences that differ)", float(differ), 0))
-    if "decoder_static" in ort_model.manifest["graphs"]:
-        checks.append(_static_check(ort_model, src, prefix, src_keep))
     return checks
 
 
@@ -120,14 +134,21 @@ def _static_check(ort_model: OnnxModel, src: np.ndarray | None, prefix: np.ndarr
                   src_keep: np.ndarray | None) -> Check:
     """The static step graph decodes what the growing-cache one does: greedy and beam 4, its
     cache made to grow twice (4 slots, then 8, then 16) and its row buckets to shrink."""
+    static = StaticDecoder(ort_model, capture=ort_model.graphs, first_length=4)
+    return _same_search(ort_model, static, "static step graph", src, prefix, src_keep)
+
+
+def _same_search(ort_model: OnnxModel, decoder, name: str, src: np.ndarray | None, prefix: np.ndarray | None,
+                 src_keep: np.ndarray | None) -> Check:
+    """``decoder`` searches as the growing-cache step graph does, greedy and beam 4 (from 4
+    slots its buffers grow twice)."""
     differ = 0
     for beam in (1, 4):
         options = SearchOptions(beam=beam, max_extra=12, max_length=12)
-        static = StaticDecoder(ort_model, capture=ort_model.graphs, first_length=4)
-        differ += sum(x != y for x, y in zip(search(static, src, options, prefix, src_mask=src_keep),
-                                             search(ort_model.decoder(static=False), src, options, prefix,
-                                                    src_mask=src_keep)))
-    return Check("static step graph, greedy and beam 4, batch 3 (sentences that differ)", float(differ), 0)
+        differ += sum(x != y for x, y in zip(search(decoder, src, options, prefix, src_mask=src_keep),
+                                             search(ort_model.decoder(static=False, in_place=False), src, options,
+                                                    prefix, src_mask=src_keep)))
+    return Check(f"{name}, greedy and beam 4, batch 3 (sentences that differ)", float(differ), 0)
 
 
 def _blocked_length(model: TorchModel) -> int | None:

@@ -21,6 +21,7 @@ from tfspec.untrusted import file_name, parse_json, read_json
 
 from .decoding import OnnxDecoder
 from .graphs import KINDS
+from .inplace import InPlaceDecoder
 from .static import StaticDecoder
 
 FORMAT = 3
@@ -115,6 +116,8 @@ class OnnxModel:
                 continue  # opened when asked for (static_session): CPU decoding keeps the growing cache
             if kind in ("generate", "decoder_shortlist"):
                 continue  # opened when asked for (generate_session, decoder(shortlist=True))
+            if kind == "decoder_inplace" and wanted[0] != "CPUExecutionProvider":
+                continue  # GroupQueryAttention in float32 is onnxruntime's CPU kernel only
             self._open(kind, capture=kind == "decoder_static" and cuda_graphs)
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
         self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
@@ -183,10 +186,13 @@ class OnnxModel:
         session.run_with_iobinding(binding)
         return dict(zip(outputs, binding.get_outputs()))
 
-    def decoder(self, static: bool | None = None, shortlist: bool = False) -> OnnxDecoder | StaticDecoder:
+    def decoder(self, static: bool | None = None, shortlist: bool = False,
+                in_place: bool | None = None) -> OnnxDecoder | StaticDecoder:
         """The decoder over the step graph; ``static``: over the static one (written by
         ``export --static-cache``), by default where the session captures CUDA graphs;
-        ``shortlist``: over the shortlist step graph (``export --shortlist``, growing cache)."""
+        ``shortlist``: over the shortlist step graph (``export --shortlist``, growing cache);
+        ``in_place``: over the in-place one (``export --fused``), by default wherever it was
+        written and opened (CPU) and the step graph takes no padding masks."""
         if "decoder" not in self.sessions:
             raise TfspecError(f"{self.directory}: {self.spec.name} has no decoder to generate with "
                               f"(family {self.spec.family})")
@@ -196,7 +202,15 @@ class OnnxModel:
             return ShortlistDecoder(self)
         if static is None:
             static = self.graphs
-        return StaticDecoder(self, capture=self.graphs) if static else OnnxDecoder(self)
+        if static:
+            return StaticDecoder(self, capture=self.graphs)
+        if in_place is None:
+            in_place = "decoder_inplace" in self.sessions and not any(
+                i.name == "attention_mask" for i in self.sessions["decoder"].get_inputs())
+        if in_place and "decoder_inplace" not in self.sessions:
+            raise TfspecError(f"{self.directory}: no in-place step graph for {self.device[0].upper()} here (it is "
+                              "written by `tfspec export ... --fused` and runs on CPU)")
+        return InPlaceDecoder(self) if in_place else OnnxDecoder(self)
 
     def static_session(self):
         """The static step graph's session, opened on first use off CUDA."""

@@ -291,8 +291,10 @@ def register(command) -> None:
                         "checked token for token against the Python search")
     c.add_argument("--fused", action="store_true",
                    help="ONNX: onnxruntime's fused CPU operators (MultiHeadAttention, SkipLayerNormalization, "
-                        "SkipSimplifiedLayerNormalization) in place of the standard-op patterns: fewer nodes per "
-                        "step, faster small models on CPU; runs on onnxruntime only (docs/export-onnx.md)")
+                        "SkipSimplifiedLayerNormalization) in place of the standard-op patterns, and "
+                        "decoder_inplace.onnx, a step whose GroupQueryAttention extends the key/value cache in "
+                        "place instead of copying it: fewer nodes and copies per step, faster decoding on CPU; "
+                        "runs on onnxruntime only (docs/export-onnx.md)")
     c.add_argument("--shortlist", type=Path, metavar="CORPUS_DIR",
                    help="ONNX, encoder-decoders: also write shortlist.safetensors, the target tokens each source "
                         "token's translations use in CORPUS_DIR's training pairs (a `tfspec data fetch` or `prepare` "

@@ -1,0 +1,139 @@
+"""The in-place cache: a step graph (``decoder_inplace``, written by ``export --fused``) whose
+self-attention is onnxruntime's ``GroupQueryAttention`` over key/value buffers that it extends
+where they lie, and ``InPlaceDecoder``, which binds each ``present.*`` output to its ``past.*``
+buffer.
+
+The standard step graph appends a step's keys and values with a ``Concat`` and first gathers
+the pasts by ``beam_rows``: two copies of every layer's whole cache per step, a cost that grows
+with the length decoded (at batch 16 and 32 positions, 1.5 ms of a base step's attention, 0.6
+ms in place; tools/bench_decode.py measures whole decodes). Here a step writes only its new
+positions. Rows are reordered between steps, and only when beam search or an ended sentence
+changes them; a buffer full at ``max_len`` is copied into a longer one (``SLOTS``).
+
+GroupQueryAttention is causal over the buffer's first ``offset + new`` positions, so only
+attention that is plain (dot-product scores, no added terms) and plainly causal (no band)
+qualifies; a model with any other carried state keeps the standard step graph
+(``NotInPlace``), as do batches of prompts of different lengths (no padding masks here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from .decoding import DeviceState, OnnxDecoder
+from .static import _pad_graph
+
+DOMAIN = "com.microsoft"
+SLOTS = 16
+"""Buffers hold a multiple of this many positions, lengthened by as many when full: beam search
+copies whole buffers when it reorders rows, so they stay near the length decoded (lengthening
+copies the cache once per SLOTS steps)."""
+
+
+class NotInPlace(Exception):
+    """The model's step cannot run over in-place buffers; the message says which layer and why."""
+
+
+def attend_in_place(e, node, plain: bool, q: str, k: str, v: str) -> str:
+    """Self-attention of ``node`` over its buffers: (B, L, h*d) queries (or their flat view)
+    and this step's keys and values -> (B, L, h*d_v); the buffers become the presents."""
+    b, a = e.b, node.attrs
+    h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
+    why = ("its scores are not plain dot products" if not plain else
+           "it is not plainly causal" if not node.layer.plain_causal or node.layer.band() is not None else
+           "its keys and values differ in width" if d_k != d_v else
+           f"its heads are {d_k} wide (GroupQueryAttention's are multiples of 8)" if d_k % 8 else None)
+    if why:
+        raise NotInPlace(f"{node.name}: {why}")
+    pasts = [e.state(node, role, ["batch", g, "max_len", d_k]) for role in ("key", "value")]
+    q = b.sequence(q, h * d_k)
+    seqlens, total = e.cached("in_place_lengths", lambda: _lengths(e, q))
+    y, key, value = b.op("GroupQueryAttention", q, b.sequence(k, g * d_k), b.sequence(v, g * d_v), *pasts, seqlens,
+                         total, outputs=3, domain=DOMAIN, num_heads=h, kv_num_heads=g, scale=float(a["scale"]))
+    for role, t in (("key", key), ("value", value)):
+        e.present(node, role, t, ["batch", g, "max_len", d_k])
+    b.shapes.append(helper.make_tensor_value_info(y, b.elem_type, ["batch", "new_len", h * d_v]))
+    return y
+
+
+def _lengths(e, q: str) -> tuple[str, str]:
+    """GroupQueryAttention's int32 lengths for (B, L, .) queries: every row's last position
+    (B,) and the positions filled after this step, offset + L (a scalar)."""
+    b = e.b
+    total = b.op("Add", e.offset(), b.shape_of(q, 1))  # (1,)
+    last = b.op("Expand", b.op("Sub", total, b.const(np.int64(1))), b.op("Shape", q, start=0, end=1))
+    as_int32 = lambda t: b.op("Cast", t, to=TensorProto.INT32)  # noqa: E731
+    return as_int32(last), as_int32(b.op("Squeeze", total, b.ints(0)))
+
+
+class InPlaceDecoder(OnnxDecoder):
+    """``tfspec.search.Decoder`` over ``decoder_inplace``: ``DeviceState`` whose pasts are
+    buffers of ``max_len`` slots, written by the step graph itself."""
+
+    def __init__(self, model, first_length: int = SLOTS):
+        super().__init__(model, model.sessions["decoder_inplace"])
+        self.first_length = first_length
+        self._grow = None  # (session, binding) of the graph that lengthens buffers, made on first use
+
+    @property
+    def takes_masks(self) -> bool:
+        return False
+
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
+        state = super().start(src, mask)
+        rows = 1 if src is None else len(src)
+        return replace(state, values=state.values | {name: self._zeros(name, rows, self.first_length)
+                                                     for name in self.pasts})
+
+    def run(self, state: DeviceState, tokens: np.ndarray, outputs: list[str], k: int = 1,
+            mask: np.ndarray | None = None):
+        """Feed ``tokens`` (B, L); return the named outputs (copied to the host), then the next
+        state, whose pasts are the same buffers, now holding this step's keys and values."""
+        if mask is not None:
+            raise ValueError("the in-place step graph takes no padding masks")
+        if tokens.shape[1] > 1 and state.offset and len(tokens) > 1:  # GroupQueryAttention's limit: one at a time
+            for column in range(tokens.shape[1] - 1):
+                *_, state = self.run(state, tokens[:, column:column + 1], [], k)
+            tokens = tokens[:, -1:]
+        values = self._ready(state, len(tokens), state.offset + tokens.shape[1])
+        b = self.binding
+        b.bind_cpu_input("tgt", np.ascontiguousarray(tokens, np.int64))
+        b.bind_cpu_input("top_k", self._k(k))
+        b.bind_cpu_input("offset", np.array([state.offset], np.int64))
+        written = {present: values[past] for past, present in zip(self.pasts, self.presents)}
+        host, _ = self._raw.run(values, outputs, [], written)
+        rows = np.arange(len(tokens), dtype=np.int64)
+        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1]))
+
+    def _ready(self, state: DeviceState, rows: int, length: int) -> dict:
+        """The state's values with its pasts holding row ``i`` of the step at row ``i`` (gathered
+        when beam search or an ended sentence moved rows) and room for ``length`` positions."""
+        pasts = state.pasts
+        held = pasts[self.pasts[0]].shape()
+        if held[0] != rows or not np.array_equal(state.rows, np.arange(rows)):
+            pasts = self._take(pasts, state.rows)
+        if length > held[2]:
+            pasts = self._lengthened(pasts, -(-length // SLOTS) * SLOTS)
+        return state.values | pasts
+
+    def _lengthened(self, pasts: dict, length: int) -> dict:
+        """``pasts`` copied into buffers of ``length`` slots."""
+        if self._grow is None:
+            session = self.model.session(_pad_graph(self.pasts, self.inputs, self.dtype))
+            self._grow = session, session.io_binding()
+        session, b = self._grow
+        b.bind_cpu_input("extra", np.array([length - pasts[self.pasts[0]].shape()[2]], np.int64))
+        for name, value in pasts.items():
+            b.bind_ortvalue_input(name, value)
+        b.clear_binding_outputs()
+        for name in pasts:
+            b.bind_output(f"{name}.grown", *self.model.device)
+        session.run_with_iobinding(b)
+        return dict(zip(pasts, b.get_outputs()))
+
+    def _zeros(self, name: str, rows: int, length: int):
+        shape = [rows] + [length if d == "max_len" else d for d in self.inputs[name].shape[1:]]
+        return self.model.on_device(np.zeros(shape, self.dtype))

@@ -1,0 +1,107 @@
+"""The in-place cache (``export --fused``'s ``decoder_inplace``): GroupQueryAttention extends
+key/value buffers where they lie, and decoding over it gives PyTorch's tokens.
+
+References: the PyTorch backend's search (tokens, greedy and beam 4, buffers made to grow and
+rows reordered), and the standard step graph's presents (the values a step writes).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from tfspec import load_spec
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.onnx.decoding import OnnxDecoder
+from tfspec.backends.onnx.inplace import InPlaceDecoder
+from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.errors import TfspecError
+from tfspec.search import SearchOptions, search
+
+from tests.test_fused_export import ROTARY_DECODER
+from tests.test_onnx import shrunk
+
+pytest.importorskip("onnxruntime")
+
+
+def exported(spec, path) -> tuple[torch.nn.Module, OnnxModel]:
+    torch.manual_seed(0)
+    model = build_module(spec).eval()
+    export(model, path, parity=False, fused=True)
+    return model, OnnxModel(path, device="cpu")
+
+
+LEARNED_DECODER = """
+    name: learned-decoder
+    family: decoder-only
+    vocab: 300
+    d_model: 32
+    heads: 4
+    d_ff: 64
+    activation: gelu_tanh
+    norm: pre
+    positional: {kind: learned, max_len: 64}
+    decoder: {layers: 2, block: [causal_self_attention, ffn]}
+"""
+
+
+@pytest.mark.parametrize("name", ["tiny", "rotary", "learned"])
+def test_in_place_decoding_gives_pytorchs_tokens(name, tmp_path, write_spec):
+    """Encoder-decoder, decoder-only with rotary positions and 2 key/value heads for 4 query
+    heads, and GPT-2's learned positions (whose step graph takes padding masks, so plain
+    ``decoder()`` keeps the standard graph there): from 4 slots the buffers grow to 16."""
+    text = {"rotary": ROTARY_DECODER, "learned": LEARNED_DECODER}.get(name)
+    spec = load_spec(write_spec(text) if text else name)
+    model, onnx_model = exported(spec, tmp_path / "onnx")
+    assert "decoder_inplace" in onnx_model.manifest["graphs"]
+    masks = "attention_mask" in {i.name for i in onnx_model.sessions["decoder"].get_inputs()}
+    assert isinstance(onnx_model.decoder(), OnnxDecoder if masks else InPlaceDecoder)
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        if spec.family == "decoder-only":
+            src, prefix = None, rng.integers(4, spec.vocab.tgt_size, (batch, 3))
+        else:
+            src, prefix = rng.integers(4, spec.vocab.size, (batch, 7)), None
+            src[-1, 5:] = spec.vocab.pad_id
+        for beam in (1, 4):
+            options = SearchOptions(beam=beam, max_extra=12, max_length=14)
+            ours = search(InPlaceDecoder(onnx_model, first_length=4), src, options, prefix)
+            assert ours == search(TorchDecoder(model), src, options, prefix), (batch, beam)
+
+
+def test_a_step_writes_its_keys_into_the_buffers_themselves(tmp_path):
+    """After each step the buffers are the same memory, holding at the new slot what the
+    standard step graph appends to its present, and the earlier slots unchanged."""
+    _, onnx_model = exported(load_spec("tiny"), tmp_path / "onnx")
+    src = np.random.default_rng(1).integers(4, 1000, (2, 6))
+    ours, theirs = InPlaceDecoder(onnx_model, first_length=8), OnnxDecoder(onnx_model)
+    mine, ref = ours.start(src), theirs.start(src)
+    name = ours.pasts[0]
+    address = mine.values[name].data_ptr()
+    tokens = np.full((2, 1), onnx_model.spec.vocab.bos_id)
+    for step in range(5):
+        before = mine.values[name].numpy().copy()
+        *_, mine = ours.run(mine, tokens, [])
+        *_, ref = theirs.run(ref, tokens, [])
+        buffer, present = mine.values[name].numpy(), ref.values[name].numpy()
+        assert mine.values[name].data_ptr() == address
+        assert np.abs(buffer[:, :, : step + 1] - present).max() < 1e-5
+        assert np.array_equal(buffer[:, :, :step], before[:, :, :step])
+        tokens = tokens + 1
+
+
+@pytest.mark.parametrize("name, why", [("zoo/transformer-relative", "scores"), ("zoo/mistral-7b", "causal"),
+                                       ("zoo/gpt2", "wide")])
+def test_what_the_buffers_cannot_hold_keeps_the_standard_step(name, why, tmp_path):
+    """Relative position terms, a sliding window and heads 4 wide are not GroupQueryAttention's:
+    the export says which layer kept the standard step graph, and decoding uses it."""
+    _, onnx_model = exported(shrunk(name), tmp_path / "onnx")
+    manifest = json.loads((tmp_path / "onnx" / "tfspec.json").read_text())
+    assert "decoder_inplace" not in manifest["graphs"]
+    assert manifest["in_place_cache"].startswith("not written: decoder.layers.0.") and why in manifest["in_place_cache"]
+    assert type(onnx_model.decoder()) is OnnxDecoder
+    with pytest.raises(TfspecError, match="--fused"):
+        onnx_model.decoder(in_place=True)
