@@ -22,6 +22,7 @@ from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
 
 from tests.test_fused_export import ROTARY_DECODER
+from tests.test_masks_as_data import left_padded
 from tests.test_onnx import shrunk
 
 pytest.importorskip("onnxruntime")
@@ -51,14 +52,12 @@ LEARNED_DECODER = """
 @pytest.mark.parametrize("name", ["tiny", "rotary", "learned"])
 def test_in_place_decoding_gives_pytorchs_tokens(name, tmp_path, write_spec):
     """Encoder-decoder, decoder-only with rotary positions and 2 key/value heads for 4 query
-    heads, and GPT-2's learned positions (whose step graph takes padding masks, so plain
-    ``decoder()`` keeps the standard graph there): from 4 slots the buffers grow to 16."""
+    heads, and GPT-2's learned positions: from 4 slots the buffers grow to 16."""
     text = {"rotary": ROTARY_DECODER, "learned": LEARNED_DECODER}.get(name)
     spec = load_spec(write_spec(text) if text else name)
     model, onnx_model = exported(spec, tmp_path / "onnx")
     assert "decoder_inplace" in onnx_model.manifest["graphs"]
-    masks = "attention_mask" in {i.name for i in onnx_model.sessions["decoder"].get_inputs()}
-    assert isinstance(onnx_model.decoder(), OnnxDecoder if masks else InPlaceDecoder)
+    assert isinstance(onnx_model.decoder(), InPlaceDecoder)
     rng = np.random.default_rng(0)
     for batch in (1, 3):
         if spec.family == "decoder-only":
@@ -70,6 +69,21 @@ def test_in_place_decoding_gives_pytorchs_tokens(name, tmp_path, write_spec):
             options = SearchOptions(beam=beam, max_extra=12, max_length=14)
             ours = search(InPlaceDecoder(onnx_model, first_length=4), src, options, prefix)
             assert ours == search(TorchDecoder(model), src, options, prefix), (batch, beam)
+
+
+@pytest.mark.parametrize("name", ["rotary", "learned"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_prompts_of_different_lengths_decode_as_pytorch_decodes_them(name, beam, tmp_path, write_spec):
+    """Left-padded prompts in one batch: padded keys masked through GroupQueryAttention's
+    attention_bias, each row's positions its own; PyTorch decodes the same padded batch."""
+    spec = load_spec(write_spec({"rotary": ROTARY_DECODER, "learned": LEARNED_DECODER}[name]))
+    model, onnx_model = exported(spec, tmp_path / "onnx")
+    rng = np.random.default_rng(2)
+    prompts = [rng.integers(4, spec.vocab.tgt_size, n) for n in (5, 2, 7)]
+    tokens, mask = left_padded(prompts, spec.vocab.pad_id)
+    options = SearchOptions(beam=beam, max_extra=8, max_length=8, min_length=8)
+    ours = search(InPlaceDecoder(onnx_model, first_length=4), None, options, prefix=tokens, prefix_mask=mask)
+    assert ours == search(TorchDecoder(model), None, options, prefix=tokens, prefix_mask=mask)
 
 
 def test_a_step_writes_its_keys_into_the_buffers_themselves(tmp_path):

@@ -109,18 +109,24 @@ class OnnxDecoder:
         b.bind_cpu_input("beam_rows", state.rows)
         if "offset" in self.inputs:
             b.bind_cpu_input("offset", np.array(state.offset, np.int64))
-        key_mask = state.key_mask
-        if key_mask is not None:
-            new = np.ones(tokens.shape, np.int64) if mask is None else mask.astype(np.int64)
-            key_mask = np.ascontiguousarray(np.concatenate([key_mask, new], 1))
-        if self.takes_masks:  # bound every step: a binding outlives the search that made it
-            b.bind_cpu_input("attention_mask", NO_PADDING[0] if key_mask is None else key_mask)
-            b.bind_cpu_input("position_offset", NO_PADDING[1] if key_mask is None else state.position_offset)
+        key_mask = self._bind_masks(state, tokens, mask)
         host, presents = self._raw.run(state.values, outputs, self.presents)
         values = state.values | dict(zip(self.pasts, presents))
         rows = np.arange(len(tokens), dtype=np.int64)
         return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1], key_mask,
                                    state.position_offset))
+
+    def _bind_masks(self, state: DeviceState, tokens: np.ndarray, mask: np.ndarray | None) -> np.ndarray | None:
+        """Bind the step graph's ``attention_mask`` (the state's key mask, this step's columns
+        appended) and ``position_offset``, where it takes them; return the key mask."""
+        key_mask = state.key_mask
+        if key_mask is not None:
+            new = np.ones(tokens.shape, np.int64) if mask is None else mask.astype(np.int64)
+            key_mask = np.ascontiguousarray(np.concatenate([key_mask, new], 1))
+        if self.takes_masks:  # bound every step: a binding outlives the search that made it
+            self.binding.bind_cpu_input("attention_mask", NO_PADDING[0] if key_mask is None else key_mask)
+            self.binding.bind_cpu_input("position_offset", NO_PADDING[1] if key_mask is None else state.position_offset)
+        return key_mask
 
     def select(self, state: DeviceState, rows: np.ndarray, cross: bool) -> DeviceState:
         """Pasts: only the row map changes (the next step gathers them). Per-source values

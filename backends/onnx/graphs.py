@@ -42,7 +42,7 @@ Three kinds of graph serve inference (tensor names are the runtime's contract):
              that onnxruntime's ``GroupQueryAttention`` extends in place (``inplace``): the
              runtime binds each ``present.*`` to its ``past.*``, so no step copies the cache.
              Positions start at ``offset`` (1,); no ``beam_rows`` (the runtime reorders rows
-             between steps) and no padding masks. onnxruntime only (``export --fused``).
+             between steps). onnxruntime only (``export --fused``).
 """
 
 from __future__ import annotations
@@ -164,10 +164,11 @@ class Emit:
             return self.rows[seq]
         length = self.lengths.get(seq) or self.b.shape_of(x, 1)
         if (self.static or self.inplace) and seq == "T":  # offset lives on the device: added to a Range made from the shape
-            return self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
+            positions = self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
                 "Range", self.b.const(np.int64(0)), length, self.b.const(np.int64(1)))))
-        start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
-        positions = self.b.op("Range", start, self.b.op("Add", start, length), self.b.const(np.int64(1)))
+        else:
+            start = self.offset() if self.kind == "step" and seq == "T" else self.b.const(np.int64(0))
+            positions = self.b.op("Range", start, self.b.op("Add", start, length), self.b.const(np.int64(1)))
         if self.shift is None or seq != "T":
             return positions
         return self.cached("row_positions", lambda: self.b.op("Max", self.b.op(  # (B, L): each row's own
@@ -348,7 +349,7 @@ def _tokens(e: Emit, node) -> str:
     if seq not in e.lengths:
         e.lengths[seq] = b.shape_of(tokens, 1)
     decoder_only = e.graph.spec.family == "decoder-only"
-    if e.kind == "step" and not (e.static or e.inplace) and decoder_only and e.graph.masks_padding("decoder"):
+    if e.kind == "step" and not e.static and decoder_only and e.graph.masks_padding("decoder"):
         _row_inputs(e)
     if e.kind != "step" and not node.attrs.get("optional"):
         _padding(e, seq, b.input(mask_name(e.graph, node.name), ["batch", length], TensorProto.INT64))

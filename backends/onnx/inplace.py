@@ -13,7 +13,8 @@ changes them; a buffer full at ``max_len`` is copied into a longer one (``SLOTS`
 GroupQueryAttention is causal over the buffer's first ``offset + new`` positions, so only
 attention that is plain (dot-product scores, no added terms) and plainly causal (no band)
 qualifies; a model with any other carried state keeps the standard step graph
-(``NotInPlace``), as do batches of prompts of different lengths (no padding masks here).
+(``NotInPlace``). Padded keys of a batch of prompts of different lengths come in as its
+``attention_bias``.
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ def attend_in_place(e, node, plain: bool, q: str, k: str, v: str) -> str:
     pasts = [e.state(node, role, ["batch", g, "max_len", d_k]) for role in ("key", "value")]
     q = b.sequence(q, h * d_k)
     seqlens, total = e.cached("in_place_lengths", lambda: _lengths(e, q))
+    padded = e.key_bias("T")  # (B, 1, 1, total): a batch of prompts of different lengths, left-padded
+    if padded is not None:
+        padded = e.cached("in_place_bias", lambda: b.op("Expand", padded, b.op("Concat", b.op(  # (B, 1, L, total)
+            "Shape", q, start=0, end=1), b.ints(1), b.op("Shape", q, start=1, end=2), _total(e, q), axis=0)))
     y, key, value = b.op("GroupQueryAttention", q, b.sequence(k, g * d_k), b.sequence(v, g * d_v), *pasts, seqlens,
-                         total, outputs=3, domain=DOMAIN, num_heads=h, kv_num_heads=g, scale=float(a["scale"]))
+                         total, None, None, None, padded, outputs=3, domain=DOMAIN, num_heads=h, kv_num_heads=g,
+                         scale=float(a["scale"]))
     for role, t in (("key", key), ("value", value)):
         e.present(node, role, t, ["batch", g, "max_len", d_k])
     b.shapes.append(helper.make_tensor_value_info(y, b.elem_type, ["batch", "new_len", h * d_v]))
@@ -62,11 +68,15 @@ def attend_in_place(e, node, plain: bool, q: str, k: str, v: str) -> str:
 def _lengths(e, q: str) -> tuple[str, str]:
     """GroupQueryAttention's int32 lengths for (B, L, .) queries: every row's last position
     (B,) and the positions filled after this step, offset + L (a scalar)."""
-    b = e.b
-    total = b.op("Add", e.offset(), b.shape_of(q, 1))  # (1,)
+    b, total = e.b, _total(e, q)
     last = b.op("Expand", b.op("Sub", total, b.const(np.int64(1))), b.op("Shape", q, start=0, end=1))
     as_int32 = lambda t: b.op("Cast", t, to=TensorProto.INT32)  # noqa: E731
     return as_int32(last), as_int32(b.op("Squeeze", total, b.ints(0)))
+
+
+def _total(e, q: str) -> str:
+    """int64 (1,): positions filled after this step of (B, L, .) queries, offset + L."""
+    return e.cached("in_place_total", lambda: e.b.op("Add", e.offset(), e.b.shape_of(q, 1)))
 
 
 class InPlaceDecoder(OnnxDecoder):
@@ -78,10 +88,6 @@ class InPlaceDecoder(OnnxDecoder):
         self.first_length = first_length
         self._grow = None  # (session, binding) of the graph that lengthens buffers, made on first use
 
-    @property
-    def takes_masks(self) -> bool:
-        return False
-
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
         state = super().start(src, mask)
         rows = 1 if src is None else len(src)
@@ -92,21 +98,22 @@ class InPlaceDecoder(OnnxDecoder):
             mask: np.ndarray | None = None):
         """Feed ``tokens`` (B, L); return the named outputs (copied to the host), then the next
         state, whose pasts are the same buffers, now holding this step's keys and values."""
-        if mask is not None:
-            raise ValueError("the in-place step graph takes no padding masks")
         if tokens.shape[1] > 1 and state.offset and len(tokens) > 1:  # GroupQueryAttention's limit: one at a time
             for column in range(tokens.shape[1] - 1):
-                *_, state = self.run(state, tokens[:, column:column + 1], [], k)
-            tokens = tokens[:, -1:]
+                *_, state = self.run(state, tokens[:, column:column + 1], [], k,
+                                     None if mask is None else mask[:, column:column + 1])
+            tokens, mask = tokens[:, -1:], None if mask is None else mask[:, -1:]
         values = self._ready(state, len(tokens), state.offset + tokens.shape[1])
         b = self.binding
         b.bind_cpu_input("tgt", np.ascontiguousarray(tokens, np.int64))
         b.bind_cpu_input("top_k", self._k(k))
         b.bind_cpu_input("offset", np.array([state.offset], np.int64))
+        key_mask = self._bind_masks(state, tokens, mask)
         written = {present: values[past] for past, present in zip(self.pasts, self.presents)}
         host, _ = self._raw.run(values, outputs, [], written)
         rows = np.arange(len(tokens), dtype=np.int64)
-        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1]))
+        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1], key_mask,
+                                   state.position_offset))
 
     def _ready(self, state: DeviceState, rows: int, length: int) -> dict:
         """The state's values with its pasts holding row ``i`` of the step at row ``i`` (gathered

@@ -192,7 +192,7 @@ class OnnxModel:
         ``export --static-cache``), by default where the session captures CUDA graphs;
         ``shortlist``: over the shortlist step graph (``export --shortlist``, growing cache);
         ``in_place``: over the in-place one (``export --fused``), by default wherever it was
-        written and opened (CPU) and the step graph takes no padding masks."""
+        written and opened (CPU)."""
         if "decoder" not in self.sessions:
             raise TfspecError(f"{self.directory}: {self.spec.name} has no decoder to generate with "
                               f"(family {self.spec.family})")
@@ -205,8 +205,7 @@ class OnnxModel:
         if static:
             return StaticDecoder(self, capture=self.graphs)
         if in_place is None:
-            in_place = "decoder_inplace" in self.sessions and not any(
-                i.name == "attention_mask" for i in self.sessions["decoder"].get_inputs())
+            in_place = "decoder_inplace" in self.sessions
         if in_place and "decoder_inplace" not in self.sessions:
             raise TfspecError(f"{self.directory}: no in-place step graph for {self.device[0].upper()} here (it is "
                               "written by `tfspec export ... --fused` and runs on CPU)")
