@@ -52,7 +52,7 @@ LEARNED_DECODER = """
 @pytest.mark.parametrize("name", ["tiny", "rotary", "learned"])
 def test_in_place_decoding_gives_pytorchs_tokens(name, tmp_path, write_spec):
     """Encoder-decoder, decoder-only with rotary positions and 2 key/value heads for 4 query
-    heads, and GPT-2's learned positions: from 4 slots the buffers grow to 16."""
+    heads, and GPT-2's learned positions: the buffers start at 4 slots and grow."""
     text = {"rotary": ROTARY_DECODER, "learned": LEARNED_DECODER}.get(name)
     spec = load_spec(write_spec(text) if text else name)
     model, onnx_model = exported(spec, tmp_path / "onnx")

@@ -28,10 +28,11 @@ from .decoding import DeviceState, OnnxDecoder
 from .static import _pad_graph
 
 DOMAIN = "com.microsoft"
-SLOTS = 16
+SLOTS = 64
 """Buffers hold a multiple of this many positions, lengthened by as many when full: beam search
-copies whole buffers when it reorders rows, so they stay near the length decoded (lengthening
-copies the cache once per SLOTS steps)."""
+copies whole buffers when it reorders rows, so they stay near the length decoded, and
+lengthening copies the cache once per SLOTS steps (64: 1.03-1.04x the decoding speed of 16 on
+`small`, greedy and beam 4, where most sentences end before their buffers fill)."""
 
 
 class NotInPlace(Exception):

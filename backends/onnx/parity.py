@@ -3,8 +3,9 @@
 Random tokens at shapes no graph was built for (batch 3 and 1, ragged padding), compared
 at non-padded positions (PyTorch zeroes fully masked rows, decomposed attention does not):
 the full-sequence graph, the encoder, the step graph after pasts of 0, 1, 3 and 6 tokens,
-greedy decoding token for token, and (exported with it) the static step graph's decoding
-against the growing-cache step graph's. Specs with banded attention (restricted) are also compared
+greedy decoding token for token, and (exported with them) the static step graph's decoding
+against the growing-cache step graph's, and the in-place step graph's steps against PyTorch and
+its decoding against the growing-cache step graph's. Specs with banded attention (restricted) are also compared
 on sequences long enough for PyTorch to compute them block by block.
 """
 
@@ -140,8 +141,8 @@ def _static_check(ort_model: OnnxModel, src: np.ndarray | None, prefix: np.ndarr
 
 def _same_search(ort_model: OnnxModel, decoder, name: str, src: np.ndarray | None, prefix: np.ndarray | None,
                  src_keep: np.ndarray | None) -> Check:
-    """``decoder`` searches as the growing-cache step graph does, greedy and beam 4 (from 4
-    slots its buffers grow twice)."""
+    """``decoder`` searches as the growing-cache step graph does, greedy and beam 4 (its
+    buffers start at 4 slots, and grow)."""
     differ = 0
     for beam in (1, 4):
         options = SearchOptions(beam=beam, max_extra=12, max_length=12)
