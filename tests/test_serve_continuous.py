@@ -7,6 +7,7 @@ concurrent clients of different prompt lengths, max_tokens, greedy, sampled and 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 import time
@@ -140,3 +141,19 @@ def test_rows_join_and_leave_between_steps(llama):
     assert [g[0] for g in got] == want and [len(w) for w in want] == [12, 4]
     assert steered.sizes == [1, 1, 1, 1, 2, 3, 3, 2] + [1] * 5  # A's 12 tokens take 12 steps, one more prefills B, C
     assert not jobs[2].future.done()  # a cancelled request is never answered (the server has answered 504 or 499)
+
+
+def test_a_fused_export_keeps_rows_joining_over_the_standard_cache(llama, tmp_path):
+    """`export --fused` writes the in-place step graph, whose buffers rows cannot join: the
+    server batches continuously over the standard step graph, and statically over the in-place one."""
+    from tfspec.backends.onnx.decoding import OnnxDecoder
+    from tfspec.backends.onnx.inplace import InPlaceDecoder
+    from tfspec.cli import main
+    from tfspec.serve.app import ServeConfig, Service
+
+    assert main(["export", str(llama.parent / "ours"), "-o", str(tmp_path / "fused"), "--fused", "--no-check"]) == 0
+    assert "decoder_inplace" in json.loads((tmp_path / "fused" / "tfspec.json").read_text())["graphs"]
+    for batching, kind in (("continuous", OnnxDecoder), ("static", InPlaceDecoder)):
+        service = Service(ServeConfig(tmp_path / "fused", threads=1, batching=batching))
+        assert service.continuous == (batching == "continuous")
+        assert type(service.batcher.decoder) is kind

@@ -77,6 +77,8 @@ class Service:
         """``/v1/chat/completions``' template: where a tokenizer.json (what templates are written for) has one."""
         self.metrics = Metrics()
         decoder = self.model.decoder()
+        if self.decoder_only and config.batching == "continuous" and not continuous(decoder):
+            decoder = self.model.decoder(in_place=False)  # rows join and leave over the standard cache only
         self.ragged = getattr(decoder, "takes_masks", False)
         """Prompts of different lengths share a batch (the step graph takes masks)."""
         self.continuous = self.decoder_only and config.batching == "continuous" and continuous(decoder)

@@ -20,4 +20,9 @@ MUTANTS = [
          old="if rows and any(row.job.cancelled for row in rows):",
          new="if False and any(row.job.cancelled for row in rows):",
          tests=[JOINS]),
+    dict(name="continuous batching: a --fused export's in-place decoder turns it off",
+         file="tfspec/serve/app.py",
+         old="decoder = self.model.decoder(in_place=False)  # rows join",
+         new="decoder = self.model.decoder()  # rows join",
+         tests=["tests/test_serve_continuous.py::test_a_fused_export_keeps_rows_joining_over_the_standard_cache"]),
 ]
