@@ -20,6 +20,7 @@ BLEU of both and the mean number of candidates a batch scores.
     tfspec train small --data DATA --out RUN ...          # any run whose spec CTranslate2 can hold
     python tools/bench_translate.py RUN                    # 500 test lines, greedy and beam 4, fp32 and int8
     python tools/bench_translate.py RUN --shortlist --batch 1 --no-int8   # the shortlist at batch 1
+    python tools/bench_translate.py RUN --fused            # the --fused exports (in-place cache)
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def engines(args, spec, model, sp, work: Path, shortlist=None) -> dict:
     out = {}
     for suffix, int8 in (("", False), (" int8", True)) if args.int8 else (("", False),):
         directory = work / f"onnx{suffix.strip()}"  # `tfspec translate` (cli_seconds) reads text in "onnx"
-        export(model, directory, parity=False, int8=int8, shortlist=shortlist)
+        export(model, directory, parity=False, int8=int8, shortlist=shortlist, fused=args.fused)
         shutil.copyfile(args.run / TOKENIZER, directory / TOKENIZER)
         onnx = OnnxModel(directory, device="cpu", threads=args.threads)
         for name, dec in [("tfspec ORT", onnx.decoder())] + ([("tfspec ORT shortlist", Counted(onnx.decoder(
@@ -123,6 +124,8 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--no-int8", dest="int8", action="store_false")
+    p.add_argument("--fused", action="store_true",
+                   help="tfspec's exports with onnxruntime's fused operators and the in-place cache (export --fused)")
     p.add_argument("--shortlist", action="store_true",
                    help="also decode with a shortlist counted over the run's training pairs (export --shortlist)")
     args = p.parse_args()
