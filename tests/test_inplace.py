@@ -16,7 +16,7 @@ import torch
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.onnx.decoding import OnnxDecoder
-from tfspec.backends.onnx.inplace import InPlaceDecoder
+from tfspec.backends.onnx.inplace import Buffers, InPlaceDecoder
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search
@@ -119,3 +119,26 @@ def test_what_the_buffers_cannot_hold_keeps_the_standard_step(name, why, tmp_pat
     assert type(onnx_model.decoder()) is OnnxDecoder
     with pytest.raises(TfspecError, match="--fused"):
         onnx_model.decoder(in_place=True)
+
+
+@pytest.mark.parametrize("rows", [[0, 2], [2, 2, 0, 1]])
+def test_rows_that_leave_or_move_decode_as_in_the_standard_step_graph(rows, tmp_path):
+    """Sentences ending (rows kept in order: gathered in the buffers) and beam search's
+    reordering (rows repeated: the cache handed to the standard step graph) give the
+    log-probabilities the standard step graph gives after the same selections."""
+    _, onnx_model = exported(load_spec("small").model_copy(update={"name": "small-800", "vocab": load_spec(
+        "small").vocab.model_copy(update={"size": 800})}), tmp_path / "onnx")
+    src = np.random.default_rng(3).integers(4, 800, (3, 6))
+    ours, theirs = InPlaceDecoder(onnx_model), OnnxDecoder(onnx_model)
+    states = [ours.start(src), theirs.start(src)]
+    tokens = np.full((3, 1), onnx_model.spec.vocab.bos_id)
+    for step in range(4):
+        if step == 2:
+            states = [ours.select(states[0], np.array(rows), cross=True),
+                      theirs.select(states[1], np.array(rows), cross=True)]
+            tokens = tokens[rows]
+        (mine, states[0]), (want, states[1]) = ours.run(states[0], tokens, ["log_probs"]), theirs.run(
+            states[1], tokens, ["log_probs"])
+        assert np.abs(mine - want).max() < 1e-4, step
+        tokens = want.argmax(-1)[:, None]
+    assert isinstance(states[0], Buffers) == (rows == [0, 2])

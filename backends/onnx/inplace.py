@@ -7,8 +7,11 @@ The standard step graph appends a step's keys and values with a ``Concat`` and f
 the pasts by ``beam_rows``: two copies of every layer's whole cache per step, a cost that grows
 with the length decoded (at batch 16 and 32 positions, 1.5 ms of a base step's attention, 0.6
 ms in place; tools/bench_decode.py measures whole decodes). Here a step writes only its new
-positions. Rows are reordered between steps, and only when beam search or an ended sentence
-changes them; a buffer full at ``max_len`` is copied into a longer one (``SLOTS``).
+positions. Buffers full at ``max_len`` are copied into longer ones (``SLOTS``). When sentences
+end, the rows that go on are gathered between steps. Beam search moves rows at every step,
+which here would copy whole buffers each time: at its first reordering the decoder hands the
+cache, cut to the positions decoded, to the standard step graph of the same export, which
+gathers rows as it appends.
 
 GroupQueryAttention is causal over the buffer's first ``offset + new`` positions, so only
 attention that is plain (dot-product scores, no added terms) and plainly causal (no band)
@@ -19,7 +22,7 @@ qualifies; a model with any other carried state keeps the standard step graph
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -80,25 +83,45 @@ def _total(e, q: str) -> str:
     return e.cached("in_place_total", lambda: e.b.op("Add", e.offset(), e.b.shape_of(q, 1)))
 
 
+@dataclass(frozen=True)
+class Buffers(DeviceState):
+    """A state whose pasts are the in-place step graph's buffers (others are the standard
+    step graph's, after beam search's first reordering)."""
+
+
 class InPlaceDecoder(OnnxDecoder):
-    """``tfspec.search.Decoder`` over ``decoder_inplace``: ``DeviceState`` whose pasts are
-    buffers of ``max_len`` slots, written by the step graph itself."""
+    """``tfspec.search.Decoder`` over ``decoder_inplace``: ``Buffers`` whose pasts have
+    ``max_len`` slots, written by the step graph itself; the standard step graph once rows
+    are reordered (the module docstring)."""
 
     def __init__(self, model, first_length: int = SLOTS):
         super().__init__(model, model.sessions["decoder_inplace"])
+        self.standard = OnnxDecoder(model)
         self.first_length = first_length
-        self._grow = None  # (session, binding) of the graph that lengthens buffers, made on first use
+        self._grow = self._cut = None  # (session, binding) of the graphs that lengthen and cut buffers
 
-    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
+    def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> Buffers:
         state = super().start(src, mask)
         rows = 1 if src is None else len(src)
-        return replace(state, values=state.values | {name: self._zeros(name, rows, self.first_length)
-                                                     for name in self.pasts})
+        return Buffers(**vars(state) | {"values": state.values | {
+            name: self._zeros(name, rows, self.first_length) for name in self.pasts}})
+
+    def select(self, state: DeviceState, rows: np.ndarray, cross: bool) -> DeviceState:
+        """Rows kept in order (ended sentences left) stay in the buffers; rows reordered or
+        repeated after the first position hand the cache to the standard step graph."""
+        if not isinstance(state, Buffers):
+            return self.standard.select(state, rows, cross)
+        chosen = super().select(state, rows, cross)
+        if state.offset == 0 or np.all(np.diff(rows) > 0):
+            return Buffers(**vars(chosen))
+        return self._handed_over(chosen)
 
     def run(self, state: DeviceState, tokens: np.ndarray, outputs: list[str], k: int = 1,
             mask: np.ndarray | None = None):
         """Feed ``tokens`` (B, L); return the named outputs (copied to the host), then the next
         state, whose pasts are the same buffers, now holding this step's keys and values."""
+        if not isinstance(state, Buffers):
+            return self.standard.run(state, tokens, outputs, k, mask)
         if tokens.shape[1] > 1 and state.offset and len(tokens) > 1:  # GroupQueryAttention's limit: one at a time
             for column in range(tokens.shape[1] - 1):
                 *_, state = self.run(state, tokens[:, column:column + 1], [], k,
@@ -113,8 +136,8 @@ class InPlaceDecoder(OnnxDecoder):
         written = {present: values[past] for past, present in zip(self.pasts, self.presents)}
         host, _ = self._raw.run(values, outputs, [], written)
         rows = np.arange(len(tokens), dtype=np.int64)
-        return (*host, DeviceState(values, rows, state.sources, state.offset + tokens.shape[1], key_mask,
-                                   state.position_offset))
+        return (*host, Buffers(values, rows, state.sources, state.offset + tokens.shape[1], key_mask,
+                               state.position_offset))
 
     def _ready(self, state: DeviceState, rows: int, length: int) -> dict:
         """The state's values with its pasts holding row ``i`` of the step at row ``i`` (gathered
@@ -142,6 +165,36 @@ class InPlaceDecoder(OnnxDecoder):
         session.run_with_iobinding(b)
         return dict(zip(pasts, b.get_outputs()))
 
+    def _handed_over(self, state: DeviceState) -> DeviceState:
+        """The standard step graph's state: each buffer cut to the positions decoded (its rows
+        still to be gathered by that graph's ``beam_rows``)."""
+        if self._cut is None:
+            session = self.model.session(_cut_graph(self.pasts, self.inputs, self.dtype))
+            self._cut = session, session.io_binding()
+        session, b = self._cut
+        b.bind_cpu_input("length", np.array([state.offset], np.int64))
+        for name in self.pasts:
+            b.bind_ortvalue_input(name, state.values[name])
+        b.clear_binding_outputs()
+        for name in self.pasts:
+            b.bind_output(f"{name}.cut", *self.model.device)
+        session.run_with_iobinding(b)
+        return DeviceState(**vars(state) | {"values": state.values | dict(zip(self.pasts, b.get_outputs()))})
+
     def _zeros(self, name: str, rows: int, length: int):
         shape = [rows] + [length if d == "max_len" else d for d in self.inputs[name].shape[1:]]
         return self.model.on_device(np.zeros(shape, self.dtype))
+
+
+def _cut_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
+    """An ONNX graph: each (B, g, max_len, d) buffer ``name`` -> ``name.cut``, its first
+    ``length`` (int64 (1,)) slots."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    zero = helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
+    two = helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", TensorProto.INT64, [1], [2]))
+    nodes = [zero, two] + [helper.make_node("Slice", [name, "zero", "length", "two"], [f"{name}.cut"]) for name in names]
+    graph = helper.make_graph(
+        nodes, "cut", [helper.make_tensor_value_info("length", TensorProto.INT64, [1])]
+        + [helper.make_tensor_value_info(n, elem, [None] * len(inputs[n].shape)) for n in names],
+        [helper.make_tensor_value_info(f"{n}.cut", elem, [None] * len(inputs[n].shape)) for n in names])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10).SerializeToString()
