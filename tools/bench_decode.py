@@ -238,6 +238,12 @@ def verify(runs, model, spec, src, rng, n: int) -> None:
               f"max |diff| {diff:.2e}" + ("  <- NOT THE SAME MODEL: fix ct2_model()" if diff > 1e-3 else ""))
 
 
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return int(text)
+
+
 def batch_beam_cells(text: str) -> list[tuple[int, int]]:
     """``--settings``' BATCHxBEAM cells, each two positive integers."""
     try:
@@ -261,6 +267,9 @@ def main() -> None:
     p.add_argument("--no-int8", dest="int8", action="store_false", help="skip the int8 engines")
     p.add_argument("--quick", action="store_true", help="batch 1 greedy only, 3 rounds, no int8: a smoke test")
     p.add_argument("--settings", type=batch_beam_cells, help="comma-separated BATCHxBEAM cells, e.g. 1x1,16x4 (default: all four)")
+    p.add_argument("--repeat", type=positive, default=1, metavar="N",
+                   help="decodes per engine, setting and round, back to back (default 1): N > 1 times the steady "
+                        "state, after the first decode has brought an engine's weights back into the caches")
     p.add_argument("--fastest", action="store_true",
                    help="report each cell's fastest round, not the median: on a busy machine the least disturbed one")
     p.add_argument("--shortlist", type=int, default=0, metavar="N",
@@ -294,10 +303,11 @@ def main() -> None:
             for (batch, beam) in settings:
                 for name in order[r % len(order):] + order[:r % len(order)]:  # rotated: no engine always first
                     start = time.perf_counter()
-                    runs[name](sources[batch], beam, args.out_len)
-                    times[(batch, beam), name].append(time.perf_counter() - start)
+                    for _ in range(args.repeat):
+                        runs[name](sources[batch], beam, args.out_len)
+                    times[(batch, beam), name].append((time.perf_counter() - start) / args.repeat)
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
-        ort = next((k for k in args.engines if k.startswith("ort") or k == "static"), None)  # one set of weights
+        ort = next((k for k in args.engines if k.startswith("ort") or k in ("static", "fused")), None)  # one set of weights
         step_bytes = {} if ort is None else {
             suffix: weights_read_per_step(Path(work) / (ort + suffix.replace(" ", "-")) / "decoder.onnx")
             for suffix in (("", " int8") if args.int8 else ("",))}
@@ -308,7 +318,8 @@ def main() -> None:
     summary = min if args.fastest else statistics.median
     print(f"\n{spec.name}: src {args.src_len} -> exactly {args.out_len} tokens, {args.threads} threads, "
           f"{'fastest' if args.fastest else 'median'} of "
-          f"{args.rounds} rounds, {wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
+          f"{args.rounds} rounds{f' of {args.repeat} decodes back to back' if args.repeat > 1 else ''}, "
+          f"{wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
           f"hypervisor stole {steal / wall:.2f} of the {os.cpu_count()} cores; onnxruntime "
           f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
           f"{cpu_name()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
