@@ -28,14 +28,14 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from .decoding import DeviceState, OnnxDecoder
-from .static import _pad_graph
+from .static import pad_graph
 
 DOMAIN = "com.microsoft"
 SLOTS = 64
-"""Buffers hold a multiple of this many positions, lengthened by as many when full: beam search
-copies whole buffers when it reorders rows, so they stay near the length decoded, and
-lengthening copies the cache once per SLOTS steps (64: 1.03-1.04x the decoding speed of 16 on
-`small`, greedy and beam 4, where most sentences end before their buffers fill)."""
+"""Buffers hold a multiple of this many positions, lengthened by as many when full (a copy of
+the cache once per SLOTS steps); gathering the rows that go on when sentences end copies whole
+buffers, so they stay near the length decoded. 64: 1.03-1.04x the decoding speed of 16 on
+`small`, where most sentences end before their buffers fill."""
 
 
 class NotInPlace(Exception):
@@ -141,7 +141,8 @@ class InPlaceDecoder(OnnxDecoder):
 
     def _ready(self, state: DeviceState, rows: int, length: int) -> dict:
         """The state's values with its pasts holding row ``i`` of the step at row ``i`` (gathered
-        when beam search or an ended sentence moved rows) and room for ``length`` positions."""
+        when sentences ended, or a decoder-only start copied its empty row) and room for
+        ``length`` positions."""
         pasts = state.pasts
         held = pasts[self.pasts[0]].shape()
         if held[0] != rows or not np.array_equal(state.rows, np.arange(rows)):
@@ -153,7 +154,7 @@ class InPlaceDecoder(OnnxDecoder):
     def _lengthened(self, pasts: dict, length: int) -> dict:
         """``pasts`` copied into buffers of ``length`` slots."""
         if self._grow is None:
-            session = self.model.session(_pad_graph(self.pasts, self.inputs, self.dtype))
+            session = self.model.session(pad_graph(self.pasts, self.inputs, self.dtype))
             self._grow = session, session.io_binding()
         session, b = self._grow
         b.bind_cpu_input("extra", np.array([length - pasts[self.pasts[0]].shape()[2]], np.int64))

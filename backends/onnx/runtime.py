@@ -127,6 +127,7 @@ class OnnxModel:
 
     def describe(self) -> str:
         where = "CUDA" + (", CUDA graphs" if self.graphs else "") if self.provider == "CUDAExecutionProvider" else "CPU"
+        where += ", in-place cache" if "decoder_inplace" in self.sessions else ""
         note = " (the CUDA provider failed to load: check the CUDA/cuDNN libraries)" if self.fallback else ""
         return f"onnxruntime {__import__('onnxruntime').__version__} on {where}{note}"
 

@@ -184,7 +184,7 @@ class StaticDecoder:
         rows, old, parity = pasts
         grown = rows, length, parity
         if self._grow is None:
-            session = self.model.session(_pad_graph(self.pasts, self.inputs, self.model.dtype))
+            session = self.model.session(pad_graph(self.pasts, self.inputs, self.model.dtype))
             self._grow = session, session.io_binding()
         session, b = self._grow
         b.bind_cpu_input("extra", np.array([length - old], np.int64))
@@ -195,7 +195,7 @@ class StaticDecoder:
         return grown
 
 
-def _pad_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
+def pad_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
     """An ONNX graph: each ``name`` -> ``name.grown``, its ``max_len`` axis (the third of
     four) padded at the end by ``extra`` (int64 (1,)) slots; other states are copied."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
