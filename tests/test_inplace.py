@@ -142,3 +142,17 @@ def test_rows_that_leave_or_move_decode_as_in_the_standard_step_graph(rows, tmp_
         assert np.abs(mine - want).max() < 1e-4, step
         tokens = want.argmax(-1)[:, None]
     assert isinstance(states[0], Buffers) == (rows == [0, 2])
+
+
+def test_cli_exports_translates_and_says_when_it_cannot(cli, tmp_path, write_spec):
+    """`export --fused` checks the in-place graph with the rest and `translate` names it; a
+    model it cannot serve gets one note saying which layer and why."""
+    code, out, _ = cli("export", "tiny", "-o", tmp_path / "tiny", "--fused")
+    assert code == 0 and "ok   in-place step graph, greedy and beam 4" in out and "parity: ok" in out
+    (tmp_path / "in.txt").write_text("5 6 7 8 9\n", encoding="utf-8")
+    code, out, err = cli("translate", tmp_path / "tiny", tmp_path / "in.txt")
+    assert code == 0 and out.strip() and "in-place cache" in err
+    relative = write_spec(ROTARY_DECODER.replace("positional: {kind: rotary}", "positional: {kind: alibi}"))
+    code, out, _ = cli("export", relative, "-o", tmp_path / "alibi", "--fused", "--no-check")
+    notes = [line for line in out.splitlines() if line.startswith("note: in-place cache not written")]
+    assert code == 0 and len(notes) == 1 and "decoder.layers.0." in notes[0]
