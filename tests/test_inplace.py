@@ -35,24 +35,13 @@ def exported(spec, path) -> tuple[torch.nn.Module, OnnxModel]:
     return model, OnnxModel(path, device="cpu")
 
 
-LEARNED_DECODER = """
-    name: learned-decoder
-    family: decoder-only
-    vocab: 300
-    d_model: 32
-    heads: 4
-    d_ff: 64
-    activation: gelu_tanh
-    norm: pre
-    positional: {kind: learned, max_len: 64}
-    decoder: {layers: 2, block: [causal_self_attention, ffn]}
-"""
+LEARNED_DECODER = ROTARY_DECODER.replace("positional: {kind: rotary}", "positional: {kind: learned, max_len: 64}")
 
 
 @pytest.mark.parametrize("name", ["tiny", "rotary", "learned"])
 def test_in_place_decoding_gives_pytorchs_tokens(name, tmp_path, write_spec):
     """Encoder-decoder, decoder-only with rotary positions and 2 key/value heads for 4 query
-    heads, and GPT-2's learned positions: the buffers start at 4 slots and grow."""
+    heads, and the same with learned positions: the buffers start at 4 slots and grow."""
     text = {"rotary": ROTARY_DECODER, "learned": LEARNED_DECODER}.get(name)
     spec = load_spec(write_spec(text) if text else name)
     model, onnx_model = exported(spec, tmp_path / "onnx")

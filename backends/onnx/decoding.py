@@ -69,7 +69,7 @@ class OnnxDecoder:
         self._raw = _RawBinding(self.session, self.binding, model.device)
         self.shared = [n for n in self.inputs if n.startswith("cross.") or n == "memory_bias"]
         self._top_k: dict[int, np.ndarray] = {}  # k -> the (1,) top_k input, made once
-        self._gathers: dict[tuple, tuple] = {}  # names -> (session, binding) of their gather graph
+        self._helpers: dict[tuple, tuple] = {}  # (kind, names) -> (session, binding) of a small graph (``_apply``)
 
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
         """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (``OnnxModel.feeds``)."""
@@ -147,17 +147,24 @@ class OnnxDecoder:
 
     def _take(self, values: dict, rows: np.ndarray) -> dict:
         """``values``' rows ``rows``, gathered on the device by a graph of Gathers."""
-        names = tuple(values)
-        if names not in self._gathers:
-            session = self.model.session(_gather_graph(list(names), self.inputs, self.dtype))
-            self._gathers[names] = session, session.io_binding()
-        session, b = self._gathers[names]
-        b.bind_cpu_input("rows", rows)
+        return self._apply("rows", lambda: _gather_graph(list(values), self.inputs, self.dtype), ("rows", rows),
+                           values)
+
+    def _apply(self, kind: str, graph, control: tuple[str, np.ndarray], values: dict) -> dict:
+        """``values`` (name -> OrtValue) through the small graph ``graph()`` (made once per
+        ``kind`` and names), which takes the int64 input ``control`` (name, value) and gives
+        ``<name>.<kind>`` for each, left on the device."""
+        key = kind, tuple(values)
+        if key not in self._helpers:
+            session = self.model.session(graph())
+            self._helpers[key] = session, session.io_binding()
+        session, b = self._helpers[key]
+        b.bind_cpu_input(control[0], np.ascontiguousarray(control[1], np.int64))
         for name, value in values.items():
             b.bind_ortvalue_input(name, value)
         b.clear_binding_outputs()
         for name in values:
-            b.bind_output(f"{name}.rows", *self.model.device)
+            b.bind_output(f"{name}.{kind}", *self.model.device)
         session.run_with_iobinding(b)
         return dict(zip(values, b.get_outputs()))
 

@@ -98,7 +98,6 @@ class InPlaceDecoder(OnnxDecoder):
         super().__init__(model, model.sessions["decoder_inplace"])
         self.standard = OnnxDecoder(model)
         self.first_length = first_length
-        self._grow = self._cut = None  # (session, binding) of the graphs that lengthen and cut buffers
 
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> Buffers:
         state = super().start(src, mask)
@@ -153,34 +152,15 @@ class InPlaceDecoder(OnnxDecoder):
 
     def _lengthened(self, pasts: dict, length: int) -> dict:
         """``pasts`` copied into buffers of ``length`` slots."""
-        if self._grow is None:
-            session = self.model.session(pad_graph(self.pasts, self.inputs, self.dtype))
-            self._grow = session, session.io_binding()
-        session, b = self._grow
-        b.bind_cpu_input("extra", np.array([length - pasts[self.pasts[0]].shape()[2]], np.int64))
-        for name, value in pasts.items():
-            b.bind_ortvalue_input(name, value)
-        b.clear_binding_outputs()
-        for name in pasts:
-            b.bind_output(f"{name}.grown", *self.model.device)
-        session.run_with_iobinding(b)
-        return dict(zip(pasts, b.get_outputs()))
+        extra = np.array([length - pasts[self.pasts[0]].shape()[2]])
+        return self._apply("grown", lambda: pad_graph(self.pasts, self.inputs, self.dtype), ("extra", extra), pasts)
 
     def _handed_over(self, state: DeviceState) -> DeviceState:
         """The standard step graph's state: each buffer cut to the positions decoded (its rows
         still to be gathered by that graph's ``beam_rows``)."""
-        if self._cut is None:
-            session = self.model.session(_cut_graph(self.pasts, self.inputs, self.dtype))
-            self._cut = session, session.io_binding()
-        session, b = self._cut
-        b.bind_cpu_input("length", np.array([state.offset], np.int64))
-        for name in self.pasts:
-            b.bind_ortvalue_input(name, state.values[name])
-        b.clear_binding_outputs()
-        for name in self.pasts:
-            b.bind_output(f"{name}.cut", *self.model.device)
-        session.run_with_iobinding(b)
-        return DeviceState(**vars(state) | {"values": state.values | dict(zip(self.pasts, b.get_outputs()))})
+        cut = self._apply("cut", lambda: _cut_graph(self.pasts, self.inputs, self.dtype),
+                          ("length", np.array([state.offset])), state.pasts)
+        return DeviceState(**vars(state) | {"values": state.values | cut})
 
     def _zeros(self, name: str, rows: int, length: int):
         shape = [rows] + [length if d == "max_len" else d for d in self.inputs[name].shape[1:]]
