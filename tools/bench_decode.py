@@ -266,7 +266,8 @@ def main() -> None:
     p.add_argument("--out-len", type=int, default=64, help="output tokens, exactly (end of sentence forbidden before)")
     p.add_argument("--no-int8", dest="int8", action="store_false", help="skip the int8 engines")
     p.add_argument("--quick", action="store_true", help="batch 1 greedy only, 3 rounds, no int8: a smoke test")
-    p.add_argument("--settings", type=batch_beam_cells, help="comma-separated BATCHxBEAM cells, e.g. 1x1,16x4 (default: all four)")
+    p.add_argument("--settings", type=batch_beam_cells,
+                   help="comma-separated BATCHxBEAM cells, e.g. 1x1,16x4 (default: all four)")
     p.add_argument("--repeat", type=positive, default=1, metavar="N",
                    help="decodes per engine, setting and round, back to back (default 1): N > 1 times the steady "
                         "state, after the first decode has brought an engine's weights back into the caches")
@@ -307,7 +308,7 @@ def main() -> None:
                         runs[name](sources[batch], beam, args.out_len)
                     times[(batch, beam), name].append((time.perf_counter() - start) / args.repeat)
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
-        ort = next((k for k in args.engines if k.startswith("ort") or k in ("static", "fused")), None)  # one set of weights
+        ort = next((k for k in args.engines if k.startswith("ort") or k in ("static", "fused")), None)  # weights
         step_bytes = {} if ort is None else {
             suffix: weights_read_per_step(Path(work) / (ort + suffix.replace(" ", "-")) / "decoder.onnx")
             for suffix in (("", " int8") if args.int8 else ("",))}

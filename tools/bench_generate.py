@@ -4,8 +4,9 @@ transformers writes a Llama-shaped model with random weights (default ~110M para
 d_model 768, 12 layers, 12 heads sharing 4 key/value heads, SwiGLU 2048, 32000 tokens) and a
 word-level tokenizer for it; then every engine starts from that directory, as a user would:
 tfspec imports it (`tfspec import`), exports its ONNX graphs (standard, and `--fused` with
-the in-place cache) and generates with its KV-cached search on onnxruntime; onnxruntime-genai runs the same weights exported by tfspec in its format
-(`export --format genai`: its own decoding loop, the same onnxruntime); CTranslate2 converts it
+the in-place cache) and generates with its KV-cached search on onnxruntime; onnxruntime-genai
+runs the same weights exported by tfspec in its format (`export --format genai`: its own
+decoding loop, the same onnxruntime); CTranslate2 converts it
 (`TransformersConverter`) and runs `Generator.generate_batch`; transformers runs `generate`
 (KV cache, SDPA). Prompts of 32 random
 tokens after BOS, exactly 64 new tokens (greedy; end of sentence forbidden before), batch 1 and
@@ -125,7 +126,8 @@ def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
 
     others = {} if args.experts else {"ORT GenAI": genai, "CTranslate2": ct2}
     return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts),
-            "tfspec ORT fused": lambda prompts, n: search(fused, None, options(n), prompts), "transformers": hf, **others}
+            "tfspec ORT fused": lambda prompts, n: search(fused, None, options(n), prompts),
+            "transformers": hf, **others}
 
 
 def main() -> None:

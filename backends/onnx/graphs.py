@@ -163,7 +163,7 @@ class Emit:
         if seq in self.rows:
             return self.rows[seq]
         length = self.lengths.get(seq) or self.b.shape_of(x, 1)
-        if (self.static or self.inplace) and seq == "T":  # offset lives on the device: added to a Range made from the shape
+        if (self.static or self.inplace) and seq == "T":  # offset (1,) on the device, added to a Range
             positions = self.cached("positions", lambda: self.b.op("Add", self.offset(), self.b.op(
                 "Range", self.b.const(np.int64(0)), length, self.b.const(np.int64(1)))))
         else:

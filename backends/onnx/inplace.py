@@ -173,7 +173,7 @@ def _cut_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     zero = helper.make_node("Constant", [], ["zero"], value=helper.make_tensor("zero", TensorProto.INT64, [1], [0]))
     two = helper.make_node("Constant", [], ["two"], value=helper.make_tensor("two", TensorProto.INT64, [1], [2]))
-    nodes = [zero, two] + [helper.make_node("Slice", [name, "zero", "length", "two"], [f"{name}.cut"]) for name in names]
+    nodes = [zero, two] + [helper.make_node("Slice", [n, "zero", "length", "two"], [f"{n}.cut"]) for n in names]
     graph = helper.make_graph(
         nodes, "cut", [helper.make_tensor_value_info("length", TensorProto.INT64, [1])]
         + [helper.make_tensor_value_info(n, elem, [None] * len(inputs[n].shape)) for n in names],
