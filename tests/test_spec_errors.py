@@ -132,13 +132,16 @@ def test_missing_file(cli, tmp_path):
     assert code == 2 and "absent.yaml" in err and "no such spec file" in err
 
 
-def test_a_training_run_given_as_spec_says_how_to_export_it(cli, tmp_path):
+def test_a_training_run_given_as_spec_says_what_to_do(cli, tmp_path):
+    """`report` names the run's export; `export` of a run with a broken run.json says so, once."""
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text("{}")
-    code, _, err = cli("export", run, "-o", tmp_path / "out")
+    code, _, err = cli("report", run)
     assert code == 2 and err.count("error:") == 1 and "a training run, not a spec" in err
-    assert f"--weights {run}/average.safetensors" in err and not (tmp_path / "out").exists()
+    assert f"`tfspec export {run}`" in err
+    code, _, err = cli("export", run, "-o", tmp_path / "out")
+    assert code == 2 and err.count("error:") == 1 and "run.json: corrupt" in err and not (tmp_path / "out").exists()
 
 
 def test_all_problems_reported_together(cli, write_spec):

@@ -193,3 +193,33 @@ def test_forged_run_json_is_one_error_line(cli, trained, tmp_path, change):
     for command in (["evaluate", tmp_path, "--limit", "2"], ["average", tmp_path, "--last", "1"]):
         code, _, err = cli(*command)
         assert code == 2 and err.startswith(f"error: {tmp_path}/run.json: corrupt") and err.count("\n") == 1, err
+
+
+def test_export_a_run_with_its_weights_and_tokenizer(cli, trained, tmp_path):
+    """`tfspec export RUN`: the run's spec, its chosen weights (the average, else the newest
+    checkpoint: PyTorch's logits on them are the export's) and the tokenizer its model reads,
+    so `translate` reads and writes text; --format hf is refused in one line."""
+    import onnxruntime as ort
+    import torch
+
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.cli.models import run_spec, run_weights
+
+    code, out, err = cli("export", trained, "-o", tmp_path / "onnx", "--no-check")
+    assert code == 0 and f"weights: {run_weights(trained, None)}" in err
+    assert "tokenizer: tokenizer.model, tokenizer.json" in out
+    model = build_module(run_spec(trained)[0]).eval()
+    load_weights(model, run_weights(trained, None))
+    src, tgt = np.array([[5, 6, 7, 8, 2]]), np.array([[1, 9, 10]])
+    with torch.no_grad():
+        want = model(torch.from_numpy(src), torch.from_numpy(tgt)).numpy()
+    session = ort.InferenceSession(str(tmp_path / "onnx" / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(["logits"], {"src": src, "tgt": tgt, "attention_mask": np.ones_like(src),
+                                   "decoder_attention_mask": np.ones_like(tgt)})[0]
+    assert np.abs(got - want).max() < 1e-4
+    (tmp_path / "in.txt").write_text("Select the cell.\n", encoding="utf-8")
+    code, out, _ = cli("translate", tmp_path / "onnx", tmp_path / "in.txt", "--max-extra", "8")
+    assert code == 0 and out.strip() and not out.strip().replace(" ", "").isdigit()
+    code, _, err = cli("export", trained, "-o", tmp_path / "hf", "--format", "hf")
+    assert code == 2 and err.count("error:") == 1 and "--format hf" in err

@@ -22,8 +22,9 @@ MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take 
 
 
 def cmd_export(args) -> int:
+    spec, home = _spec_of(args)
     if args.tokenizer is not None:
-        _check_tokenizer(args)
+        _check_tokenizer(args, spec, home)
     if args.format == "hf":
         if args.opset is not None or args.int8 or args.static_cache or args.generate or args.fused:
             flag = ("--opset" if args.opset is not None else "--int8" if args.int8 else
@@ -42,13 +43,12 @@ def cmd_export(args) -> int:
     _check_replaceable(args.output)
     from tfspec.backends.onnx import export, genai
 
-    spec = load_spec(args.spec)
     if args.format == "genai" and (reason := genai.refusal(build_graph(spec))):
         raise TfspecError(reason)  # before building (and loading) the model
     if args.generate and "tgt" not in build_graph(spec).ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     model = model_to_export(spec, args)
-    shortlist = _shortlist(args, spec) if args.shortlist is not None else None
+    shortlist = _shortlist(args, spec, home) if args.shortlist is not None else None
     started = time.perf_counter()
     if args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
@@ -61,7 +61,7 @@ def cmd_export(args) -> int:
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
     if args.fused and (skipped := read_json(result.directory / "tfspec.json").get("in_place_cache")):
         print(f"note: in-place cache {skipped}; decoding uses the standard step graph")
-    copied = _copy_tokenizer(args.spec, result.directory, args.tokenizer, convert=args.format == "onnx")
+    copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format == "onnx")
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     elif args.format == "genai":
@@ -80,7 +80,30 @@ def cmd_export(args) -> int:
     return 0 if result.ok else 1
 
 
-def _shortlist(args, spec):
+def _spec_of(args):
+    """(spec, the directory whose tokenizer the export ships) of SPEC: a spec file, an imported
+    directory, or a training run, whose weights (the average, else the newest checkpoint) and
+    tokenizer are the defaults of --weights and --tokenizer (then None: a run's directory holds
+    training tokenizers beside the one its model reads)."""
+    from tfspec.cli.models import run_spec, run_weights
+    from tfspec.data.codecs import TOKENIZER
+
+    run = Path(args.spec)
+    if not (run / "run.json").is_file() or (run / "spec.yaml").is_file():  # as load_spec reads a directory
+        return load_spec(args.spec), resolve(args.spec).parent
+    if args.format == "hf":
+        raise TfspecError(f"{run}: a training run exports here to ONNX; for --format hf name the spec it trained and "
+                          f"its weights (SPEC --weights {run}/average.safetensors)")
+    spec, meta = run_spec(run)
+    if not args.weights:
+        args.weights = run_weights(run, None)
+        print(f"weights: {args.weights} (the run's; --weights picks others)", file=sys.stderr)
+    if args.tokenizer is None and args.format == "onnx" and (run / meta.get("tokenizer", TOKENIZER)).is_file():
+        args.tokenizer = run / meta.get("tokenizer", TOKENIZER)
+    return spec, None
+
+
+def _shortlist(args, spec, home: Path | None):
     """``--shortlist CORPUS_DIR``: the shortlist (``tfspec.shortlist``) counted over the corpus's
     training pairs, read with the tokenizer the export ships (``--tokenizer`` or the spec's own)."""
     from tfspec.data import read_split
@@ -94,7 +117,7 @@ def _shortlist(args, spec):
         raise TfspecError(f"--shortlist: {spec.name} does not translate sources (family {spec.family}); a shortlist "
                           "maps source tokens to target candidates")
     codec = (SentencePieceCodec(Path(args.tokenizer), spec.vocab) if args.tokenizer is not None
-             else open_codec(resolve(args.spec).parent, spec.vocab))
+             else open_codec(home, spec.vocab) if home is not None else None)
     if codec is None:
         raise TfspecError(f"--shortlist: {args.spec} has no tokenizer to read {args.shortlist} with; "
                           "give --tokenizer MODEL")
@@ -129,7 +152,7 @@ def _check_replaceable(output: Path) -> None:
             raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
 
 
-def _check_tokenizer(args) -> None:
+def _check_tokenizer(args, spec, home: Path | None) -> None:
     """``--tokenizer``: tfspec's sentencepiece model, for ONNX exports of specs without their own."""
     from tfspec.data.tokenizer import load_tokenizer
     from tfspec.data.tokenizer_json import tokenizer_json
@@ -137,17 +160,17 @@ def _check_tokenizer(args) -> None:
 
     if args.format != "onnx":
         raise TfspecError(f"--tokenizer applies to --format onnx, not {args.format}")
-    if own := tokenizer_files(resolve(args.spec).parent):
+    if home is not None and (own := tokenizer_files(home)):
         raise TfspecError(f"--tokenizer: {args.spec} has its own tokenizer ({own[0].name}), which export copies")
-    pieces, size = load_tokenizer(args.tokenizer).get_piece_size(), load_spec(args.spec).vocab.size
+    pieces, size = load_tokenizer(args.tokenizer).get_piece_size(), spec.vocab.size
     if pieces != size:
         raise TfspecError(f"--tokenizer: {args.tokenizer} has {pieces:,} pieces; {args.spec}'s vocabulary has {size:,}")
     tokenizer_json(Path(args.tokenizer))  # refused here, before exporting, if it cannot be converted
 
 
-def _copy_tokenizer(spec_ref, output, model: str | None = None, convert: bool = False) -> list[str]:
-    """Copy the tokenizer files beside the spec (an imported directory's), or ``model``
-    (``--tokenizer``), into an export, so ``tfspec translate`` and ``generate`` read and write
+def _copy_tokenizer(home: Path | None, output, model: str | None = None, convert: bool = False) -> list[str]:
+    """Copy the tokenizer files of ``home``, the spec's directory (an imported directory's), and
+    ``model`` (``--tokenizer``) into an export, so ``tfspec translate`` and ``generate`` read and write
     text with the model's own tokenizer; with ``convert``, tfspec's own sentencepiece model gets
     its tokenizer.json, so JavaScript clients do too (docs/deploy-js.md)."""
     from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER
@@ -156,7 +179,7 @@ def _copy_tokenizer(spec_ref, output, model: str | None = None, convert: bool = 
     from tfspec.interop.hf.checkpoint import tokenizer_files
 
     output = Path(output)
-    files = tokenizer_files(resolve(spec_ref).parent)
+    files = tokenizer_files(home) if home is not None else []
     for path in files:
         shutil.copyfile(path, output / path.name)
     copied = [p.name for p in files]
@@ -266,7 +289,8 @@ def register(command) -> None:
                 "checks them the same way when transformers is installed. --format genai writes model.onnx + "
                 "genai_config.json (and the tokenizer files beside the spec) that onnxruntime-genai loads "
                 "unchanged, for decoder-only specs with causal self-attention.")
-    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("spec", metavar="SPEC", help="a spec file or shipped name, a `tfspec import` directory, or a "
+                   "`tfspec train` run (its spec, its average.safetensors or newest checkpoint, its tokenizer)")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: SPEC/model.safetensors "
                    "when SPEC is a directory holding one, as `tfspec import` writes; else random init)")

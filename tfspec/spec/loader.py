@@ -70,9 +70,8 @@ def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
     """The merged data of ``path`` and its ``extends`` ancestors, with where each key came from."""
     if not _is_file(path):
         if not chain and _is_file(path / "run.json"):
-            raise SpecError.one(_short(path), "a training run, not a spec: name the spec it trained and its "
-                                f"weights, e.g. SPEC --weights {_short(path)}/average.safetensors --tokenizer "
-                                f"{_short(path)}/tokenizer.model (docs/training.md)")
+            raise SpecError.one(_short(path), f"a training run, not a spec (`tfspec export {_short(path)}` exports "
+                                "it; other commands take the spec it trained, docs/training.md)")
         raise SpecError.one(_short(path), "no such spec file" + (" (is the path right?)" if not chain else ""))
     if path.resolve() in chain:
         cycle = " -> ".join(p.name for p in (*chain, path.resolve()))

@@ -22,4 +22,9 @@ MUTANTS = [
          file=GENERATE, old="self.pad_banned = vocab.bos_id == vocab.pad_id != vocab.eos_id",
          new="self.pad_banned = False",
          tests=["tests/test_generate_graph.py::test_a_pad_started_decoder_never_emits_its_start_token"]),
+    dict(name="export RUN takes the newest checkpoint even where the run has an average",
+         file="tfspec/cli/deploy.py", old="args.weights = run_weights(run, None)",
+         new='args.weights = run_weights(run, str(sorted((run / "checkpoints").iterdir())[-1]))',
+         tests=["tests/test_train_cli.py::test_average_and_evaluate_on_both_backends",
+                "tests/test_train_cli.py::test_export_a_run_with_its_weights_and_tokenizer"]),
 ]
