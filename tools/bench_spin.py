@@ -28,7 +28,7 @@ from tfspec.search import SearchOptions, search
 SHIPPED = f"{runtime.SPIN_US} us"
 SETTINGS = {
     "off": {"session.intra_op.allow_spinning": "0"},
-    SHIPPED: {"session.intra_op.allow_spinning": "1", "session.intra_op.spin_duration_us": str(runtime.SPIN_US)},
+    SHIPPED: dict(runtime.spinning(ort.__version__)),
     "default": {"session.intra_op.allow_spinning": "1"},
 }
 

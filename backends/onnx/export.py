@@ -53,6 +53,8 @@ class Exported:
     checks: list[Check] = field(default_factory=list)
     int8: dict | None = None
     """With ``int8``: how the quantised graphs compare with float32, as the manifest records it."""
+    in_place_cache: str | None = None
+    """With ``fused``: why the in-place step graph was not written (None: written, or not asked for)."""
 
     @property
     def ok(self) -> bool:
@@ -109,7 +111,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
             try:
                 proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
             except NotInPlace as e:  # the standard step graph serves it
-                manifest["in_place_cache"] = f"not written: {e}"
+                manifest["in_place_cache"] = result.in_place_cache = f"not written: {e}"
                 continue
             if fused and kind in FUSED_KINDS:
                 manifest.setdefault("fused", {})[kind] = dict(fuse(proto))

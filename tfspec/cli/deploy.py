@@ -15,7 +15,6 @@ from tfspec.evaluate import decode_all
 from tfspec.ir import build_graph
 from tfspec.search import SearchOptions
 from tfspec.spec import load_spec, resolve
-from tfspec.untrusted import read_json
 
 DEFAULT_OPSET = 18
 MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take a few hundred tokens
@@ -59,8 +58,8 @@ def cmd_export(args) -> int:
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
           f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
-    if args.fused and (skipped := read_json(result.directory / "tfspec.json").get("in_place_cache")):
-        print(f"note: in-place cache {skipped}; decoding uses the standard step graph")
+    if result.in_place_cache:
+        print(f"note: in-place cache {result.in_place_cache}; decoding uses the standard step graph")
     copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format == "onnx")
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
