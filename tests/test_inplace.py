@@ -96,6 +96,22 @@ def test_a_step_writes_its_keys_into_the_buffers_themselves(tmp_path):
         tokens = tokens + 1
 
 
+def test_steps_through_the_kept_binding_give_the_standard_steps_candidates(tmp_path):
+    """Search steps after the first rebind only the tokens and the offset (``_Steady``): each
+    step's top-k, for whatever k it asks, is the standard step graph's, values and ids."""
+    _, onnx_model = exported(load_spec("tiny"), tmp_path / "onnx")
+    src = np.random.default_rng(4).integers(4, 1000, (2, 6))
+    ours, theirs = InPlaceDecoder(onnx_model, first_length=4), OnnxDecoder(onnx_model)
+    mine, ref = ours.start(src), theirs.start(src)
+    tokens = np.full((2, 1), onnx_model.spec.vocab.bos_id)
+    for k in (1, 1, 5, 5, 3, 7, 7, 1):
+        values, ids, mine = ours.step(mine, tokens, k)
+        want_values, want_ids, ref = theirs.step(ref, tokens, k)
+        assert ids.shape[1] >= k and np.array_equal(ids[:, :k], want_ids[:, :k]), k
+        assert np.abs(values[:, :k] - want_values[:, :k]).max() < 1e-4, k
+        tokens = ids[:, 1:2]  # not the likeliest: the two graphs' paths are compared off the greedy one
+
+
 @pytest.mark.parametrize("name, why", [("zoo/transformer-relative", "scores"), ("zoo/mistral-7b", "causal"),
                                        ("zoo/gpt2", "wide")])
 def test_what_the_buffers_cannot_hold_keeps_the_standard_step(name, why, tmp_path):

@@ -145,6 +145,8 @@ def stop_ids(decoder) -> np.ndarray:
 
 def among(tokens: np.ndarray, ids) -> np.ndarray:
     """Which ``tokens`` are one of the few ``ids`` (np.isin's sorting costs more at these sizes)."""
+    if len(ids) == 1:  # one comparison: a search asks this each step, mostly of one end-of-sequence id
+        return tokens == ids[0]
     return (tokens[..., None] == np.asarray(ids, dtype=tokens.dtype)).any(-1)
 
 
@@ -157,29 +159,33 @@ def _banned(decoder, stops: np.ndarray, t: int, min_length: int) -> list[int]:
 
 
 def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[int]]:
-    """The likeliest token at each step, or the one ``pick`` draws."""
+    """The likeliest token at each step, or the one ``pick`` draws. A row's length is recorded
+    when it ends (few array operations per step: at batch 1 they weigh beside a step's run)."""
     batch, stops = len(prefix), stop_ids(decoder)
     out, lengths = np.zeros((batch, int(limits.max())), dtype=np.int64), np.zeros(batch, dtype=np.int64)
-    alive, tokens = np.arange(batch), prefix
+    alive, tokens, limit = np.arange(batch), prefix, limits
     for t in range(int(limits.max())):
         banned = _banned(decoder, stops, t, min_length)
         values, ids, state = decoder.step(state, tokens, (1 if pick is None else pick.k) + len(banned))
-        if pick is None:
+        if pick is not None:
+            best = pick(np.where(among(ids, banned), -np.inf, values), ids)
+        elif banned:
             best = ids[np.arange(len(ids)), np.argmax(~among(ids, banned), axis=1)]
         else:
-            best = pick(np.where(among(ids, banned), -np.inf, values), ids)
-        ended = among(best, stops)
+            best = ids[:, 0]
+        stopped = among(best, stops)
         out[alive, t] = best
-        lengths[alive[~ended]] = t + 1
-        ended |= t + 1 >= limits[alive]
+        ended = stopped | (t + 1 >= limit)
         if ended.any():
+            lengths[alive[ended]] = t + 1 - stopped[ended]  # an end-of-sequence token is not output
             keep = np.flatnonzero(~ended)
             if not keep.size:
                 break
             state = decoder.select(state, keep, cross=True)
-            alive, best = alive[keep], best[keep]
+            alive, best, limit = alive[keep], best[keep], limit[keep]
         tokens = best[:, None]
     return [row[:n].tolist() for row, n in zip(out, lengths)]
+
 
 class _Picker:
     """Draws one token per row from top-k log-probabilities (``Sampling``)."""

@@ -23,6 +23,8 @@ from onnx import TensorProto, helper
 
 NO_PADDING = (np.ones((1, 1), np.int64), np.zeros(1, np.int64))
 """``attention_mask`` and ``position_offset`` of a batch without padding (they broadcast)."""
+STEP_OUTPUTS = ["top_values", "top_ids"]
+"""What a search step asks of the step graph (``OnnxDecoder.step``)."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class OnnxDecoder:
         if mask is not None:  # a left-padded batch of prompts: keys masked, positions shifted per row
             state = replace(state, key_mask=np.zeros((len(tokens), state.offset), np.int64),
                             position_offset=(~mask).sum(1).astype(np.int64))
-        values, ids, state = self.run(state, tokens, ["top_values", "top_ids"], k, mask)
+        values, ids, state = self.run(state, tokens, STEP_OUTPUTS, k, mask)
         return values, ids, state
 
     def run(self, state: DeviceState, tokens: np.ndarray, outputs: list[str], k: int = 1,
@@ -169,8 +171,11 @@ class OnnxDecoder:
         return dict(zip(values, b.get_outputs()))
 
     def _k(self, k: int) -> np.ndarray:
+        """The ``top_k`` input for ``k``: at least 2 (a caller reads the first k columns), as
+        onnxruntime's CPU TopK over a 37,000-word vocabulary took 24 us for k = 1 and 15 us for
+        k = 2 (0.7% of a `base` int8 greedy step)."""
         if k not in self._top_k:
-            self._top_k[k] = np.array([min(k, self.vocab)], np.int64)
+            self._top_k[k] = np.array([min(max(k, 2), self.vocab)], np.int64)
         return self._top_k[k]
 
 
