@@ -117,6 +117,14 @@ class InPlaceDecoder(OnnxDecoder):
             return Buffers(**vars(chosen))
         return self._handed_over(chosen)
 
+    def step(self, state: DeviceState, tokens: np.ndarray, k: int, mask: np.ndarray | None = None):
+        """A search step: one that follows the last plain step, on its rows, its buffers' room
+        and its k, runs through the kept binding (``_Steady``) and does nothing else."""
+        steady = self._steady
+        if mask is None and steady is not None and steady.follows(state, tokens.shape, k):
+            return (*steady.run(tokens, state.offset), steady.after(state, tokens.shape[1]))
+        return super().step(state, tokens, k, mask)
+
     def run(self, state: DeviceState, tokens: np.ndarray, outputs: list[str], k: int = 1,
             mask: np.ndarray | None = None):
         """Feed ``tokens`` (B, L); return the named outputs (copied to the host), then the next
@@ -129,14 +137,12 @@ class InPlaceDecoder(OnnxDecoder):
                                      None if mask is None else mask[:, column:column + 1])
             tokens, mask = tokens[:, -1:], None if mask is None else mask[:, -1:]
         values = self._ready(state, len(tokens), state.offset + tokens.shape[1])
-        plain = mask is None and state.key_mask is None and outputs == STEP_OUTPUTS
-        if plain and self._steady is not None and self._steady.holds(values, tokens.shape, k):
-            host, key_mask = self._steady.run(tokens, state.offset), None
-        else:
-            host, key_mask = self._bind_and_run(state, values, tokens, outputs, k, mask)
-            self._steady = _Steady(self._raw, values, tokens, k, state.offset, host) if plain else None
-        return (*host, Buffers(values, self._identity(len(tokens)), state.sources, state.offset + tokens.shape[1],
-                               key_mask, state.position_offset))
+        host, key_mask = self._bind_and_run(state, values, tokens, outputs, k, mask)
+        after = Buffers(values, self._identity(len(tokens)), state.sources, state.offset + tokens.shape[1], key_mask,
+                        state.position_offset)
+        plain = key_mask is None and outputs == STEP_OUTPUTS
+        self._steady = _Steady(self._raw, after, tokens, k, host, values[self.pasts[0]].shape()[2]) if plain else None
+        return (*host, after)
 
     def _bind_and_run(self, state: DeviceState, values: dict, tokens: np.ndarray, outputs: list[str], k: int,
                       mask: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray | None]:
@@ -196,11 +202,12 @@ class _Steady:
     before each run, as the top-k outputs land in arrays bound once. Binding every input and
     output anew each step was ~30% of the host time of a step (base, batch 1)."""
 
-    def __init__(self, raw, values: dict, tokens: np.ndarray, k: int, offset: int, host: list[np.ndarray]):
+    def __init__(self, raw, state: Buffers, tokens: np.ndarray, k: int, host: list[np.ndarray], room: int):
         import onnxruntime as ort
 
-        self.raw, self.values, self.shape, self.k = raw, values, tokens.shape, k
-        self.tokens, self.offset = np.array(tokens, np.int64), np.array([offset], np.int64)
+        self.raw, self.values, self.rows, self.shape, self.k, self.room = raw, state.values, state.rows, \
+            tokens.shape, k, room
+        self.tokens, self.offset = np.array(tokens, np.int64), np.zeros(1, np.int64)
         self.host = [np.empty_like(array) for array in host]
         self.keep = [ort.OrtValue.ortvalue_from_numpy(a) for a in (self.tokens, self.offset, *self.host)]  # shared
         for name, value in zip(("tgt", "offset"), self.keep):
@@ -208,15 +215,20 @@ class _Steady:
         for name, value in zip(STEP_OUTPUTS, self.keep[2:]):
             raw.binding.bind_ortvalue_output(name, value._ortvalue)
 
-    def holds(self, values: dict, shape: tuple, k: int) -> bool:
-        """Whether a step of ``values`` (the same dict: the same buffers), tokens of ``shape``
-        and ``k`` finds everything else bound."""
-        return values is self.values and shape == self.shape and k == self.k
+    def follows(self, state: DeviceState, shape: tuple, k: int) -> bool:
+        """Whether a step of ``state`` (the values and rows the last step left: the same buffers,
+        no gather), tokens of ``shape`` and ``k`` finds everything else bound and room left."""
+        return (state.values is self.values and state.rows is self.rows and shape == self.shape and k == self.k
+                and state.offset + shape[1] <= self.room)
 
     def run(self, tokens: np.ndarray, offset: int) -> list[np.ndarray]:
         self.tokens[...], self.offset[0] = tokens, offset
         self.raw.session.run_with_iobinding(self.raw.binding, None)
         return [array.copy() for array in self.host]
+
+    def after(self, state: DeviceState, length: int) -> Buffers:
+        """The state after a step of ``length`` new positions on ``state``."""
+        return Buffers(self.values, self.rows, state.sources, state.offset + length, None, state.position_offset)
 
 
 def _cut_graph(names: list[str], inputs: dict, dtype: np.dtype) -> bytes:
