@@ -66,7 +66,7 @@ ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "fused": "ORT op18 fused", 
 """``static``: the static step graph (``export --static-cache``) on CPU, where CUDA graphs are not.
 ``generate``: generate.onnx (``export --generate``), the same search inside one graph, run by one
 ``session.run`` per batch (opset 18, as ``ort18``, whose Python search it is compared with).
-``fused``: ``export --fused`` (onnxruntime's MultiHeadAttention and SkipLayerNormalization, and the
+``fused``: ``export --fused`` (onnxruntime's MultiHeadAttention and SkipSimplifiedLayerNormalization, and the
 in-place cache's step graph, ``decoder_inplace``, where the model allows), opset 18."""
 SHORTLIST = "ORT op18 shortlist"
 SETTINGS = [(1, 1), (16, 1), (1, 4), (16, 4)]  # (batch, beam)

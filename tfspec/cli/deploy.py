@@ -316,7 +316,7 @@ def register(command) -> None:
                         "num_beams, length_penalty in; sequences, sequences_scores out (docs/export-onnx.md); "
                         "checked token for token against the Python search")
     c.add_argument("--fused", action="store_true",
-                   help="ONNX: onnxruntime's fused CPU operators (MultiHeadAttention, SkipLayerNormalization, "
+                   help="ONNX: onnxruntime's fused CPU operators (MultiHeadAttention, "
                         "SkipSimplifiedLayerNormalization) in place of the standard-op patterns, and "
                         "decoder_inplace.onnx, a step whose GroupQueryAttention extends the key/value cache in "
                         "place instead of copying it: fewer nodes and copies per step, faster decoding on CPU; "
