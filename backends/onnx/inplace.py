@@ -209,7 +209,8 @@ class _Steady:
             tokens.shape, k, room
         self.tokens, self.offset = np.array(tokens, np.int64), np.zeros(1, np.int64)
         self.host = [np.empty_like(array) for array in host]
-        self.keep = [ort.OrtValue.ortvalue_from_numpy(a) for a in (self.tokens, self.offset, *self.host)]  # their memory
+        # OrtValues over the arrays' own memory, held while bound
+        self.keep = [ort.OrtValue.ortvalue_from_numpy(a) for a in (self.tokens, self.offset, *self.host)]
         for name, value in zip(("tgt", "offset"), self.keep):
             raw.binding.bind_ortvalue_input(name, value._ortvalue)
         for name, value in zip(STEP_OUTPUTS, self.keep[2:]):
