@@ -303,7 +303,8 @@ def register(command) -> None:
     c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")
     c.add_argument("--int8", action="store_true",
                    help="ONNX: int8 weights for every matrix product (dynamic quantisation per output channel; "
-                        "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md); float32 parity is checked first, then greedy "
+                        "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md); "
+                        "float32 parity is checked first, then greedy "
                         "agreement with float32 is reported")
     c.add_argument("--static-cache", action="store_true",
                    help="ONNX: also write decoder_static.onnx, a decoding step over a preallocated cache whose shapes "
