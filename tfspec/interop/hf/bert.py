@@ -45,6 +45,7 @@ class Bert(Family):
     """The configuration class's vocab_size, for a config.json that leaves it out."""
 
     def spec_data(self, source: Source) -> dict:
+        source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
         mlm = self.architectures[source.architecture] != ""  # the base model's tensors sit under a head's prefix
         pooler = not mlm and (source.names is None or "pooler.dense.weight" in source.names)

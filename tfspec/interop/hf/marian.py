@@ -13,6 +13,8 @@ matrices in the checkpoint, stacked into ``w_qkv`` (cross-attention: key and val
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
                                      norm_rules, number, register, repeated_layer)
@@ -43,7 +45,8 @@ class Marian(Family):
                                           "them (it is always post-norm with static sinusoids, no embedding or final "
                                           "norm)")}
     defaults = {"vocab_size": 58101, "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0}
-    """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART)."""
+    """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART;
+    members that differ more add theirs)."""
     embed_norm = False
     """A LayerNorm on embeddings + positions (BART's layernorm_embedding)."""
     norm = "post"
@@ -51,6 +54,7 @@ class Marian(Family):
     one more (``encoder.layer_norm``, ``decoder.layer_norm``)."""
 
     def spec_data(self, source: Source) -> dict:
+        source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
         d_ff = number(c, "encoder_ffn_dim", where, default=4096)
         decoder_ffn = number(c, "decoder_ffn_dim", where, default=4096)
