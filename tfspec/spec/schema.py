@@ -269,6 +269,9 @@ class Reference(SpecModel):
     """Citation, e.g. 'Vaswani et al. 2017, Table 3'."""
     row: Text | None = None
     """Row or variant label in the source."""
+    architecture: Text | None = None
+    """The transformers class ``tfspec import`` read the checkpoint as (MarianMTModel): ``report``
+    names where that class's own count differs from tfspec's (``interop.hf.counts``)."""
     params_millions: float | None = Field(None, gt=0, le=1e9)
     """Parameter count the source reports, in millions."""
     bleu: float | None = Field(None, gt=0, le=100)

@@ -232,6 +232,13 @@ class Family:
     def architecture_for(self, spec) -> str:
         return self.export_architecture
 
+    def count_differences(self, spec, architecture: str) -> list[tuple[int, str]]:
+        """Where transformers' ``num_parameters()`` of ``architecture``, built from the
+        configuration ``spec`` was imported from, counts otherwise than tfspec: (how many more
+        it counts, negative for fewer; what, as "<what> it stores as parameters") per convention.
+        None by default: most families count alike."""
+        return []
+
     def outputs(self, architecture: str) -> dict[str, str]:
         """tfspec output port -> the output of ``architecture`` that must equal it."""
         return {"logits": "logits"}
