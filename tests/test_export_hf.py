@@ -134,3 +134,35 @@ def test_seq2seq_round_trip_gives_the_original_logits(cli, tmp_path, case):
     inputs = dict(input_ids=src, attention_mask=(src != pad).long(), decoder_input_ids=tgt)
     got = getattr(transformers, architecture).from_pretrained(exported).eval()(**inputs).logits
     assert torch.allclose(got, original(**inputs).logits, atol=1e-4)
+
+
+@torch.no_grad()
+def test_mistral_spec_whose_window_covers_its_positions_exports(cli, tmp_path, write_spec):
+    """zoo/mistral-7b shrunk to 64 positions keeps its 4096-token window, which then reaches
+    every earlier position: plain causal attention, which transformers computes (no window,
+    or one at least as long). Reference: transformers' logits of the exported checkpoint."""
+    from tfspec import load_spec
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
+    spec = write_spec("""
+        extends: zoo/mistral-7b
+        name: small-mistral
+        d_model: 64
+        heads: 4
+        kv_heads: 2
+        d_ff: 96
+        vocab: {size: 120}
+        positional: {kind: rotary, base: 10000, max_len: 64}
+        decoder: {layers: 2}
+    """)
+    code, stdout, err = cli("export", spec, "--format", "hf", "-o", tmp_path / "hf")
+    assert code == 0 and "parity: ok" in stdout, stdout + err
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    assert (config.get("sliding_window") or 64) >= 64
+    assert cli("import", tmp_path / "hf", "-o", tmp_path / "back", "--quiet")[0] == 0
+    ours = build_module(load_spec(spec)).eval()  # the spec as written, window and all, with the exported weights
+    load_weights(ours, tmp_path / "back" / "model.safetensors")
+    tokens = torch.randint(3, 120, (2, 64))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    torch.testing.assert_close(ours(tokens), theirs(tokens).logits, atol=1e-4, rtol=0)

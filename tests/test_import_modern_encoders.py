@@ -152,6 +152,22 @@ def test_unsupported_configs_are_refused_by_name(case, change, needle, cli, tmp_
     assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
 
 
+def test_deberta_without_share_att_key_is_refused_as_transformers_reads_it(cli, tmp_path):
+    """transformers reads an absent share_att_key as false (``getattr(config, "share_att_key",
+    False)``: no config class default) and gives each layer position projections of its own,
+    which tfspec does not compute: the refusal says so, not that the file wrote null."""
+    fields = {k: v for k, v in (DEBERTA | V3).items() if k != "share_att_key"}
+    config = transformers.DebertaV2Config(**fields)
+    with torch.device("meta"):
+        names = [n for n, _ in transformers.DebertaV2Model(config).named_parameters()]
+    assert any(".pos_key_proj." in n for n in names)
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(json.loads(config.to_json_string()) | {
+        "architectures": ["DebertaV2Model"]}))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and "share_att_key is absent, which transformers reads as false" in err, err
+
+
 SPEC = """family: encoder-only
 vocab: 100
 d_model: 32

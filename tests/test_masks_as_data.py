@@ -138,3 +138,38 @@ def test_decoders_without_masks_refuse_ragged_prompts():
     with pytest.raises(TfspecError, match="prompts of one length"):
         search(Plain(), None, SearchOptions(beam=1), prefix=np.array([[0, 5], [6, 7]]),
                prefix_mask=np.array([[False, True], [True, True]]))
+
+
+EOS_PADS = {"name": "m", "family": "encoder-decoder", "vocab": {"size": 60, "pad_id": 2, "bos_id": 1, "eos_id": 2},
+            "d_model": 16, "heads": 2, "d_ff": 32, "dropout": 0.0, "positional": {"kind": "sinusoidal", "max_len": 64},
+            "encoder": {"layers": 1, "block": ["self_attention", "ffn"]},
+            "decoder": {"layers": 1, "block": ["causal_self_attention", "cross_attention", "ffn"]}}
+"""A vocabulary with bos and eos of their own and no padding token (most of transformers' decoders):
+tfspec pads with </s>, which every source ends with; the masks say which </s> is padding."""
+
+
+def test_padding_with_eos_validates_and_decodes_as_each_source_alone():
+    from tfspec.evaluate import decode_all
+
+    torch.manual_seed(0)
+    model = build_module(Spec.model_validate(EOS_PADS)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.5)
+    rng = np.random.default_rng(2)
+    sources = [[*rng.integers(4, 60, n), 2] for n in (3, 8, 5)]  # each ends with eos = pad
+    options = SearchOptions(beam=2, max_extra=5, min_length=3)
+    decoder = TorchDecoder(model)
+    alone = [search(decoder, np.array([s]), options, src_mask=np.ones((1, len(s)), bool))[0] for s in sources]
+    assert decode_all(decoder, sources, options, batch=3) == alone
+
+
+@pytest.mark.parametrize("vocab,needle", [
+    ({"size": 60, "pad_id": 60, "bos_id": 1, "eos_id": 2}, "pad_id (60) must be smaller than the vocabulary (60)"),
+    ({"size": 60, "eos_ids": [2, 75]}, "eos_ids (75) must be smaller than the vocabulary (60)"),
+])
+def test_ids_outside_the_vocabulary_are_refused_by_name(vocab, needle):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        Spec.model_validate(EOS_PADS | {"vocab": vocab})

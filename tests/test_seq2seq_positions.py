@@ -87,3 +87,22 @@ def test_options_of_another_kind_are_refused(positional, needles, write_spec, cl
 
     code, _, err = cli("validate", write_spec(yaml.safe_dump(SEQ2SEQ | {"name": "m", "positional": positional})))
     assert code == 2 and all(n in err for n in needles), err
+
+
+@torch.no_grad()
+def test_left_padded_source_as_long_as_the_target_leaves_the_decoders_rotation_alone():
+    """The encoder's rows count positions from their first real token, the decoder's from 0:
+    a rotation table built for one sequence must not serve the other, even at equal lengths.
+    Reference: each row run alone, without padding."""
+    torch.manual_seed(0)
+    spec = Spec.model_validate(SEQ2SEQ | {"positional": {"kind": "rotary", "max_len": 64}})
+    model = build_module(spec).eval()
+    for p in model.parameters():
+        p.normal_(0, 0.3)
+    src = torch.tensor([[49, 49, 5, 6, 7], [8, 9, 10, 11, 12]])
+    src_mask = src != 49
+    tgt = torch.tensor([[2, 3, 4, 5, 6], [7, 8, 9, 10, 11]])
+    batch = model.run({"src": src, "tgt": tgt, "src_mask": src_mask, "tgt_mask": torch.ones_like(tgt)})["logits"]
+    for row in range(2):
+        alone = model.run({"src": src[row][src_mask[row]][None], "tgt": tgt[row][None]})["logits"][0]
+        torch.testing.assert_close(batch[row], alone, atol=1e-5, rtol=0)

@@ -74,12 +74,16 @@ def _attention_sizes(spec) -> str:
 
 
 def cmd_report(args) -> int:
+    from tfspec.interop.hf.counts import count_line, transformers_count  # the family modules: not at every start
+
     spec = load_spec(args.spec)
     graph = build_graph(spec)
     report = analyze_params(graph)
     costs = "" if args.format == "json" else analysis.report_text(spec, graph, args)  # fails before printing
+    theirs = transformers_count(spec, report.total)
     if args.format == "json":
-        print(json.dumps({"name": spec.name, "family": spec.family, "params": report.to_json(),
+        params = report.to_json() | ({"transformers": theirs} if theirs else {})
+        print(json.dumps({"name": spec.name, "family": spec.family, "params": params,
                           **analysis.report_json(spec, graph, args), "spec": spec.model_dump(mode="json")},
                          indent=2))
         return 0
@@ -119,6 +123,8 @@ def cmd_report(args) -> int:
     if ref and ref.params_millions:
         print(f"\n{ref.source}{f' ({ref.row})' if ref.row else ''}: {ref.params_millions:g}M; "
               f"tfspec {millions(report.total)} ({deviation(report.total, ref.params_millions):+.1%})")
+    if theirs:
+        print(f"\n{count_line(theirs)}")
     print(costs, end="")
     _warn_if_absurd(graph)
     return 0

@@ -73,13 +73,9 @@ class Vocab(SpecModel):
         for key, value in (ids | {"mask_id": self.mask_id or 0, "eos_ids": max(self.eos_ids or [0])}).items():
             if value >= min(self.size, self.tgt_size):
                 raise field_error(key, f"{key} ({value}) must be smaller than the vocabulary ({self.size})")
-        # Padding is found by id, so it needs its own, except in GPT-2's convention of one token
-        # (<|endoftext|>) for everything, or Llama's of padding with <unk> (id 0), which its
-        # byte-fallback tokenizer never emits, or Marian's and T5's of starting the decoder from
-        # the padding token (see ``starts_with_pad``); bos, eos and unk may share one.
-        if self.pad_id == self.eos_id and len(set(ids.values())) > 1:
-            raise field_error("pad_id", f"pad_id must differ from eos_id (or all four ids be one token, as "
-                              f"GPT-2's <|endoftext|>), got {ids}")
+        # Any ids may coincide: padding is what masks say (``tfspec.padding``), never an id, so pad
+        # may be eos (transformers' decoders without a pad token), bos (Marian, T5: decoding starts
+        # from it) or all four one token (GPT-2's <|endoftext|>).
         return self
 
     @property
@@ -273,6 +269,9 @@ class Reference(SpecModel):
     """Citation, e.g. 'Vaswani et al. 2017, Table 3'."""
     row: Text | None = None
     """Row or variant label in the source."""
+    architecture: Text | None = None
+    """The transformers class ``tfspec import`` read the checkpoint as (MarianMTModel): ``report``
+    names where that class's own count differs from tfspec's (``interop.hf.counts``)."""
     params_millions: float | None = Field(None, gt=0, le=1e9)
     """Parameter count the source reports, in millions."""
     bleu: float | None = Field(None, gt=0, le=100)

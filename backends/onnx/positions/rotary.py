@@ -28,9 +28,10 @@ class Rotary(PositionStage):
 
 def rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
     """cos and sin (L, 1, r/2) of the positions of ``x``'s L vectors for heads of d features,
-    as ``Rotation`` of the PyTorch backend (angles in fp32 even in fp16 graphs), times the
-    scaling's ``attention_factor``; (B, L, 1, r/2) where the graph is fed positions per row
-    (genai's ``position_ids``). Layers alike share one table per graph."""
+    as ``Rotation`` of the PyTorch backend, times the scaling's ``attention_factor``; (B, L, 1,
+    r/2) where the graph is fed positions per row (genai's ``position_ids``). The angles are
+    float64, as PyTorch's: a float32 position x frequency is off by up to 2^-7 rad at position
+    131,072 (cos by 2e-3). Layers alike share one table per graph."""
     key = ("rotary", seq, d, json.dumps(positions, sort_keys=True))
     return e.cached(key, lambda: _rotation(e, seq, x, d, positions))
 
@@ -38,33 +39,33 @@ def rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
 def _rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
     b, factor = e.b, attention_factor(positions)
     at = e.positions(seq, x)
-    angles = b.op("Mul", b.op("Unsqueeze", b.op("Cast", at, to=TensorProto.FLOAT), b.ints(-1)),
+    angles = b.op("Mul", b.op("Unsqueeze", b.op("Cast", at, to=TensorProto.DOUBLE), b.ints(-1)),
                   _frequencies(b, at, d, positions))
     angles = b.op("Unsqueeze", angles, b.ints(-2))
-    scaled = (lambda t: t) if factor == 1 else (lambda t: b.op("Mul", t, b.const(factor, np.float32)))
+    scaled = (lambda t: t) if factor == 1 else (lambda t: b.op("Mul", t, b.const(factor, np.float64)))
     return tuple(b.op("Cast", scaled(b.op(f, angles)), to=b.elem_type) for f in ("Cos", "Sin"))
 
 
 def _frequencies(b, at: str, d: int, positions: dict) -> str:
-    """float32 (1, r/2) ``rotary_frequencies``: constant, or for dynamic and longrope scaling
+    """float64 (1, r/2) ``rotary_frequencies``: constant, or for dynamic and longrope scaling
     those of the length the graph's call reaches, its largest position ``at`` + 1 (a decoding
     step's total length), as transformers' ``dynamic_rope_update`` picks them per call."""
     fixed = rotary_frequencies(d, positions).reshape(1, -1)
     if not length_dependent(positions):
-        return b.const(fixed, np.float32)
+        return b.const(fixed, np.float64)
     scaling = positions["scaling"]
     original = scaling["original_max_position_embeddings"]
     reach = b.op("Add", b.op("ReduceMax", b.op("Reshape", at, b.ints(-1)), keepdims=0), b.const(np.int64(1)))
     if scaling["type"] == "longrope":
         long = rotary_frequencies(d, positions, original + 1).reshape(1, -1)
-        return b.op("Where", b.op("Greater", reach, b.const(np.int64(original))), b.const(long, np.float32),
-                    b.const(fixed, np.float32))
+        return b.op("Where", b.op("Greater", reach, b.const(np.int64(original))), b.const(long, np.float64),
+                    b.const(fixed, np.float64))
     # dynamic NTK: each frequency times g^-(2i / (r - 2)), g = factor max(n, L) / L - (factor - 1) (ntk_growth)
-    n = b.op("Cast", b.op("Max", reach, b.const(np.int64(original))), to=TensorProto.FLOAT)
-    growth = b.op("Sub", b.op("Mul", n, b.const(scaling["factor"] / original, np.float32)),
-                  b.const(scaling["factor"] - 1, np.float32))
-    return b.op("Mul", b.const(fixed, np.float32),
-                b.op("Pow", growth, b.const(-ntk_exponents(fixed.shape[1]).reshape(1, -1), np.float32)))
+    n = b.op("Cast", b.op("Max", reach, b.const(np.int64(original))), to=TensorProto.DOUBLE)
+    growth = b.op("Sub", b.op("Mul", n, b.const(scaling["factor"] / original, np.float64)),
+                  b.const(scaling["factor"] - 1, np.float64))
+    return b.op("Mul", b.const(fixed, np.float64),
+                b.op("Pow", growth, b.const(-ntk_exponents(fixed.shape[1]).reshape(1, -1), np.float64)))
 
 
 def rotate(b, x: str, cos: str, sin: str, heads: int, d: int, rotated: int) -> str:

@@ -40,7 +40,8 @@ class Rotation:
         if self.varies:
             reach = int(rows.max()) + 1 if rows is not None else offset + length
             frequencies = torch.from_numpy(rotary_frequencies(self.d, self.positions, reach))
-        return ctx.cached(("rotary", offset, length, frequencies.numpy().tobytes(), self.factor), lambda: rotation(
+        # seq in the key: rows of one sequence share positions, another's differ (a left-padded source)
+        return ctx.cached(("rotary", seq, offset, length, frequencies.numpy().tobytes(), self.factor), lambda: rotation(
             frequencies, offset if rows is None else rows, length, x.device, x.dtype, self.factor))
 
 

@@ -41,6 +41,7 @@ class Albert(Bert):
     architectures = {"AlbertModel": "", "AlbertForMaskedLM": "albert.", "AlbertForPreTraining": "albert."}
     export_architecture = "AlbertModel"
     masked_lm = "AlbertForMaskedLM"
+    sentence_head = "sentence-order head (sop_classifier)"
     heads = ("predictions.", "sop_classifier.")
     mapped = Bert.mapped + ("embedding_size", "num_hidden_groups", "inner_group_num", "bos_token_id",
                             "eos_token_id")

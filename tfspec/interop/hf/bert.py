@@ -45,6 +45,7 @@ class Bert(Family):
     """The configuration class's vocab_size, for a config.json that leaves it out."""
 
     def spec_data(self, source: Source) -> dict:
+        source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
         mlm = self.architectures[source.architecture] != ""  # the base model's tensors sit under a head's prefix
         pooler = not mlm and (source.names is None or "pooler.dense.weight" in source.names)
@@ -87,6 +88,18 @@ class Bert(Family):
         if ".LayerNorm." in name:
             return name.replace(".LayerNorm.gamma", ".LayerNorm.weight").replace(".LayerNorm.beta", ".LayerNorm.bias")
         return name
+
+    sentence_head = "next-sentence head (cls.seq_relationship)"
+    """*ForPreTraining's sentence classifier, which tfspec does not import."""
+
+    def count_differences(self, spec, architecture: str) -> list[tuple[int, str]]:
+        """*ForPreTraining holds a pooler and a two-way sentence classifier beside the masked-LM
+        head; tfspec imports the masked LM alone."""
+        if not architecture.endswith("ForPreTraining"):
+            return []
+        d = spec.d_model
+        return [(d * d + d, "pooler it holds, which tfspec does not import"),
+                (2 * d + 2, f"{self.sentence_head}, which tfspec does not import")]
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("embeddings.word_embeddings.weight",)),

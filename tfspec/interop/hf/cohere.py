@@ -93,7 +93,7 @@ class Cohere(Llama):
                                                                                         "logit_scale", "use_qk_norm")
     defaults = {"vocab_size": 256000, "hidden_size": 8192, "intermediate_size": 22528, "num_hidden_layers": 40,
                 "num_attention_heads": 64, "max_position_embeddings": 8192, "pad_token_id": 0, "bos_token_id": 5,
-                "eos_token_id": 255001, "tie_word_embeddings": True}
+                "eos_token_id": 255001, "tie_word_embeddings": True, "rope_theta": 500000.0}
     """CohereConfig's values where Llama's differ (those ``Llama.spec_data`` falls back on)."""
 
     def spec_data(self, source: Source) -> dict:

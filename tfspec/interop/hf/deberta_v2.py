@@ -35,6 +35,10 @@ from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _s
 
 TERMS = ("c2p", "p2c")
 """pos_att_type's terms, in the order specs list them."""
+ABSENT = {"position_biased_input": "true", "share_att_key": "false", "pos_att_type": "no terms"}
+"""What transformers' DeBERTa-v2 makes of these fields where config.json leaves them out:
+DebertaV2Config's defaults, and for share_att_key (no field of the class) the model's
+``getattr(config, "share_att_key", False)``: position projections of each layer's own."""
 SPECIAL_TOKENS = {"bos_id": ("[CLS]", 1), "eos_id": ("[SEP]", 2), "unk_id": ("[UNK]", 3), "mask_id": ("[MASK]", 128000)}
 """Token and its id in DeBERTa-v3's vocabulary, for ids only tokenizers and training read."""
 
@@ -105,9 +109,11 @@ class DebertaV2(Family):
                     "pos_att_type": not terms}
         for key, refused in refusals.items():
             if refused:
-                raise TfspecError(f"{where}: {key}: {_show(c.get(key))} is not supported with relative_attention; "
-                                  f"tfspec imports {self.title} with position_biased_input false, share_att_key true "
-                                  "and pos_att_type naming c2p or p2c")
+                said = f"{key}: {_show(c[key])}" if key in c else f"{key} is absent, which transformers reads as " \
+                                                                   f"{ABSENT[key]}, and that"
+                raise TfspecError(f"{where}: {said} is not supported with relative_attention; tfspec imports "
+                                  f"{self.title} with position_biased_input false, share_att_key true and "
+                                  "pos_att_type naming c2p or p2c")
         buckets = number(c, "position_buckets", where, default=-1)
         if buckets < 4:
             raise TfspecError(f"{where}: position_buckets: {_show(buckets)} is not supported; tfspec imports "

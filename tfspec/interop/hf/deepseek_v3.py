@@ -67,6 +67,13 @@ class DeepseekV3(DeepseekV2):
         return super()._moe_rules(i, name, moe) + [
             Rule(f"{name}.score_bias", (f"layers.{i}.{self.router}.gate.e_score_correction_bias",))]
 
+    def count_differences(self, spec, architecture: str) -> list[tuple[int, str]]:
+        """The score bias of each sparse layer's experts: a buffer there, a weight (the report's
+        "router score bias") here."""
+        biases = sum(s.experts for layer in spec.plan("decoder") for s in layer.sublayers
+                     if getattr(s, "score_bias", False))
+        return [(-biases, "e_score_correction_bias it keeps as buffers")]
+
     def config(self, spec) -> dict:
         moe = first_moe(spec)
         config = {k: v for k, v in super().config(spec).items() if k != "topk_method"}

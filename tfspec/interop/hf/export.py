@@ -73,18 +73,31 @@ def _misfit(family: Family, spec: Spec) -> tuple[str | None, float]:
 
 
 def family_form(spec: Spec) -> Spec:
-    """``spec`` with each stack whose layers are alike written as layers + block, the form the
-    families read (a stack written as groups of one block computes the same); a stack whose
-    layers differ stays groups, which only a ``grouped`` family reads."""
-    if all(stack.groups is None or not stack.uniform for _, stack in spec.stacks):
-        return spec
+    """``spec`` in the form the families read: each stack whose layers are alike written as
+    layers + block (a stack written as groups of one block computes the same; a stack whose
+    layers differ stays groups, which only a ``grouped`` family reads), and each causal window
+    reaching every position the spec holds written as causal attention (``_unwindowed``)."""
     data = spec.model_dump(mode="json")
     for name, stack in spec.stacks:
-        if stack.uniform:
-            data[name] = {"layers": stack.num_layers, "block": data[name]["groups"][0]["block"] if stack.groups
-                          else data[name]["block"], "shared": stack.shared, "act": data[name]["act"],
-                          "share_layers": data[name]["share_layers"]}
-    return Spec.model_validate(data)
+        if stack.groups is not None and stack.uniform:
+            data[name] = {"layers": stack.num_layers, "block": data[name]["groups"][0]["block"], "shared": stack.shared,
+                          "act": data[name]["act"], "share_layers": data[name]["share_layers"]}
+        for block in [data[name]["block"]] if data[name].get("block") else [g["block"] for g in data[name]["groups"]]:
+            block[:] = [_unwindowed(layer, spec.positional.max_len) for layer in block]
+    return spec if data == spec.model_dump(mode="json") else Spec.model_validate(data)
+
+
+def _unwindowed(layer, max_len: int):
+    """A causal ``restricted_self_attention`` layer (dumped) whose window of r + 1 keys holds
+    all of the max_len positions as ``causal_self_attention``, which computes the same, else
+    ``layer``: the families import such a window so (Mistral's sliding_window at least
+    max_position_embeddings), so a spec extending mistral-7b with fewer positions exports."""
+    if not (isinstance(layer, dict) and layer.get("kind") == "restricted_self_attention" and layer.get("causal")):
+        return layer
+    reach = (layer.get("positions") or {}).get("max_len", max_len)
+    if layer["r"] + 1 < reach:
+        return layer
+    return {k: v for k, v in layer.items() if k not in ("r", "causal")} | {"kind": "causal_self_attention"}
 
 
 def _flat(spec: Spec, free: tuple[str, ...]) -> dict[str, object]:

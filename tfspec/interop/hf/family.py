@@ -180,6 +180,11 @@ class Family:
     """Field -> the values tfspec computes exactly (beyond ``COMMON_REQUIRED``)."""
     ignored: ClassVar[dict[str, str]] = {}
     """Field -> why it does not change the computation (beyond ``COMMON_IGNORED``)."""
+    defaults: ClassVar[dict] = {}
+    """transformers' configuration class's values of the fields whose fallback in ``spec_data``
+    (a parent family's) differs: what a ``config.json`` leaving the field out means
+    (MistralConfig's intermediate_size 14336, not Llama's 11008). Hand-copied, as transformers
+    is no dependency of tfspec; ``tests/test_import_defaults.py`` checks them against it."""
     free: ClassVar[tuple[str, ...]] = ("dropout", "attention_dropout", "activation_dropout", "label_smoothing",
                                        "vocab.unk_id", "vocab.mask_id")
     """Spec fields (dotted) the exported model does not compute with (training settings, ids
@@ -226,6 +231,13 @@ class Family:
 
     def architecture_for(self, spec) -> str:
         return self.export_architecture
+
+    def count_differences(self, spec, architecture: str) -> list[tuple[int, str]]:
+        """Where transformers' ``num_parameters()`` of ``architecture``, built from the
+        configuration ``spec`` was imported from, counts otherwise than tfspec: (how many more
+        it counts, negative for fewer; what, as "<what> it stores as parameters") per convention.
+        None by default: most families count alike."""
+        return []
 
     def outputs(self, architecture: str) -> dict[str, str]:
         """tfspec output port -> the output of ``architecture`` that must equal it."""

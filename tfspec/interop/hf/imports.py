@@ -123,7 +123,8 @@ def _spec(family: Family, source: Source, name: str, directory: Path) -> tuple[S
                    f"{data['vocab']['size']}-token vocabulary.")
     version = source.config.get("transformers_version")
     reference = {"source": f"Hugging Face checkpoint {name} ({source.architecture}"
-                           f"{f', transformers {version}' if version else ''}), imported from {directory}"}
+                           f"{f', transformers {version}' if version else ''}), imported from {directory}",
+                 "architecture": source.architecture}
     data = {"name": name, "description": description, **data, "reference": reference}
     try:
         return Spec.model_validate(data), data

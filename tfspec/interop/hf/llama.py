@@ -14,6 +14,7 @@ transformers 4 and 5 both read.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
@@ -39,6 +40,8 @@ class Llama(Family):
                **dict.fromkeys(("is_llama_config", "rope_interleaved"),
                                "left over from nanotron (SmolLM2's configs); transformers reads neither, and the "
                                "converted weights are in its rotate-half layout")}
+    defaults = {"bos_token_id": 1, "eos_token_id": 2}
+    """LlamaConfig's values where ``_vocab``'s fallbacks (bos = eos = 0) differ."""
     rope_types: ClassVar[tuple[str, ...]] = ROPE_TYPES
     """transformers' rope types this family's rotary computes and tfspec does too."""
     partial_rotary = False
@@ -47,6 +50,7 @@ class Llama(Family):
     that sets one is refused rather than imported rotating fewer features than transformers does."""
 
     def spec_data(self, source: Source) -> dict:
+        source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
         for key in ("attention_bias", "mlp_bias"):  # read as switches by ``_biases``
             flag(c, key, where)
@@ -158,6 +162,9 @@ class Mistral(Llama):
     architectures = {"MistralForCausalLM": "model.", "MistralModel": ""}
     export_architecture = "MistralForCausalLM"
     mapped = Llama.mapped + ("sliding_window",)
+    defaults = Llama.defaults | {"intermediate_size": 14336, "num_key_value_heads": 8,
+                                 "max_position_embeddings": 131072, "sliding_window": 4096}
+    """MistralConfig's values where Llama's differ (Mistral-7B's shape)."""
 
     def config(self, spec) -> dict:
         attention = spec.plan("decoder")[0].attention
@@ -180,6 +187,8 @@ class Qwen2(Llama):
     title = "Qwen2"
     architectures = {"Qwen2ForCausalLM": "model.", "Qwen2Model": ""}
     export_architecture = "Qwen2ForCausalLM"
+    defaults = {"vocab_size": 151936, "intermediate_size": 22016, "max_position_embeddings": 32768}
+    """Qwen2Config's values where Llama's differ (no bos or eos id: ``_vocab`` falls back on 0)."""
     required = {"use_sliding_window": (False,)}
     ignored = Llama.ignored | {
         "sliding_window": "read only with use_sliding_window, which must be false",

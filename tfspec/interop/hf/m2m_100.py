@@ -29,8 +29,10 @@ class M2M100(Marian):
     title = "M2M-100"
     architectures = {"M2M100ForConditionalGeneration": "model.", "M2M100Model": ""}
     export_architecture = "M2M100ForConditionalGeneration"
-    defaults = {"vocab_size": 128112, "pad_token_id": 1, "decoder_start_token_id": 2, "eos_token_id": 2}
+    defaults = {"vocab_size": 128112, "pad_token_id": 1, "decoder_start_token_id": 2, "eos_token_id": 2,
+                "activation_function": "relu", "attention_dropout": 0.1}
     norm = "pre"
+    stored_sinusoids = False
     exported = {}
     ignored = Marian.ignored | dict.fromkeys(LEFTOVERS, "fairseq's options; transformers' M2M-100 reads none of "
                                                         "them (it is always pre-norm with fairseq's sinusoids and "

@@ -13,6 +13,8 @@ matrices in the checkpoint, stacked into ``w_qkv`` (cross-attention: key and val
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
                                      norm_rules, number, register, repeated_layer)
@@ -43,14 +45,19 @@ class Marian(Family):
                                           "them (it is always post-norm with static sinusoids, no embedding or final "
                                           "norm)")}
     defaults = {"vocab_size": 58101, "pad_token_id": 58100, "decoder_start_token_id": 58100, "eos_token_id": 0}
-    """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART)."""
+    """The config class's defaults of the vocabulary fields (the rest are alike in Marian and BART;
+    members that differ more add theirs)."""
     embed_norm = False
     """A LayerNorm on embeddings + positions (BART's layernorm_embedding)."""
+    stored_sinusoids = True
+    """Whether transformers' class holds its sinusoid tables as (frozen) parameters, which
+    ``num_parameters()`` counts: Marian's and Pegasus's are embeddings, M2M-100's buffers."""
     norm = "post"
     """Where each layer's LayerNorms sit; pre-norm members (mBART, Pegasus) end each stack with
     one more (``encoder.layer_norm``, ``decoder.layer_norm``)."""
 
     def spec_data(self, source: Source) -> dict:
+        source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
         d_ff = number(c, "encoder_ffn_dim", where, default=4096)
         decoder_ffn = number(c, "decoder_ffn_dim", where, default=4096)
@@ -123,6 +130,17 @@ class Marian(Family):
         if c.get(key, self.defaults[key]) is None:
             key = "bos_token_id"
         return number(c, key, where, default=self.defaults.get(key))
+
+    def count_differences(self, spec, architecture: str) -> list[tuple[int, str]]:
+        """The encoder's and decoder's max_len x d_model sinusoid tables (stored there, computed
+        here); final_logits_bias, a buffer there, the trained output bias here."""
+        differences = []
+        if self.stored_sinusoids and spec.positional.kind == "sinusoidal":
+            differences.append((2 * spec.positional.max_len * spec.d_model,
+                                "sinusoid tables it stores as parameters (tfspec computes them)"))
+        if spec.output_bias:
+            differences.append((-spec.vocab.tgt_size, "final_logits_bias it keeps as a buffer"))
+        return differences
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("shared.weight",))]

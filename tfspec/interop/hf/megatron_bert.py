@@ -22,5 +22,7 @@ class MegatronBert(PreNorm, Bert):
     export_architecture = "MegatronBertModel"
     masked_lm = "MegatronBertForMaskedLM"
     vocab_default = 29056
+    defaults = {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096}
+    """MegatronBertConfig's shape (345M) where BERT's (base) differs."""
     pre_norms = (("attention.output.LayerNorm.", "attention.ln."), ("output.LayerNorm.", "ln."))
     final_norm = "encoder.ln"

@@ -20,7 +20,10 @@ class PLBart(Bart):
     title = "PLBART"
     architectures = {"PLBartForConditionalGeneration": "model.", "PLBartModel": ""}
     export_architecture = "PLBartForConditionalGeneration"
-    defaults = Bart.defaults | {"vocab_size": 50005, "decoder_start_token_id": None, "bos_token_id": 0}
+    defaults = Bart.defaults | {"vocab_size": 50005, "decoder_start_token_id": None, "bos_token_id": 0, "d_model": 768,
+                                "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 12,
+                                "decoder_attention_heads": 12, "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072,
+                                "attention_dropout": 0.1}
 
     def _flag(self, c: dict, key: str, where: str) -> bool:
         """scale_embedding is true when PLBartConfig's file leaves it out (BART's is false)."""

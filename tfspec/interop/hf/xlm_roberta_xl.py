@@ -24,6 +24,9 @@ class XLMRobertaXL(PreNorm, Roberta):
     export_architecture = "XLMRobertaXLModel"
     masked_lm = "XLMRobertaXLForMaskedLM"
     vocab_default = 250880
+    defaults = {"hidden_size": 2560, "num_hidden_layers": 36, "num_attention_heads": 32, "intermediate_size": 10240,
+                "layer_norm_eps": 1e-5, "max_position_embeddings": 514, "type_vocab_size": 1}
+    """XLMRobertaXLConfig's values (xlm-roberta-xl's shape) where RoBERTa's fallbacks differ."""
     pre_norms = (("attention.output.LayerNorm.", "attention.self_attn_layer_norm."),
                  ("output.LayerNorm.", "LayerNorm."))
     final_norm = "encoder.LayerNorm"
