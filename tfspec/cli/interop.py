@@ -16,6 +16,9 @@ def cmd_import(args) -> int:
                                dtype=args.dtype, progress=not args.quiet)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
+    if args.verbose:
+        for reason, fields in _by_reason(result.ignored).items():
+            print(f"ignored: {', '.join(fields)}: {reason}", file=sys.stderr)
     spec = result.spec
     print(f"{spec.name}: {result.architecture} -> {result.directory} ({', '.join(result.files)})")
     print(f"{spec.family}, {result.num_params:,} parameters" +
@@ -23,6 +26,14 @@ def cmd_import(args) -> int:
     print(f"next: tfspec report {result.directory}" + ("" if "model.safetensors" not in result.files else
           f"; tfspec export {result.directory} --weights {result.directory}/model.safetensors -o DIR"))
     return 0
+
+
+def _by_reason(ignored: dict[str, str]) -> dict[str, list[str]]:
+    """Fields grouped under their reason, so that twenty generation settings make one line."""
+    grouped: dict[str, list[str]] = {}
+    for key, reason in ignored.items():
+        grouped.setdefault(reason, []).append(key)
+    return grouped
 
 
 def export_hf(args) -> int:
@@ -75,3 +86,6 @@ def register(command) -> None:
     c.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
                    help="dtype of the written weights (default float32, whatever the checkpoint holds)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--verbose", action="store_true", help="also list the config.json fields read as not changing "
+                   "the computation (bookkeeping, generation settings, fields transformers' class does not read), "
+                   "each with why")

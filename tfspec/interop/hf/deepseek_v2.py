@@ -86,13 +86,19 @@ class DeepseekV2(Experts, Llama):
         "n_routed_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts",
         "first_k_dense_replace")
     required = {"attention_bias": (False,), "mlp_bias": (False,), "topk_method": ("greedy",),
-                "routed_scaling_factor": (1.0,)}
+                "routed_scaling_factor": (1.0,), "scoring_func": ("softmax",), "moe_layer_freq": (1,)}
+    """Beyond Llama's: the router transformers computes, and two fields of DeepSeek's own code
+    that transformers never reads (scoring_func, moe_layer_freq), accepted where their value says
+    what transformers computes anyway (DeepSeek-V2-Lite's softmax, every layer after the dense ones)."""
     ignored = Llama.ignored | MOE_IGNORED | {
         **dict.fromkeys(("head_dim", "qk_head_dim"), "set by transformers from qk_rope_head_dim and qk_nope_head_dim, "
                         "whatever the file says"),
         **dict.fromkeys(("n_group", "topk_group"), "read only by topk_method group_limited_greedy, which must be "
                         "greedy"),
-        "norm_topk_prob": "DeepSeek-V2's greedy router never reads it: the top-k probabilities are not renormalised"}
+        "norm_topk_prob": "DeepSeek-V2's greedy router never reads it: the top-k probabilities are not renormalised",
+        **dict.fromkeys(("aux_loss_alpha", "seq_aux"), "the weight and kind of DeepSeek's own code's balance loss: "
+                        "training only, and transformers' class does not read it"),
+        "ep_size": "how many devices share the experts (expert parallelism), not what they compute"}
     expert_counts = ("n_routed_experts", "num_experts")
     renormalises = False
     routing = Experts.routing | {"normalize": False}

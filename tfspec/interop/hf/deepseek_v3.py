@@ -36,9 +36,7 @@ class DeepseekV3(DeepseekV2):
                 "topk_method": ("noaux_tc",), "moe_layer_freq": (1,)}
     ignored = {k: v for k, v in DeepseekV2.ignored.items() if k not in ROUTER_FIELDS} | {
         **dict.fromkeys(("num_mtp_layers", "num_nextn_predict_layers"), "multi-token prediction modules for "
-                        "speculative decoding, which transformers' DeepseekV3ForCausalLM does not build"),
-        **dict.fromkeys(("aux_loss_alpha", "seq_aux"), "the sequence-wise balance loss: training only"),
-        "ep_size": "how many devices share the experts (expert parallelism), not what they compute"}
+                        "speculative decoding, which transformers' DeepseekV3ForCausalLM does not build")}
     renormalises = None
     routing = {"scoring": "sigmoid", "score_bias": True}
     defaults = DeepseekV2.defaults | {

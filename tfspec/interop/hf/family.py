@@ -24,10 +24,15 @@ FAMILIES: dict[str, type[Family]] = {}
 COMMON_IGNORED = {
     **dict.fromkeys(("transformers_version", "_name_or_path", "_commit_hash", "torch_dtype", "dtype",
                      "model_type", "architectures"), "bookkeeping (architectures and model_type are read first)"),
+    **dict.fromkeys(("auto_map", "custom_pipelines"), "pointers to the repository's own code (trust_remote_code), "
+                    "which transformers does not run for a model type it has a class of; tfspec reads the "
+                    "configuration as that class does"),
+    "_attn_implementation_autoset": "bookkeeping of transformers 4.4x (which attention kernel it picked)",
     **dict.fromkeys(("use_cache", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
                      "use_bfloat16", "gradient_checkpointing", "chunk_size_feed_forward", "_attn_implementation",
                      "attn_implementation", "output_past", "xla_device", "tie_encoder_decoder"),
                     "how transformers runs the model (outputs, caching, memory), not what it computes"),
+    "tf_legacy_loss": "the loss of transformers 4's TensorFlow models: training only",
     **dict.fromkeys(("id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "classifier_dropout",
                      "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
                      "summary_first_dropout", "summary_last_dropout"), "classification heads tfspec does not import"),
@@ -37,7 +42,10 @@ COMMON_IGNORED = {
                      "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
                      "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
                      "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
-                     "suppress_tokens", "begin_suppress_tokens"), "tokenizer and generation settings"),
+                     "suppress_tokens", "begin_suppress_tokens", "encoder_repetition_penalty", "epsilon_cutoff",
+                     "eta_cutoff", "num_assistant_tokens", "num_assistant_tokens_schedule",
+                     "assistant_confidence_threshold", "assistant_lookbehind", "target_lookbehind"),
+                    "tokenizer and generation settings (transformers moves the latter to generation_config)"),
     "initializer_range": "initialisation of untrained weights",
     "_num_labels": "an old spelling of num_labels (distilgpt2, bart-large): classification heads tfspec does not import",
     "force_bos_token_to_be_generated": "an old generation setting (bart-large-cnn), now forced_bos_token_id",
@@ -251,10 +259,12 @@ def register(cls: type[Family]) -> type[Family]:
     return cls
 
 
-def check_config(family: Family, config: dict, where: str) -> None:
-    """Refuse, by name, each field whose value tfspec would not compute exactly or does not know."""
+def check_config(family: Family, config: dict, where: str) -> dict[str, str]:
+    """Refuse, by name, each field whose value tfspec would not compute exactly or does not know;
+    return the fields present that do not change the computation (field -> why), for the record."""
     required = COMMON_REQUIRED | family.required
-    known = set(family.mapped) | family.ignored.keys() | COMMON_IGNORED.keys()
+    ignored = COMMON_IGNORED | family.ignored
+    known = set(family.mapped) | ignored.keys()
     for key, value in config.items():
         if key in required and value not in required[key]:
             allowed = " or ".join(json.dumps(v) for v in required[key])
@@ -263,6 +273,8 @@ def check_config(family: Family, config: dict, where: str) -> None:
         if key not in required and key not in known:
             raise TfspecError(f"{where}: unknown field {key} ({_show(value)}) in a {family.model_type} config; tfspec "
                               "cannot tell whether it changes the computation, so it does not import it")
+    read = set(family.mapped) | required.keys() | {"model_type", "architectures"}
+    return {key: ignored[key] for key in config if key in ignored and key not in read}
 
 
 def _show(value: Any) -> str:

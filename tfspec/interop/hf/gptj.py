@@ -10,7 +10,9 @@ and key rows to tfspec's rotate-half); the layers are ``nn.Linear`` with no bias
 the output projection, biases on the MLP; the output projection is the model's own, biased
 (``output_bias``; GPTJModel has none, so its spec ties one to the embedding without a bias).
 ``rotary_dim`` null (a rotation as wide as the model, which transformers computes only with one
-head) is refused. Defaults are GPTJConfig's (gpt-j-6b's shape).
+head) is refused, and so are ``rotary: false`` and ``scale_attn_weights: false`` (gpt-j-6b's
+config.json writes both true; transformers never reads them and computes what true says).
+Defaults are GPTJConfig's (gpt-j-6b's shape).
 """
 
 from __future__ import annotations
@@ -34,7 +36,10 @@ class GPTJ(GPT2):
     export_architecture = "GPTJForCausalLM"
     heads = ("lm_head.",)
     mapped = GPT2.mapped + ("rotary_dim", "tie_word_embeddings")
-    required = {}
+    required = {"rotary": (True,), "scale_attn_weights": (True,)}
+    """Fields of the published configurations (gpt-j-6b's, CodeGen's) left from GPT-2's and the
+    original Mesh Transformer JAX code, which transformers' class never reads: it always rotates
+    and scales scores by 1/sqrt(head_dim). Accepted at the values that say so only."""
     ignored = {"embd_pdrop": GPT2.ignored["embd_pdrop"]}
     defaults = {"vocab_size": 50400, "n_positions": 2048, "n_embd": 4096, "n_layer": 28, "n_head": 16,
                 "resid_pdrop": 0.0, "attn_pdrop": 0.0}

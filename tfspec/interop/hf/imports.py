@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import shutil
 import sys
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,8 @@ class Imported:
     num_params: int
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    ignored: dict[str, str] = field(default_factory=dict)
+    """config.json fields present that do not change the computation -> why (``check_config``)."""
 
 
 def family_of(config: dict, where: str) -> Family:
@@ -63,16 +66,16 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     where = str(directory / CONFIG)
     family = family_of(checkpoint.config, where)
     architecture = _architecture(family, checkpoint.config, architecture, where)
-    check_config(family, checkpoint.config, where)
+    ignored = check_config(family, checkpoint.config, where)
     names = _names(family, checkpoint) if checkpoint.has_weights else None
     source = Source(checkpoint.config, where, architecture, None if names is None else frozenset(names),
                     read_vocabulary(directory))
     spec, data = _spec(family, source, name or published_name(directory), directory)
     graph = build_graph(spec)
-    result = Imported(spec, architecture, output, graph.num_params)
+    result = Imported(spec, architecture, output, graph.num_params, ignored=ignored)
     plan = _plan(family, spec, graph, architecture, checkpoint, names, result.notes) if names is not None else None
     with staged_directory(output) as staging:
-        _write_spec(staging / SPEC_FILE, data, directory, architecture)
+        _write_spec(staging / SPEC_FILE, data, directory, architecture, ignored)
         if plan is not None:
             _write_weights(staging / WEIGHTS_FILE, graph, plan, checkpoint, dtype, progress, directory)
         for path in checkpoint.tokenizer_files():
@@ -183,9 +186,13 @@ def _floating(checkpoint: Checkpoint, name: str) -> bool:
     return tensor.dtype.startswith(("F", "BF")) if isinstance(tensor.dtype, str) else tensor.dtype.kind == "f"
 
 
-def _write_spec(path: Path, data: dict, directory: Path, architecture: str) -> None:
+def _write_spec(path: Path, data: dict, directory: Path, architecture: str, ignored: dict[str, str]) -> None:
     header = (f"# Written by `tfspec import {directory}` ({architecture}). Every config.json field that changes the\n"
               "# computation is mapped here; the weights are model.safetensors beside this file (IR names).\n")
+    if ignored:  # a comment: the spec itself has no use for them, a reader checking the import has
+        listed = textwrap.wrap("Fields read as not changing the computation: " + ", ".join(sorted(ignored)) + ".",
+                               width=108)
+        header += "".join(f"# {line}\n" for line in listed)
     path.write_text(header + yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=110), encoding="utf-8")
 
 
