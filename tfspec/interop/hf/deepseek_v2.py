@@ -20,7 +20,8 @@ the same thing. Rope scaling imports as Llama's (``rope.py``: DeepSeek-V2's publ
 with a scaled type and ``mscale_all_dim`` set, transformers also multiplies the softmax scale
 by mscale(factor, mscale_all_dim)^2 (``yarn_apply_mscale``), the layer's ``scale`` here.
 Refused by name: routing other than ``greedy`` (DeepSeek-V2's group_limited_greedy), a
-routed_scaling_factor other than 1, biases. Defaults are DeepseekV2Config's (num_experts_per_tok has none:
+routed_scaling_factor other than 1, biases, and values of DeepSeek's own code's ``scoring_func``
+and ``moe_layer_freq`` other than what transformers computes without reading them. Defaults are DeepseekV2Config's (num_experts_per_tok has none:
 it must be given).
 """
 
