@@ -47,7 +47,6 @@ Its outputs differ from the full vocabulary's by design, so it is left out of th
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.metadata
 import importlib.util
 import json
@@ -61,7 +60,7 @@ from pathlib import Path
 import numpy as np
 
 from bandwidth import cpu_name, fraction, weights_read_per_step
-from isolated import Job, interleave
+from isolated import Job, interleave, with_bare
 from peer_bare import BARE_LIMIT, invalid, timed
 from tfspec import load_spec
 from tfspec.backends.onnx import export
@@ -358,10 +357,8 @@ def main() -> None:
         verify(jobs, args, spec, work, rng)
         common = {"sources": sources, "settings": settings, "n": args.out_len, "repeat": args.repeat}
         timing = {name: job.but(kwargs=common) for name, (job, _) in jobs.items()}
-        for suffix in (" int8", ""):  # the bare peer, beside its column
-            if ENGINES["ct2"] + suffix in timing:
-                timing = insert_after(timing, ENGINES["ct2"] + suffix, f"{ENGINES['ct2']} bare{suffix}",
-                                      dataclasses.replace(timing[ENGINES["ct2"] + suffix], bare=True))
+        timing = with_bare(timing, [ENGINES["ct2"] + suffix for suffix in ("", " int8")],
+                           lambda peer: peer.replace(ENGINES["ct2"], ENGINES["ct2"] + " bare"))
         reads, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})
         cpu, wall = cpu_seconds(), time.perf_counter()
         results = interleave(timing, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
@@ -373,16 +370,6 @@ def main() -> None:
             for suffix in (("", " int8") if args.int8 else ("",))}
     bandwidth = (max if args.fastest else statistics.median)(reads)  # --fastest: the least disturbed read too
     sys.exit(report(args, spec, settings, timing, times, step_bytes, bandwidth, wall, busy - mine, steal))
-
-
-def insert_after(jobs: dict, name: str, new: str, job) -> dict:
-    """``jobs`` with ``new`` placed right after ``name``: the bare peer's column beside the peer's."""
-    out = {}
-    for key, value in jobs.items():
-        out[key] = value
-        if key == name:
-            out[new] = job
-    return out
 
 
 def report(args, spec, settings, runs, times, step_bytes, bandwidth, wall, others, steal) -> int:

@@ -75,6 +75,17 @@ def interleave(jobs: dict[str, Job], rounds: int, threads: int,
     return out
 
 
+def with_bare(jobs: dict[str, Job], peers, name: Callable[[str], str] = lambda peer: f"{peer} bare") -> dict:
+    """``jobs`` with each of ``peers``' bare run (its job under ``python -I tools/peer_bare.py``)
+    named ``name(peer)`` right after it: the control's column beside the peer's."""
+    out = {}
+    for key, job in jobs.items():
+        out[key] = job
+        if key in peers:
+            out[name(key)] = dataclasses.replace(job, bare=True)
+    return out
+
+
 def foreign(engines) -> list[str]:
     """The engines imported in this process that are not among ``engines``."""
     return [e for e in ENGINES if e in sys.modules and e not in engines]

@@ -59,7 +59,9 @@ def ct2_times(threads: int, model: str, compute: str, sources: dict, settings: l
     ``sources`` (batch -> .npy of ids), 8-token decodes at every setting warming up."""
     translate, _ = translator(model, compute, threads)
     src = {int(b): np.load(path) for b, path in sources.items()}
-    run = lambda b, beam, k: translate(src[b], beam_size=beam, max_decoding_length=k, min_decoding_length=k)  # noqa: E731
+
+    def run(b, beam, k):
+        return translate(src[b], beam_size=beam, max_decoding_length=k, min_decoding_length=k)
     return timed([lambda b=b, m=m: run(b, m, n) for b, m in settings],
                  [lambda b=b, m=m: run(b, m, 8) for b, m in settings], repeat)
 
@@ -72,8 +74,8 @@ def ct2_outputs(threads: int, model: str, compute: str, src: str, n: int, target
     out = {str(beam): translate(rows, beam_size=beam, max_decoding_length=n, min_decoding_length=n) for beam in (1, 4)}
     if targets is not None:
         words = translate.words
-        scored = tr.score_batch([[words[i] for i in r] for r in rows], [[words[i] for i in r] for r in np.load(targets)])
-        out["scores"] = [s.log_probs for s in scored]
+        tokens = lambda ids: [[words[i] for i in r] for r in ids]  # noqa: E731
+        out["scores"] = [s.log_probs for s in tr.score_batch(tokens(rows), tokens(np.load(targets)))]
     return out
 
 
@@ -121,11 +123,33 @@ def hf_generate(threads: int, model: str, prompts: dict, n: int, check: str | No
     return generate(run, prompts, n, check)
 
 
+def genai_generate(threads: int, model: str, prompts: dict, n: int, session_options: dict,
+                   check: str | None = None):
+    """``ct2_generate`` for onnxruntime-genai's own loop on its export of the same weights, its
+    session given ``threads`` and ``session_options`` (tfspec's spinning setting)."""
+    import onnxruntime_genai as og
+
+    config = og.Config(model)
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads,
+                                                                          **session_options}}}}))
+    genai = og.Model(config)
+
+    def run(rows, k):
+        params = og.GeneratorParams(genai)
+        params.set_search_options(batch_size=len(rows), min_length=rows.shape[1] + k, max_length=rows.shape[1] + k)
+        generator = og.Generator(genai, params)
+        generator.append_tokens(rows.astype(np.int32))
+        while not generator.is_done():
+            generator.generate_next_token()
+        return [generator.get_sequence(i)[rows.shape[1]:].tolist() for i in range(len(rows))]
+    return generate(run, prompts, n, check)
+
+
 def generate(run, prompts: dict, n: int, check: str | None):
     """The tokens ``run`` makes after the ``check`` prompts, or its seconds at every batch of
     ``prompts`` after an 8-token warm-up at each: the loop every generation worker shares."""
     if check is not None:
-        return run(np.load(check), n)
+        return [[int(t) for t in row] for row in run(np.load(check), n)]
     rows = [np.load(path) for path in prompts.values()]
     return timed([lambda r=r: run(r, n) for r in rows], [lambda r=r: run(r, 8) for r in rows])
 
