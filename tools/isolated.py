@@ -62,16 +62,18 @@ class Job:
         return answer["result"], answer["pid"]
 
 
-def interleave(jobs: dict[str, Job], rounds: int, threads: int,
+def interleave(jobs: dict[str, Job | Callable[[], Any]], rounds: int, threads: int,
                each_round: Callable[[], None] = lambda: None) -> dict[str, list]:
-    """Name -> one result per round: every job once a round, each in a fresh process, the order
-    rotated by one a round so that no engine always runs first (or right after the same one);
+    """Name -> one result per round: every job once a round, each in a fresh process (a job
+    may also be a function starting one its own way: Node.js, a browser), the order rotated by
+    one a round so that no engine always runs first (or right after the same one);
     ``each_round`` (a bandwidth read, say) opens every round, under the same load."""
     names, out = list(jobs), {name: [] for name in jobs}
     for r in range(rounds):
         each_round()
         for name in names[r % len(names):] + names[:r % len(names)]:
-            out[name].append(jobs[name].run(threads)[0])
+            job = jobs[name]
+            out[name].append(job.run(threads)[0] if isinstance(job, Job) else job())
     return out
 
 
