@@ -19,6 +19,7 @@ import statistics
 
 import numpy as np
 
+from bandwidth import cpu_name
 from isolated import Job, interleave
 from peer_bare import timed
 
@@ -70,7 +71,7 @@ def main() -> None:
             for name, d in zip(("before", "after"), args.exports)}
     results = interleave(jobs, args.rounds, args.threads)
     print(f"step time (ms, median of {args.rounds} rounds of 20 steps, each export in a fresh process of its own "
-          f"every round), past {args.past}:")
+          f"every round), past {args.past}; {cpu_name()}:")
     for i, batch in enumerate(BATCHES):
         before, after = (statistics.median(r[i] for r in results[name]) for name in ("before", "after"))
         print(f"  batch {batch:3d}: {before:8.3f} -> {after:8.3f}   before/after {before / after:.2f}x")

@@ -47,7 +47,7 @@ def translator(model: str, compute: str, threads: int):
     index = {w: i for i, w in enumerate(words)}
     tr = ctranslate2.Translator(model, device="cpu", compute_type=compute, intra_threads=threads, inter_threads=1)
 
-    def translate(src, **options):
+    def translate(src, **options):  # no </s> appended to sources; outputs start after <s>
         res = tr.translate_batch([[words[i] for i in row] for row in src], length_penalty=0.6, **options)
         return [[index[t] for t in r.hypotheses[0]] for r in res]
     translate.words = words
