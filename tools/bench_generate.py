@@ -15,8 +15,9 @@ transformers' (each in a process of its own). Every engine is timed in a fresh p
 own every round (tools/isolated.py), rounds rotate which goes first, and each peer also runs
 bare, in a process that imports nothing but it (tools/peer_bare.py): a peer column more than 10%
 below its bare speed marks the table INVALID and the tool exits with status 1. Ratios > 1:
-tfspec is faster. The table shows the bytes of weights one step reads (tfspec's step graph; every engine reads the same matrices) and the fraction of the
-machine's read bandwidth, measured once per round (tools/bandwidth.py), each engine reaches.
+tfspec is faster. The table shows the bytes of weights one step reads (tfspec's step graph;
+every engine reads the same matrices) and the fraction of the machine's read bandwidth,
+measured once per round (tools/bandwidth.py), each engine reaches.
 
     python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
@@ -51,9 +52,9 @@ from tfspec.backends.onnx import export
 SETTINGS = (1, 8)  # batch sizes
 
 
-def write_llama(args, directory: Path):
+def write_llama(args, directory: Path) -> tuple[int, list[str]]:
     """A random LlamaForCausalLM (MixtralForCausalLM with ``--experts``) and a word-level
-    tokenizer for its ids, saved by transformers."""
+    tokenizer for its ids, saved by transformers: (its parameters, the token of each id)."""
     import torch
     import transformers
     from tokenizers import Tokenizer
@@ -72,7 +73,7 @@ def write_llama(args, directory: Path):
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(words, unk_token="<unk>")),
                                                      bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     tokenizer.save_pretrained(directory)
-    return model, [w for w, _ in sorted(words.items(), key=lambda kv: kv[1])]
+    return sum(t.numel() for t in model.parameters()), [w for w, _ in sorted(words.items(), key=lambda kv: kv[1])]
 
 
 def prepare(args, hf_dir: Path, words: list[str], work: Path) -> dict[str, Job]:
@@ -133,8 +134,7 @@ def main() -> None:
             np.save(work / f"prompts-{b}.npy", np.hstack([np.ones((b, 1), np.int64),
                                                           rng.integers(3, args.vocab, (b, args.prompt))]))
             prompts[str(b)] = str(work / f"prompts-{b}.npy")
-        hf_model, words = write_llama(args, work / "hf")
-        params = sum(t.numel() for t in hf_model.parameters())
+        params, words = write_llama(args, work / "hf")
         jobs = prepare(args, work / "hf", words, work)
         check = {"prompts": {}, "n": args.new, "check": prompts["8"]}
         ref = jobs["transformers"].but(kwargs=check).run(args.threads)[0]  # each check in a process of its own
