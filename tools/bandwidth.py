@@ -16,7 +16,6 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
 
 def last_level_cache() -> int:
     """Bytes of the largest CPU cache Linux reports (0 where it reports none)."""
@@ -49,7 +48,10 @@ def cpu_name() -> str:
 
 def read_bandwidth(threads: int, rounds: int = 7) -> float:
     """Bytes per second that ``threads`` threads read: the median time to sum a 512 MiB
-    float32 buffer (what a matrix-vector product over 512 MiB of weights must stream)."""
+    float32 buffer (what a matrix-vector product over 512 MiB of weights must stream). torch
+    is imported here only: a benchmark reads the bandwidth in a process of its own."""
+    import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

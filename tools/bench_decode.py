@@ -1,4 +1,4 @@
-"""Decoding speed: tfspec on ONNX Runtime vs PyTorch eager vs CTranslate2, in one run.
+"""Decoding speed: tfspec on ONNX Runtime vs PyTorch eager vs CTranslate2, each in processes of its own.
 
 Every engine decodes with the same random base-shaped weights (6+6 layers, d_model 512, 8
 heads, d_ff 2048, shared 37000-token vocabulary): tfspec's exported ONNX graphs run by
@@ -12,9 +12,15 @@ quantisation of every MatMul and Gemm weight, per channel, 7-bit range).
 Before timing, CTranslate2 is checked to compute the same model: its greedy tokens must equal
 tfspec's, and its teacher-forced log-probabilities of random targets (score_batch) must match
 the PyTorch module's (a random model's greedy path barely depends on its input, so the scores
-are the stricter test). Timing is interleaved (each engine once per round, per setting, after
-a warm-up), medians are reported as output tokens/s (batch x 64 / wall time, encoder
-included). Ratios > 1: tfspec's ORT path is faster.
+are the stricter test). Engines in one process disturb each other (CTranslate2 ran ~10x slower
+after PyTorch's threads had run beside it), so each engine and precision is timed in a fresh
+process of its own every round (tools/isolated.py: the same threads and warm-up for all, at
+every setting, then one timed decode per setting), rounds rotate which engine goes first, and
+the reference checks and bandwidth reads run in processes of their own. Medians are reported
+as output tokens/s (batch x 64 / wall time, encoder included). Ratios > 1: tfspec's ORT path
+is faster. "CTranslate2 bare" is CTranslate2 in a process that imports nothing but it
+(tools/peer_bare.py), in the same rounds: a CTranslate2 column more than 10% below it marks
+the table INVALID and the tool exits with status 1.
 
 The memory limit is in the table: the machine's read bandwidth is measured in the same run
 (tools/bandwidth.py, once per round), and each cell shows the bytes of weights one step reads (tfspec's step
@@ -25,7 +31,7 @@ go faster there.
 CTranslate2 is a benchmark-only dependency (`pip install ctranslate2`); without it that
 engine is skipped.
 
-    python tools/bench_decode.py                  # everything, ~7 minutes on 2 quiet cores
+    python tools/bench_decode.py                  # everything, ~10-15 minutes on 2 quiet cores (estimated)
     python tools/bench_decode.py --quick          # batch 1 greedy, 3 rounds: a smoke test
     python tools/bench_decode.py --engines ort23,ct2 --no-int8 --rounds 3
     python tools/bench_decode.py --engines ort18,static --rounds 3   # the static step graph on CPU
@@ -41,23 +47,24 @@ Its outputs differ from the full vocabulary's by design, so it is left out of th
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
-import torch
 
-from bandwidth import cpu_name, fraction, read_bandwidth, weights_read_per_step
+from bandwidth import cpu_name, fraction, weights_read_per_step
+from isolated import Job, interleave, with_bare
+from peer_bare import BARE_LIMIT, invalid, timed
 from tfspec import load_spec
-from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.generator import Generator
-from tfspec.backends.torch import TorchDecoder, build_module
+from tfspec.backends.onnx import export
 from tfspec.ir.positions import sinusoids
-from tfspec.search import SearchOptions, search
 from tfspec.shortlist import FORMAT, Shortlist
 
 ENGINES = {"ort18": "ORT op18", "ort23": "ORT op23", "fused": "ORT op18 fused", "static": "ORT op18 static",
@@ -126,60 +133,107 @@ def ct2_model(model, spec, directory: Path, words: list[str] | None = None) -> N
     ct.optimize(quantization=None)
     directory.mkdir(parents=True, exist_ok=True)
     ct.save(str(directory))
+    (directory / "words.json").write_text(json.dumps(words))  # peer_bare's id <-> token map
 
 
-def engines(args, spec, model, work: Path) -> dict[str, Callable]:
-    """Name -> decode(src (B, S) int64, beam, length) -> exactly ``length`` token ids per row."""
-    options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)
-    out: dict[str, Callable] = {}
+def prepare(args, spec, model, work: Path) -> dict[str, tuple[Job, Job]]:
+    """Name -> (timing job, output job) of every engine, each run in a process of its own
+    (tools/isolated.py); here only the exports and CTranslate2's model directory are written."""
+    jobs: dict[str, tuple[Job, Job]] = {}
+    precisions = (("", False), (" int8", True)) if args.int8 else (("", False),)
+
+    def ours(name, **engine):
+        job = Job("bench_decode", "times", ("onnxruntime",) if engine["kind"] != "torch" else ("torch",),
+                  {"engine": engine})
+        jobs[name] = job, job.but(function="outputs")
     for key in args.engines:
-        if key == "generate":
-            dirs = {"": work / key} | ({" int8": work / f"{key}-int8"} if args.int8 else {})
-            for suffix, d in dirs.items():
-                export(model, d, opset=18, parity=False, int8=bool(suffix), generate=True)
-                gen = Generator(OnnxModel(d, device="cpu", threads=args.threads))
-                out[ENGINES[key] + suffix] = lambda src, beam, n, gen=gen: gen(src, options(beam, n))
-        elif key.startswith("ort") or key in ("static", "fused"):
-            opset, static = (18, key == "static") if key in ("static", "fused") else (int(key[3:]), False)
-            fused = key == "fused"
-            short = fixed_shortlist(spec, args.shortlist) if args.shortlist and key == "ort18" else None
-            export(model, work / key, opset=opset, parity=False, static_cache=static, shortlist=short, fused=fused)
-            dirs = {"": work / key}
-            if args.int8:  # the product's int8 path: `tfspec export --int8`
-                export(model, work / f"{key}-int8", opset=opset, parity=False, int8=True, static_cache=static,
-                       shortlist=short, fused=fused)
-                dirs[" int8"] = work / f"{key}-int8"
-            for suffix, d in dirs.items():
-                onnx = OnnxModel(d, device="cpu", threads=args.threads)
-                decoders = {ENGINES[key]: onnx.decoder(static=static)}
-                if short is not None:
-                    decoders[SHORTLIST] = onnx.decoder(shortlist=True)
-                for name, dec in decoders.items():
-                    out[name + suffix] = lambda src, beam, n, dec=dec: search(dec, src, options(beam, n))
-        elif key == "torch":
-            dec = TorchDecoder(model)
-            out[ENGINES[key]] = lambda src, beam, n: search(dec, src, options(beam, n))
-        elif key == "ct2":
-            try:
-                import ctranslate2
-            except ImportError:
-                print("CTranslate2 skipped: not installed (`pip install ctranslate2`, a benchmark-only dependency)")
-                continue
-            if not ct2_maps(spec):
-                print(f"CTranslate2 skipped: the weight mapping here covers base-like specs only, not {spec.name}")
-                continue
+        if key == "torch":
+            ours(ENGINES[key], kind="torch", spec=args.spec, weights=str(work / "weights.pt"))
+        elif key == "ct2" and ct2_ready(spec):
             ct2_model(model, spec, work / "ct2")
-            words, index = vocabulary(spec), {w: i for i, w in enumerate(vocabulary(spec))}
-            for suffix, compute in (("", "float32"), (" int8", "int8")) if args.int8 else (("", "float32"),):
-                tr = ctranslate2.Translator(str(work / "ct2"), device="cpu", compute_type=compute,
-                                            intra_threads=args.threads, inter_threads=1)
+            for suffix, int8 in precisions:
+                job = Job("peer_bare", "ct2_times", ("ctranslate2",),
+                          {"model": str(work / "ct2"), "compute": "int8" if int8 else "float32"})
+                jobs[ENGINES[key] + suffix] = job, job.but(function="ct2_outputs")
+        elif key != "ct2":
+            opset = int(key[3:]) if key in ("ort18", "ort23") else 18
+            short = fixed_shortlist(spec, args.shortlist) if args.shortlist and key == "ort18" else None
+            for suffix, int8 in precisions:  # int8: the product's path, `tfspec export --int8`
+                d = work / (key + suffix.replace(" ", "-"))
+                export(model, d, opset=opset, parity=False, int8=int8, static_cache=key == "static",
+                       shortlist=short, fused=key == "fused", generate=key == "generate")
+                ours(ENGINES[key] + suffix, kind="generate" if key == "generate" else "onnx", dir=str(d),
+                     static=key == "static")
+                if short is not None:
+                    ours(SHORTLIST + suffix, kind="onnx", dir=str(d), shortlist=True)
+    return jobs
 
-                def run(src, beam, n, tr=tr):  # no </s> appended to sources; outputs start after <s>
-                    res = tr.translate_batch([[words[i] for i in row] for row in src], beam_size=beam,
-                                             length_penalty=0.6, max_decoding_length=n, min_decoding_length=n)
-                    return [[index[t] for t in r.hypotheses[0]] for r in res]
-                out[ENGINES[key] + suffix] = run
-                out[ENGINES[key] + suffix].translator = tr
+
+def ct2_ready(spec) -> bool:
+    """Whether CTranslate2 can run here and hold the spec (saying why not)."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        print("CTranslate2 skipped: not installed (`pip install ctranslate2`, a benchmark-only dependency)")
+        return False
+    if not ct2_maps(spec):
+        print(f"CTranslate2 skipped: the weight mapping here covers base-like specs only, not {spec.name}")
+        return False
+    return True
+
+
+def runner(engine: dict, threads: int):
+    """In a worker: decode(src (B, S), beam, n) -> exactly ``n`` ids per row, for the one engine
+    this process runs (its thread count set here, explicitly)."""
+    from tfspec.search import SearchOptions, search
+
+    options = lambda beam, n: SearchOptions(beam=beam, alpha=0.6, min_length=n, max_length=n)  # noqa: E731
+    if engine["kind"] == "torch":
+        import torch
+
+        from tfspec.backends.torch import TorchDecoder, build_module
+        torch.set_num_threads(threads)
+        model = build_module(load_spec(engine["spec"])).eval()
+        model.load_state_dict(torch.load(engine["weights"]))
+        dec = TorchDecoder(model)
+    else:
+        from tfspec.backends.onnx import OnnxModel
+        onnx = OnnxModel(engine["dir"], device="cpu", threads=threads)  # intra_op threads
+        if engine["kind"] == "generate":
+            from tfspec.backends.onnx.generator import Generator
+            gen = Generator(onnx)
+            return lambda src, beam, n: gen(src, options(beam, n))
+        dec = onnx.decoder(static=engine.get("static", False), shortlist=engine.get("shortlist", False))
+    return lambda src, beam, n: search(dec, src, options(beam, n))
+
+
+def times(threads: int, engine: dict, sources: dict, settings: list, n: int, repeat: int = 1) -> list[float]:
+    """In a worker: seconds per decode at each setting, with peer_bare's loop and warm-up (the
+    peer's own)."""
+    run, src = runner(engine, threads), {int(b): np.load(path) for b, path in sources.items()}
+    return timed([lambda b=b, m=m: run(src[b], m, n) for b, m in settings],
+                 [lambda b=b, m=m: run(src[b], m, 8) for b, m in settings], repeat)
+
+
+def outputs(threads: int, engine: dict, src: str, n: int) -> dict:
+    """In a worker: greedy and beam-4 outputs for the sources in ``src`` (.npy)."""
+    run, rows = runner(engine, threads), np.load(src)
+    return {str(beam): [list(map(int, o)) for o in run(rows, beam, n)] for beam in (1, 4)}
+
+
+def reference(threads: int, spec: str, weights: str, src: str, n: int, targets: str) -> dict:
+    """In a process of its own: PyTorch eager's greedy and beam-4 outputs, and its
+    log-probabilities of ``targets`` then </s> (what CTranslate2's score_batch returns)."""
+    import torch
+
+    from tfspec.backends.torch import build_module
+    out = outputs(threads, {"kind": "torch", "spec": spec, "weights": weights}, src, n)
+    model, vocab = build_module(load_spec(spec)).eval(), load_spec(spec).vocab
+    model.load_state_dict(torch.load(weights))
+    rows, tgt = np.load(src), np.load(targets)
+    bos = np.full((len(rows), 1), vocab.bos_id)
+    with torch.inference_mode():
+        lp = torch.log_softmax(model(torch.from_numpy(rows), torch.from_numpy(np.hstack([bos, tgt]))), -1).numpy()
+    out["scores"] = np.take_along_axis(lp, np.hstack([tgt, np.full_like(bos, vocab.eos_id)])[..., None],
+                                       -1)[..., 0].tolist()
     return out
 
 
@@ -214,27 +268,27 @@ def cpu_seconds() -> np.ndarray:
         return np.array([np.nan, np.nan, mine])
 
 
-def verify(runs, model, spec, src, rng, n: int) -> None:
+def verify(jobs: dict, args, spec, work: Path, rng) -> None:
     """Token agreement of every engine with PyTorch eager (greedy and beam 4), and CT2's
-    teacher-forced log-probabilities against the PyTorch module's."""
-    dec = TorchDecoder(model)
-    for beam in (1, 4):
-        ref = search(dec, src, SearchOptions(beam=beam, min_length=n, max_length=n))
-        total = sum(map(len, ref))
-        print(f"{'greedy' if beam == 1 else 'beam 4'} tokens equal to PyTorch eager's ({len(src)} sources x {n}): "
-              + ", ".join(f"{name} {sum(a == b for r, o in zip(ref, run(src, beam, n)) for a, b in zip(r, o))}/{total}"
-                          for name, run in runs.items() if name != ENGINES["torch"] and SHORTLIST not in name))
-    ct2 = runs.get(ENGINES["ct2"])
-    if ct2 is not None:
-        words = vocabulary(spec)
-        tgt = rng.integers(4, spec.vocab.size, (len(src), 48))
-        scored = ct2.translator.score_batch([[words[i] for i in r] for r in src], [[words[i] for i in r] for r in tgt])
-        bos = np.full((len(src), 1), spec.vocab.bos_id)
-        with torch.inference_mode():
-            lp = torch.log_softmax(model(torch.from_numpy(src), torch.from_numpy(np.hstack([bos, tgt]))), -1).numpy()
-        want = np.take_along_axis(lp, np.hstack([tgt, np.full_like(bos, spec.vocab.eos_id)])[..., None], -1)[..., 0]
-        diff = np.abs(want - np.array([s.log_probs for s in scored])).max()
-        print(f"CTranslate2 score_batch vs PyTorch log-probs, {len(src)} random targets x 49 tokens: "
+    teacher-forced log-probabilities against the PyTorch module's: the reference and each
+    engine's outputs each in a process of its own, none of them one that times."""
+    src, tgt = work / "check.npy", work / "targets.npy"
+    np.save(src, rng.integers(4, spec.vocab.size, (4, args.src_len)))
+    np.save(tgt, rng.integers(4, spec.vocab.size, (4, 48)))
+    ref, _ = Job("bench_decode", "reference", ("torch",), {"spec": args.spec, "weights": str(work / "weights.pt"),
+                                                          "src": str(src), "n": args.out_len, "targets": str(tgt)}
+                 ).run(args.threads)
+    got = {name: check.but(kwargs={"src": str(src), "n": args.out_len} | (
+        {"targets": str(tgt)} if name == ENGINES["ct2"] else {})).run(args.threads)[0]
+        for name, (_, check) in jobs.items() if name != ENGINES["torch"] and SHORTLIST not in name}
+    for beam in ("1", "4"):
+        total = sum(map(len, ref[beam]))
+        print(f"{'greedy' if beam == '1' else 'beam 4'} tokens equal to PyTorch eager's (4 sources x {args.out_len}): "
+              + ", ".join(f"{name} {sum(a == b for r, o in zip(ref[beam], out[beam]) for a, b in zip(r, o))}/{total}"
+                          for name, out in got.items()))
+    if ENGINES["ct2"] in got:
+        diff = np.abs(np.array(ref["scores"]) - np.array(got[ENGINES["ct2"]]["scores"])).max()
+        print(f"CTranslate2 score_batch vs PyTorch log-probs, 4 random targets x 49 tokens: "
               f"max |diff| {diff:.2e}" + ("  <- NOT THE SAME MODEL: fix ct2_model()" if diff > 1e-3 else ""))
 
 
@@ -285,48 +339,54 @@ def main() -> None:
         settings = args.settings
     if args.quick:
         args.rounds, args.int8 = min(args.rounds, 3), False
-    torch.set_num_threads(args.threads)
+    import torch
+
+    from tfspec.backends.torch import build_module
     spec = load_spec(args.spec)
     torch.manual_seed(0)
     model = build_module(spec).eval()
     rng = np.random.default_rng(0)
-    sources = {b: rng.integers(4, spec.vocab.size, (b, args.src_len)) for b in sorted({b for b, _ in settings})}
-
-    with tempfile.TemporaryDirectory(prefix="bench-decode-") as work:
-        runs = engines(args, spec, model, Path(work))
-        verify(runs, model, spec, rng.integers(4, spec.vocab.size, (4, args.src_len)), rng, args.out_len)
-        times = {(s, name): [] for s in settings for name in runs}
-        for (batch, beam) in settings:  # warm-up: sessions, arenas and caches at every batch shape
-            for run in runs.values():
-                run(sources[batch], beam, 8)
-        cpu, wall, order, reads = cpu_seconds(), time.perf_counter(), list(runs), []
-        for r in range(args.rounds):
-            reads.append(read_bandwidth(args.threads, rounds=3))  # in the rounds: under the same load
-            for (batch, beam) in settings:
-                for name in order[r % len(order):] + order[:r % len(order)]:  # rotated: no engine always first
-                    start = time.perf_counter()
-                    for _ in range(args.repeat):
-                        runs[name](sources[batch], beam, args.out_len)
-                    times[(batch, beam), name].append((time.perf_counter() - start) / args.repeat)
+    with tempfile.TemporaryDirectory(prefix="bench-decode-") as tmp:
+        work = Path(tmp)
+        sources = {}
+        for b in sorted({b for b, _ in settings}):
+            np.save(work / f"src-{b}.npy", rng.integers(4, spec.vocab.size, (b, args.src_len)))
+            sources[str(b)] = str(work / f"src-{b}.npy")
+        torch.save(model.state_dict(), work / "weights.pt")
+        jobs = prepare(args, spec, model, work)
+        verify(jobs, args, spec, work, rng)
+        common = {"sources": sources, "settings": settings, "n": args.out_len, "repeat": args.repeat}
+        timing = {name: job.but(kwargs=common) for name, (job, _) in jobs.items()}
+        timing = with_bare(timing, [ENGINES["ct2"] + suffix for suffix in ("", " int8")],
+                           lambda peer: peer.replace(ENGINES["ct2"], ENGINES["ct2"] + " bare"))
+        reads, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        results = interleave(timing, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
+        times = {(tuple(s), name): [r[i] for r in results[name]] for name in timing for i, s in enumerate(settings)}
         ort = next((k for k in args.engines if k.startswith("ort") or k in ("static", "fused")), None)  # weights
         step_bytes = {} if ort is None else {
-            suffix: weights_read_per_step(Path(work) / (ort + suffix.replace(" ", "-")) / "decoder.onnx")
+            suffix: weights_read_per_step(work / (ort + suffix.replace(" ", "-")) / "decoder.onnx")
             for suffix in (("", " int8") if args.int8 else ("",))}
     bandwidth = (max if args.fastest else statistics.median)(reads)  # --fastest: the least disturbed read too
+    sys.exit(report(args, spec, settings, timing, times, step_bytes, bandwidth, wall, busy - mine, steal))
 
-    import onnxruntime
-    ct2_version = __import__("ctranslate2").__version__ if any("CTranslate2" in n for n in runs) else "-"
+
+def report(args, spec, settings, runs, times, step_bytes, bandwidth, wall, others, steal) -> int:
+    """Print the table; 1 (the exit status) when a peer column ran below its bare speed."""
+    version = importlib.metadata.version
+    ct2_version = version("ctranslate2") if any("CTranslate2" in n for n in runs) else "-"
     summary = min if args.fastest else statistics.median
     print(f"\n{spec.name}: src {args.src_len} -> exactly {args.out_len} tokens, {args.threads} threads, "
           f"{'fastest' if args.fastest else 'median'} of "
           f"{args.rounds} rounds{f' of {args.repeat} decodes back to back' if args.repeat > 1 else ''}, "
-          f"{wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
+          f"each engine in a fresh process of its own every round, "
+          f"{wall / 60:.1f} min; meanwhile other processes used {max(others, 0) / wall:.2f} and the "
           f"hypervisor stole {steal / wall:.2f} of the {os.cpu_count()} cores; onnxruntime "
-          f"{onnxruntime.__version__}, torch {torch.__version__}, ctranslate2 {ct2_version}, "
+          f"{version('onnxruntime')}, torch {version('torch')}, ctranslate2 {ct2_version}, "
           f"{cpu_name()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
           f"({args.threads} threads, {'fastest' if args.fastest else 'median'} of one measurement per round)")
-    names = [ENGINES[k] for k in args.engines if ENGINES[k] in runs] + ([SHORTLIST] if SHORTLIST in runs else [])
+    names = [n for n in runs if not n.endswith(" int8")]
     orts = [n for n in names if n.startswith("ORT")]
     ratios = [(o, ref) for ref in (ENGINES["ct2"], ENGINES["torch"]) if ref in names for o in orts]
     ratios += [(SHORTLIST, ENGINES["ort18"])] if SHORTLIST in runs else []
@@ -334,6 +394,7 @@ def main() -> None:
     head = ["setting", "precision"] + [f"{n} (tok/s)" for n in names] + [f"{o} / {r}" for o, r in ratios]
     head += ["weights/step (MB)", "% of read bandwidth: " + ", ".join(names)] if step_bytes else []
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+    invalid_cells = []
     for (batch, beam) in settings:
         for suffix in ("", " int8") if args.int8 else ("",):
             speed = {n: batch * args.out_len / summary(times[(batch, beam), n + suffix])
@@ -346,9 +407,16 @@ def main() -> None:
                     else "-" for n in names)]  # the shortlist reads fewer rows than the step graph holds
             setting = f"batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'}"
             print(f"| {setting} | {'int8' if suffix else 'fp32'} | " + " | ".join(cells) + " |")
+            bare = f"{ENGINES['ct2']} bare"
+            if bare in speed and (why := invalid(f"{ENGINES['ct2']}{suffix} ({setting})", speed[ENGINES["ct2"]],
+                                                 speed[bare])):
+                invalid_cells.append(why)
     spread = {n: statistics.median(max(t) / min(t) for (_, name), t in times.items() if name == n) for n in runs}
     print("Noise: slowest / fastest round, median over settings: "
           + ", ".join(f"{n} {v:.2f}" for n, v in spread.items()))
+    for why in invalid_cells:
+        print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
+    return 1 if invalid_cells else 0
 
 
 if __name__ == "__main__":

@@ -11,11 +11,15 @@ decoding loop, the same onnxruntime); CTranslate2 converts it
 (KV cache, SDPA). Prompts of 32 random
 tokens after BOS, exactly 64 new tokens (greedy; end of sentence forbidden before), batch 1 and
 8, float32, the same threads for all. Before timing, every engine's tokens are compared with
-transformers'. Ratios > 1: tfspec is faster. The table shows the bytes of weights one step
-reads (tfspec's step graph; every engine reads the same matrices) and the fraction of the
-machine's read bandwidth, measured once per round (tools/bandwidth.py), each engine reaches.
+transformers' (each in a process of its own). Every engine is timed in a fresh process of its
+own every round (tools/isolated.py), rounds rotate which goes first, and each peer also runs
+bare, in a process that imports nothing but it (tools/peer_bare.py): a peer column more than 10%
+below its bare speed marks the table INVALID and the tool exits with status 1. Ratios > 1:
+tfspec is faster. The table shows the bytes of weights one step reads (tfspec's step graph;
+every engine reads the same matrices) and the fraction of the machine's read bandwidth,
+measured once per round (tools/bandwidth.py), each engine reaches.
 
-    python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores
+    python tools/bench_generate.py                      # ~6-8 minutes on 2 quiet cores (estimated)
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
     python tools/bench_generate.py --experts 8 --top-k 2  # Mixtral-shaped: 8 experts of d_ff, 2 per token
 
@@ -36,24 +40,22 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from bandwidth import cpu_name, fraction, read_bandwidth, weights_read_per_step
+from bandwidth import cpu_name, fraction, weights_read_per_step
 from bench_decode import cpu_seconds
+from isolated import Job, interleave, with_bare
+from peer_bare import BARE_LIMIT, generate, invalid
 from tfspec import build_graph, load_spec
 from tfspec.analysis import analyze_params
-from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.runtime import spinning
-from tfspec.backends.torch import build_module
-from tfspec.backends.torch.checkpoint import load_weights
-from tfspec.search import SearchOptions, search
+from tfspec.backends.onnx import export
 
 SETTINGS = (1, 8)  # batch sizes
 
 
-def write_llama(args, directory: Path):
+def write_llama(args, directory: Path) -> tuple[int, list[str]]:
     """A random LlamaForCausalLM (MixtralForCausalLM with ``--experts``) and a word-level
-    tokenizer for its ids, saved by transformers."""
+    tokenizer for its ids, saved by transformers: (its parameters, the token of each id)."""
+    import torch
     import transformers
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
@@ -71,63 +73,50 @@ def write_llama(args, directory: Path):
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(words, unk_token="<unk>")),
                                                      bos_token="<s>", eos_token="</s>", unk_token="<unk>")
     tokenizer.save_pretrained(directory)
-    return model, [w for w, _ in sorted(words.items(), key=lambda kv: kv[1])]
+    return sum(t.numel() for t in model.parameters()), [w for w, _ in sorted(words.items(), key=lambda kv: kv[1])]
 
 
-def engines(args, hf_dir: Path, hf_model, words: list[str], work: Path) -> dict:
-    """Name -> generate(prompts (B, L) with BOS first, n) -> exactly n new token ids per row."""
-    import ctranslate2
+def prepare(args, hf_dir: Path, words: list[str], work: Path) -> dict[str, Job]:
+    """Name -> the job generating with that engine (``generate`` in tools/peer_bare.py: each
+    process times every batch, or with ``check`` gives its tokens), each run in a process of
+    its own (tools/isolated.py); here only tfspec's import and exports and CTranslate2's
+    conversion are made. "<peer> bare": the peer in a process that imports nothing else."""
     import onnxruntime
-    import onnxruntime_genai as og
-    from ctranslate2.converters import TransformersConverter
 
     from tfspec.backends.onnx.genai import export_genai
+    from tfspec.backends.onnx.runtime import spinning
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
 
     tfspec = Path(sys.executable).with_name("tfspec")
     subprocess.run([str(tfspec), "import", str(hf_dir), "-o", str(work / "imported"), "--quiet"], check=True)
-    spec = load_spec(work / "imported")
-    model = build_module(spec).eval()
+    model = build_module(load_spec(work / "imported")).eval()
     load_weights(model, work / "imported" / "model.safetensors")
     export(model, work / "onnx", parity=False)
     export(model, work / "fused", parity=False, fused=True)  # the in-place cache (docs/export-onnx.md)
-    dec, fused = (OnnxModel(work / d, device="cpu", threads=args.threads).decoder() for d in ("onnx", "fused"))
+    jobs = {"tfspec ORT": Job("bench_generate", "ours", ("onnxruntime",), {"directory": str(work / "onnx")}),
+            "tfspec ORT fused": Job("bench_generate", "ours", ("onnxruntime",), {"directory": str(work / "fused")}),
+            "transformers": Job("peer_bare", "hf_generate", ("torch", "transformers"), {"model": str(hf_dir)})}
     if not args.experts:  # genai's format carries no mixture of experts
-        export_genai(model, work / "genai", parity=False)
-        config = og.Config(str(work / "genai"))  # the threads and spinning tfspec's sessions get
-        config.overlay(json.dumps({"model": {"decoder": {"session_options": {
-            "intra_op_num_threads": args.threads, **dict(spinning(onnxruntime.__version__))}}}}))
-        genai_model = og.Model(config)
-    options = lambda n: SearchOptions(beam=1, min_length=n, max_length=n, max_extra=n)
+        export_genai(model, work / "genai", parity=False)  # the threads and spinning tfspec's sessions get:
+        jobs["ORT GenAI"] = Job("peer_bare", "genai_generate", ("onnxruntime_genai",), {
+            "model": str(work / "genai"), "session_options": dict(spinning(onnxruntime.__version__))})
     if not args.experts:  # CTranslate2's converter registers no Mixtral (4.8.5: MixtralConfig refused)
+        from ctranslate2.converters import TransformersConverter
         TransformersConverter(str(hf_dir)).convert(str(work / "ct2"), force=True)
-        gen = ctranslate2.Generator(str(work / "ct2"), device="cpu", intra_threads=args.threads, inter_threads=1)
-    index = {w: i for i, w in enumerate(words)}
+        (work / "ct2" / "words.json").write_text(json.dumps(words))
+        jobs["CTranslate2"] = Job("peer_bare", "ct2_generate", ("ctranslate2",), {"model": str(work / "ct2")})
+    return with_bare(jobs, [name for name in jobs if not name.startswith("tfspec")])
 
-    def ct2(prompts, n):
-        res = gen.generate_batch([[words[i] for i in row] for row in prompts], max_length=n, min_length=n,
-                                 sampling_topk=1, include_prompt_in_result=False)
-        return [[index[t] for t in r.sequences[0]] for r in res]
 
-    def genai(prompts, n):
-        params = og.GeneratorParams(genai_model)
-        params.set_search_options(batch_size=len(prompts), min_length=prompts.shape[1] + n,
-                                  max_length=prompts.shape[1] + n)
-        generator = og.Generator(genai_model, params)
-        generator.append_tokens(prompts.astype(np.int32))
-        while not generator.is_done():
-            generator.generate_next_token()
-        return [generator.get_sequence(i)[prompts.shape[1]:].tolist() for i in range(len(prompts))]
+def ours(threads: int, directory: str, prompts: dict, n: int, check: str | None = None):
+    """In a worker: ``peer_bare.generate`` for tfspec's KV-cached greedy search on onnxruntime."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.search import SearchOptions, search
 
-    def hf(prompts, n):
-        with torch.inference_mode():
-            out = hf_model.generate(torch.from_numpy(prompts), max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                                    pad_token_id=0)
-        return out[:, prompts.shape[1]:].tolist()
-
-    others = {} if args.experts else {"ORT GenAI": genai, "CTranslate2": ct2}
-    return {"tfspec ORT": lambda prompts, n: search(dec, None, options(n), prompts),
-            "tfspec ORT fused": lambda prompts, n: search(fused, None, options(n), prompts),
-            "transformers": hf, **others}
+    dec = OnnxModel(directory, device="cpu", threads=threads).decoder()
+    return generate(lambda rows, k: search(dec, None, SearchOptions(beam=1, min_length=k, max_length=k, max_extra=k),
+                                           rows), prompts, n, check)
 
 
 def main() -> None:
@@ -137,51 +126,61 @@ def main() -> None:
                           ("experts", 0), ("top-k", 2)):
         p.add_argument(f"--{name}", type=int, default=default)
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
-    prompts = {b: np.hstack([np.ones((b, 1), np.int64), rng.integers(3, args.vocab, (b, args.prompt))])
-               for b in SETTINGS}
     with tempfile.TemporaryDirectory(prefix="bench-generate-") as tmp:
-        hf_model, words = write_llama(args, Path(tmp) / "hf")
-        runs = engines(args, Path(tmp) / "hf", hf_model, words, Path(tmp))
-        ref = runs["transformers"](prompts[8], args.new)
-        total = sum(map(len, ref))
+        work = Path(tmp)
+        prompts = {}
+        for b in SETTINGS:
+            np.save(work / f"prompts-{b}.npy", np.hstack([np.ones((b, 1), np.int64),
+                                                          rng.integers(3, args.vocab, (b, args.prompt))]))
+            prompts[str(b)] = str(work / f"prompts-{b}.npy")
+        params, words = write_llama(args, work / "hf")
+        jobs = prepare(args, work / "hf", words, work)
+        check = {"prompts": {}, "n": args.new, "check": prompts["8"]}
+        ref = jobs["transformers"].but(kwargs=check).run(args.threads)[0]  # each check in a process of its own
+        got = {name: job.but(kwargs=check).run(args.threads)[0] for name, job in jobs.items()
+               if name != "transformers" and not name.endswith(" bare")}
         print(f"greedy tokens equal to transformers' (8 prompts x {args.new}): " + ", ".join(
-            f"{name} {sum(a == b for r, o in zip(ref, run(prompts[8], args.new)) for a, b in zip(r, o))}/{total}"
-            for name, run in runs.items() if name != "transformers"))
-        times, order, reads = {}, list(runs), []
-        step_bytes = weights_read_per_step(Path(tmp) / "onnx" / "decoder.onnx")
+            f"{name} {sum(a == b for r, o in zip(ref, out) for a, b in zip(r, o))}/{sum(map(len, ref))}"
+            for name, out in got.items()))
+        step_bytes = weights_read_per_step(work / "onnx" / "decoder.onnx")
         if args.experts:  # a token reads its chosen experts only
-            report = analyze_params(build_graph(load_spec(Path(tmp) / "imported")))
+            report = analyze_params(build_graph(load_spec(work / "imported")))
             step_bytes = step_bytes * report.active // report.total
+        reads, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})
+        timing = {name: job.but(kwargs={"prompts": prompts, "n": args.new}) for name, job in jobs.items()}
         cpu, wall = cpu_seconds(), time.perf_counter()
-        for r in range(args.rounds):
-            reads.append(read_bandwidth(args.threads, rounds=3))  # in the rounds: under the same load
-            for batch in SETTINGS:
-                for name in order[r % len(order):] + order[:r % len(order)]:
-                    start = time.perf_counter()
-                    runs[name](prompts[batch], args.new)
-                    times.setdefault((batch, name), []).append(time.perf_counter() - start)
+        results = interleave(timing, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
-    params = sum(t.numel() for t in hf_model.parameters())
     shape = f"Mixtral, {args.experts} experts (top {args.top_k})" if args.experts else "Llama"
     print(f"\n{shape} {params / 1e6:.0f}M ({args.layers} layers, d_model {args.d_model}, {args.heads} heads / "
           f"{args.kv_heads} kv, vocab {args.vocab}): prompt {args.prompt} -> exactly {args.new} new tokens, greedy, "
-          f"fp32, {args.threads} threads, median of {args.rounds}; meanwhile other processes used "
-          f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
-          f"{cpu_name()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
+          f"fp32, {args.threads} threads, median of {args.rounds}, each engine in a fresh process of its own every "
+          f"round; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the hypervisor stole "
+          f"{steal / wall:.2f} cores; {cpu_name()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
           f"weights read per step {step_bytes / 1e6:.0f} MB")
-    names = list(runs)
-    ratios = [(t, n) for t in names if t.startswith("tfspec") for n in names if not n.startswith("tfspec")]
+    sys.exit(table(args, results, step_bytes, statistics.median(reads)))
+
+
+def table(args, results: dict, step_bytes: int, bandwidth: float) -> int:
+    """Print the table; 1 (the exit status) when a peer column ran below its bare speed."""
+    names = list(results)
+    ratios = [(t, n) for t in names if t.startswith("tfspec") for n in names
+              if not n.startswith("tfspec") and not n.endswith(" bare")]
     print("| batch | " + " | ".join(f"{n} (tok/s)" for n in names) + " | " +
           " | ".join(f"{t} / {n}" for t, n in ratios) + " | % of read bandwidth: " + ", ".join(names) + " |")
     print("|---|" + "---|" * (len(names) + len(ratios) + 1))
-    for batch in SETTINGS:
-        speed = {n: batch * args.new / statistics.median(times[batch, n]) for n in names}
+    invalid_cells = []
+    for i, batch in enumerate(SETTINGS):
+        speed = {n: batch * args.new / statistics.median(r[i] for r in results[n]) for n in names}
         print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) + " | " +
               " | ".join(f"{speed[t] / speed[n]:.2f}" for t, n in ratios) + " | " +
-              ", ".join(f"{fraction(step_bytes, speed[n] / batch, statistics.median(reads)):.0%}" for n in names) + " |")
-
+              ", ".join(f"{fraction(step_bytes, speed[n] / batch, bandwidth):.0%}" for n in names) + " |")
+        invalid_cells += [why for n in names if f"{n} bare" in speed
+                          and (why := invalid(f"{n} (batch {batch})", speed[n], speed[f"{n} bare"]))]
+    for why in invalid_cells:
+        print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
+    return 1 if invalid_cells else 0
 
 if __name__ == "__main__":
     main()

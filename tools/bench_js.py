@@ -7,9 +7,11 @@ length, 32 a batch), cut where the length changes only for exports made before m
 a plain input (clients/lib/translator.mjs says why). Python onnxruntime uses
 tfspec's session options (all cores, no spinning threads on small machines), Node.js the same
 (clients/node/open-export.mjs), the page WASM with as many threads as cores (COOP/COEP served).
-Each round runs every engine twice in one process and times the second run (the first carries
-one-time costs); rounds are interleaved and medians reported as output tokens/s (each output
-and its end of sentence, as translate counts them). Node.js's outputs must equal Python's.
+Each round runs every engine in a fresh process of its own (Python in a worker of
+tools/isolated.py, Node.js in a node process, the page in a new Chromium), which translates
+twice and times the second run (the first carries one-time costs); rounds rotate which engine
+goes first and medians are reported as output tokens/s (each output and its end of sentence,
+as translate counts them). Node.js's outputs must equal Python's.
 
     python tools/bench_js.py small-onnx                       # 100 sample test lines, greedy and beam 4
     python tools/bench_js.py small-onnx --data corpus/en-de --lines 200 --rounds 5 --no-browser
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,12 +32,13 @@ from pathlib import Path
 import numpy as np
 
 from bandwidth import cpu_name
+from isolated import Job, interleave
 from web_check import REPO, drive, missing, serve
 
 NODE_BENCH = REPO / "clients" / "node" / "bench.mjs"
 
 
-def python_engine(model: Path, lines: list[str], beam: int):
+def python_engine(model: Path, lines: list[str], beam: int, threads: int):
     """(run, decode): ``run`` translates ``lines`` once with Python onnxruntime, returning each
     line's output ids and the tokens made; ``decode`` turns ids into text."""
     import onnxruntime as ort
@@ -46,7 +50,8 @@ def python_engine(model: Path, lines: list[str], beam: int):
 
     manifest = json.loads((model / "tfspec.json").read_text())
     spec = spec_from_data(manifest["spec"], "tfspec.json")
-    session = ort.InferenceSession(str(model / "generate.onnx"), session_options(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(model / "generate.onnx"), session_options(threads),
+                                   providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     rows_limited = "max_extra" in names  # older exports gave it a default, which JS could not feed
     codec, limit = Codec(model, spec), spec.positional.max_len if spec.positional.kind != "none" else None
@@ -90,9 +95,10 @@ def one_length(lengths: list[int], size: int) -> list[list[int]]:
     return out
 
 
-def timed_python(engine) -> tuple[float, list[str]]:
-    """Output tokens/s of the second of two runs (text decoded after the clock stops, as in Node.js)."""
-    run, decode = engine
+def timed_python(threads: int, model: str, lines: list[str], beam: int) -> tuple[float, list[str]]:
+    """In a worker: output tokens/s of the second of two runs (text decoded after the clock
+    stops, as in Node.js), and the text."""
+    run, decode = python_engine(Path(model), lines, beam, threads)
     run()
     start = time.perf_counter()
     outputs, tokens = run()
@@ -100,6 +106,7 @@ def timed_python(engine) -> tuple[float, list[str]]:
 
 
 def timed_node(model: Path, file: Path, beam: int) -> tuple[float, list[str]]:
+    """``timed_python`` for clients/node/bench.mjs, in a node process of its own."""
     done = subprocess.run(["node", str(NODE_BENCH), str(model), str(file), str(beam), "2"], capture_output=True,
                           text=True, check=True)
     warm = json.loads(done.stdout)[-1]
@@ -128,25 +135,30 @@ def main() -> int:
         file = Path(work) / "lines.txt"
         file.write_text("\n".join(lines) + "\n", encoding="utf-8")
         for beam in map(int, args.beams.split(",")):
-            python = python_engine(args.model, lines, beam)
-            for _ in range(args.rounds):
-                rate, reference = timed_python(python)
-                speeds.setdefault(("Python onnxruntime", beam), []).append(rate)
-                rate, outputs = timed_node(args.model, file, beam)
-                if outputs != reference:
-                    sys.exit(f"error: Node.js's outputs differ from Python's at beam {beam}")
-                speeds.setdefault(("onnxruntime-node", beam), []).append(rate)
-                if browser:
-                    page = drive(url, lines, argparse.Namespace(chromium=args.chromium, beam=beam, timeout=1800))
-                    speeds.setdefault(("onnxruntime-web (Chromium)", beam), []).append(
-                        page["runs"][-1]["tokens"] / page["runs"][-1]["seconds"])
+            engines = {"Python onnxruntime": Job("bench_js", "timed_python", ("onnxruntime",),
+                                                 {"model": str(args.model), "lines": lines, "beam": beam}),
+                       "onnxruntime-node": lambda beam=beam: timed_node(args.model, file, beam)}
+            if browser:
+                engines["onnxruntime-web (Chromium)"] = lambda beam=beam: timed_page(url, lines, args.chromium, beam)
+            results = interleave(engines, args.rounds, os.cpu_count())  # Python: all cores, as Node.js and the page
+            if any(outputs != results["Python onnxruntime"][0][1] for _, outputs in results["onnxruntime-node"]):
+                sys.exit(f"error: Node.js's outputs differ from Python's at beam {beam}")
+            for name, runs in results.items():
+                speeds[name, beam] = [rate for rate, _ in runs]
     report(speeds, args, len(lines))
     return 0
 
 
+def timed_page(url: str, lines: list[str], chromium: str, beam: int) -> tuple[float, None]:
+    """``timed_python`` for the page, in a Chromium of its own (its outputs are not compared)."""
+    page = drive(url, lines, argparse.Namespace(chromium=chromium, beam=beam, timeout=1800))
+    return page["runs"][-1]["tokens"] / page["runs"][-1]["seconds"], None
+
+
 def report(speeds: dict, args, n: int) -> None:
     cpu = cpu_name()
-    print(f"generate.onnx of {args.model.name}, {n} lines, median of {args.rounds} rounds; {cpu}")
+    print(f"generate.onnx of {args.model.name}, {n} lines, median of {args.rounds} rounds, each engine in a fresh "
+          f"process of its own every round; {cpu}")
     print("| engine | beam | tokens/s | vs Python onnxruntime |\n|---|---:|---:|---:|")
     for (engine, beam), rates in speeds.items():
         base = statistics.median(speeds[("Python onnxruntime", beam)])

@@ -5,7 +5,9 @@ router's (mostly zero) probabilities, on the same Mixtral-shaped model and weigh
 Both exports come from one spec and one set of random weights; the dense one swaps in the
 lowering written below (the baseline, kept here, not in tfspec). Decoding steps (one new token
 per row after ``--past`` cached positions) and a prompt pass (``--prompt`` tokens, the ``model``
-graph) alternate within each round; medians and their ratios are printed.
+graph) are timed; each export runs in a fresh process of its own every round (tools/isolated.py:
+two sessions in one process share its cores), the two alternating which goes first; medians and
+their ratios are printed.
 
     python tools/bench_moe.py                     # d_model 512, 8 experts of 1792, top 2, 4 layers
 """
@@ -16,21 +18,21 @@ import argparse
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_step import feeds  # noqa: E402
+from bandwidth import cpu_name  # noqa: E402
+from isolated import Job, interleave  # noqa: E402
+from peer_bare import timed  # noqa: E402
 
 from tfspec.backends.onnx import export  # noqa: E402
 from tfspec.backends.onnx import lowerings  # noqa: E402
 from tfspec.backends.onnx.moe import _ffn, route  # noqa: E402
-from tfspec.backends.onnx.runtime import session_options  # noqa: E402
-from tfspec.backends.torch import build_module  # noqa: E402
 from tfspec.spec import Spec  # noqa: E402
+
+CELLS = [("decoder", 1), ("decoder", 8), ("decoder", 32), ("model", 1)]  # (graph, batch): steps, then a prompt
 
 
 def dense(e, node, x):
@@ -59,11 +61,28 @@ def spec(args) -> Spec:
                                                      {"kind": "moe", "experts": args.experts, "top_k": args.top_k}]}})
 
 
-def _once(run, repeats: int) -> float:
-    start = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    return (time.perf_counter() - start) / repeats * 1e3
+def times(threads: int, directory: str, past: int, prompt: int) -> list[float]:
+    """In a worker: ms per call of each cell's graph (10 steps or 2 prompt passes, after one of
+    each as warm-up), with the session options `tfspec translate` runs with."""
+    import onnxruntime as ort
+
+    from bench_step import feeds
+    from tfspec.backends.onnx.runtime import session_options
+
+    calls, sessions = [], {g: ort.InferenceSession(str(Path(directory) / f"{g}.onnx"), session_options(threads))
+                           for g in ("decoder", "model")}
+    for graph, batch in CELLS:
+        session = sessions[graph]
+        if graph == "decoder":
+            calls.append(lambda s=session, i=feeds(session, batch, past): s.run(["top_ids"], i))
+        else:
+            tgt = np.random.default_rng(0).integers(4, 8000, (1, prompt))
+            mask = {"attention_mask": np.ones_like(tgt)} if "attention_mask" in {i.name for i in session.get_inputs()} \
+                else {}  # the model graph of a decoder-only spec now takes one
+            calls.append(lambda s=session, t={"tgt": tgt, **mask}: s.run(["logits"], t))
+    repeats = [10 if graph == "decoder" else 2 for graph, _ in CELLS]
+    seconds = timed([lambda c=c, r=r: [c() for _ in range(r)] for c, r in zip(calls, repeats)], calls)
+    return [1e3 * t / r for t, r in zip(seconds, repeats)]
 
 
 def main() -> None:
@@ -78,6 +97,8 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
+    from tfspec.backends.torch import build_module
+
     model = build_module(spec(args)).eval()
     directories = [Path(tempfile.mkdtemp(prefix=f"moe-{kind}-")) for kind in ("routed", "dense")]
     export(model, directories[0], parity=False)
@@ -86,24 +107,17 @@ def main() -> None:
         export(model, directories[1], parity=False)
     finally:
         lowerings.LOWERINGS["moe"] = routed
-    options = session_options(args.threads)  # what `tfspec translate` runs with
     print(f"{model.graph.num_params:,} parameters; {args.experts} experts of {args.d_ff}, top {args.top_k}, "
-          f"{args.layers} layers, d_model {args.d_model}; {args.threads} threads")
+          f"{args.layers} layers, d_model {args.d_model}; {args.threads} threads; each export in a fresh process "
+          f"of its own every round; {cpu_name()}")
+    jobs = {kind: Job("bench_moe", "times", ("onnxruntime",), {"directory": str(d), "past": args.past,
+                                                                "prompt": args.prompt})
+            for kind, d in zip(("routed", "dense"), directories)}
+    results = interleave(jobs, args.rounds, args.threads)
     print("ms, median of rounds   routed experts   every expert   every/routed")
-    for label, graph, batch in [("step, batch 1", "decoder", 1), ("step, batch 8", "decoder", 8),
-                                ("step, batch 32", "decoder", 32), (f"prompt of {args.prompt}", "model", 1)]:
-        sessions = [ort.InferenceSession(str(d / f"{graph}.onnx"), options) for d in directories]
-        if graph == "decoder":
-            inputs = [feeds(s, batch, args.past) for s in sessions]
-            runs = [lambda s=s, i=i: s.run(["top_ids"], i) for s, i in zip(sessions, inputs)]
-        else:
-            tokens = {"tgt": np.random.default_rng(0).integers(4, 8000, (1, args.prompt))}
-            runs = [lambda s=s: s.run(["logits"], tokens) for s in sessions]
-        times: list[list[float]] = [[], []]
-        for _ in range(args.rounds):
-            for i, run in enumerate(runs):
-                times[i].append(_once(run, 10 if graph == "decoder" else 2))
-        ours, theirs = (statistics.median(t) for t in times)
+    labels = ["step, batch 1", "step, batch 8", "step, batch 32", f"prompt of {args.prompt}"]
+    for i, label in enumerate(labels):
+        ours, theirs = (statistics.median(r[i] for r in results[kind]) for kind in ("routed", "dense"))
         print(f"{label:22s} {ours:15.3f} {theirs:14.3f} {theirs / ours:13.2f}x")
 
 

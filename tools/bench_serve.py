@@ -10,12 +10,18 @@ arrivals), and 4x overload (statuses, lost requests, the server's resident memor
 Each request carries one line (the way a service sees traffic); the offline run decodes all
 lines in one `decode_all` call with the same --max-batch-tokens. The client is plain asyncio
 (one connection per request, HTTP/1.1), so it costs little of the cores the server uses.
+
+The offline run, each server and the load generator (this process) are processes of their own
+(tools/isolated.py says why); where the machine has a core beyond the server's threads, the
+server and the offline run are pinned to cores of their own and the load generator to the next
+one (``os.sched_setaffinity``), and the tool prints which.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -29,6 +35,9 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from bandwidth import cpu_name
+from isolated import Job
 
 OPTIONS = {"beam": 4, "alpha": 0.6, "max_extra": 10}
 
@@ -90,8 +99,8 @@ def rss(pid: int) -> float:
     return float("nan")
 
 
-def offline(directory: Path, lines: list, threads: int, max_batch_tokens: int) -> tuple[float, float]:
-    """(lines per second, CPU seconds per line) of one ``decode_all`` over ``lines``."""
+def offline(threads: int, directory: str, lines: list, max_batch_tokens: int) -> tuple[float, float]:
+    """In a worker: (lines per second, CPU seconds per line) of one ``decode_all`` over ``lines``."""
     from tfspec.backends.onnx import OnnxModel
     from tfspec.evaluate import decode_all
     from tfspec.search import SearchOptions
@@ -107,13 +116,36 @@ def offline(directory: Path, lines: list, threads: int, max_batch_tokens: int) -
     return len(lines) / (time.perf_counter() - started), (time.process_time() - used) / len(lines)
 
 
-def start(directory: Path, threads: int, *flags) -> tuple[subprocess.Popen, int]:
+def split_cores(server_threads: int) -> tuple[set[int] | None, set[int] | None]:
+    """(server cores, load generator cores): where the machine has a core beyond the servers'
+    threads, those threads get cores of their own and the load generator the next one, so that
+    neither takes the other's; else (None, None): nothing pinned."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) <= server_threads:
+        return None, None
+    return set(cores[:server_threads]), {cores[server_threads]}
+
+
+@contextlib.contextmanager
+def pinned(cores: set[int] | None):
+    """This process, and the processes it starts meanwhile, on ``cores`` (None: unchanged)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores or before)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def start(directory: Path, threads: int, *flags, cores: set[int] | None = None) -> tuple[subprocess.Popen, int]:
+    """A `tfspec serve` process on ``cores`` (None: any) and its port, once it is ready."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = Path(tempfile.mkdtemp()) / "serve.log"
-    process = subprocess.Popen([sys.executable, "-m", "tfspec", "serve", str(directory), "--port", str(port),
-                                "--threads", str(threads), *map(str, flags)], stderr=log.open("w"))
+    with pinned(cores):
+        process = subprocess.Popen([sys.executable, "-m", "tfspec", "serve", str(directory), "--port", str(port),
+                                    "--threads", str(threads), *map(str, flags)], stderr=log.open("w"))
     for _ in range(600):
         try:
             if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=1).status == 200 and (
@@ -159,7 +191,8 @@ def llama(directory: Path, hidden: int, layers: int) -> Path:
     return directory / "onnx"
 
 
-def compare_batching(directory: Path, rates: list[float], seconds: float, threads: int, max_batch_tokens: int):
+def compare_batching(directory: Path, rates: list[float], seconds: float, threads: int, max_batch_tokens: int,
+                     cores: set[int] | None):
     """Continuous against batch-at-a-time batching under the same Poisson arrivals of greedy
     completions (corpus prompts, max_tokens drawn from 4..64): generated tokens per second of
     wall time (first arrival to last answer) and p50/p99 latency."""
@@ -171,7 +204,7 @@ def compare_batching(directory: Path, rates: list[float], seconds: float, thread
     for rate in rates:  # the two back to back at each rate: a shared machine's load drifts less between them
         for batching in ("static", "continuous"):
             process, port = start(directory, threads, "--batching", batching, "--max-batch-tokens", max_batch_tokens,
-                                  "--max-queue", 4096, "--timeout", 600)
+                                  "--max-queue", 4096, "--timeout", 600, cores=cores)
             try:
                 asyncio.run(open_loop(port, bodies, 20, 1, "/v1/completions"))  # warm
                 started = time.perf_counter()
@@ -185,10 +218,11 @@ def compare_batching(directory: Path, rates: list[float], seconds: float, thread
                 process.wait(60)
 
 
-def replicas(directory: Path, lines: list, count: int, threads: int, max_batch_tokens: int) -> None:
+def replicas(directory: Path, lines: list, count: int, threads: int, max_batch_tokens: int,
+             cores: set[int] | None) -> None:
     """Saturation throughput of ``count`` servers of ``threads`` onnxruntime threads each, the
     load client spreading its connections over them (a balancer's round robin)."""
-    servers = [start(directory, threads, "--max-batch-tokens", max_batch_tokens) for _ in range(count)]
+    servers = [start(directory, threads, "--max-batch-tokens", max_batch_tokens, cores=cores) for _ in range(count)]
     try:
         ports = [port for _, port in servers]
         asyncio.run(closed_loop(ports, lines[:64], 64))  # warm
@@ -200,10 +234,11 @@ def replicas(directory: Path, lines: list, count: int, threads: int, max_batch_t
             process.wait(60)
 
 
-def workers(directory: Path, lines: list, count: int, threads: int, max_batch_tokens: int) -> None:
+def workers(directory: Path, lines: list, count: int, threads: int, max_batch_tokens: int,
+            cores: set[int] | None) -> None:
     """Saturation throughput of ``tfspec serve --workers count --threads threads`` on one port."""
     process, port = start(directory, threads, *(("--workers", count) if count > 1 else ()),
-                          "--max-batch-tokens", max_batch_tokens)
+                          "--max-batch-tokens", max_batch_tokens, cores=cores)
     try:
         asyncio.run(closed_loop(port, lines[:64], 64))  # warm (the last worker has loaded: start waits for it)
         rate = asyncio.run(closed_loop(port, lines, 128))
@@ -233,10 +268,15 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--layers", type=int, default=4)
     args = p.parse_args()
+    server, client = split_cores(args.replicas or args.workers or args.threads)
+    print(f"{cpu_name()}; " + (f"server(s) and the offline run pinned to cores {sorted(server)}, the load generator "
+                               f"to core {sorted(client)[0]}" if server else
+                               f"not pinned: {len(os.sched_getaffinity(0))} cores, none beyond the servers' threads"))
     if args.batching:
         directory = args.dir or llama(Path(tempfile.mkdtemp()), args.hidden, args.layers)
+        os.sched_setaffinity(0, client or os.sched_getaffinity(0))  # this process is the load generator
         return compare_batching(directory, [float(r) for r in args.batching.split(",")], args.seconds, args.threads,
-                                args.max_batch_tokens)
+                                args.max_batch_tokens, server)
     directory = args.dir
     if directory is None:
         directory = Path(tempfile.mkdtemp()) / args.spec
@@ -244,20 +284,23 @@ def main() -> None:
                        check=True, capture_output=True)
     rng = np.random.default_rng(0)
     lines = [rng.integers(4, 1000, rng.integers(5, 30)).tolist() for _ in range(args.lines)]
+    os.sched_setaffinity(0, client or os.sched_getaffinity(0))  # this process is the load generator
     if args.replicas:
-        replicas(directory, lines, 1, args.replicas, args.max_batch_tokens)
-        return replicas(directory, lines, args.replicas, 1, args.max_batch_tokens)
+        replicas(directory, lines, 1, args.replicas, args.max_batch_tokens, server)
+        return replicas(directory, lines, args.replicas, 1, args.max_batch_tokens, server)
     if args.workers:
         for _ in range(args.rounds):  # alternated: a shared machine's load drifts less between the two
-            workers(directory, lines, 1, args.workers, args.max_batch_tokens)
-            workers(directory, lines, args.workers, 1, args.max_batch_tokens)
+            workers(directory, lines, 1, args.workers, args.max_batch_tokens, server)
+            workers(directory, lines, args.workers, 1, args.max_batch_tokens, server)
         return None
-    base, base_cpu = offline(directory, lines, args.threads, args.max_batch_tokens)
+    with pinned(server):  # in a process of its own, on the server's cores
+        (base, base_cpu), _ = Job("bench_serve", "offline", ("onnxruntime",), {
+            "directory": str(directory), "lines": lines, "max_batch_tokens": args.max_batch_tokens}).run(args.threads)
     print(f"offline decode_all: {base:.1f} lines/s, {1000 * base_cpu:.2f} CPU ms per line "
           f"(beam {OPTIONS['beam']}, {args.threads} thread(s))")
     requests = [{"ids": [line], **OPTIONS} for line in lines]
     process, port = start(directory, args.threads, "--max-batch-tokens", args.max_batch_tokens,
-                          "--max-queue", 256, "--timeout", 10)
+                          "--max-queue", 256, "--timeout", 10, cores=server)
     try:
         asyncio.run(closed_loop(port, lines[:64], 64))  # warm
         used = cpu(process.pid)

@@ -3,8 +3,9 @@ the step time, with nothing else (search, host copies, encoder) in the measureme
 
 Each export directory's ``decoder.onnx`` runs the same step (one new token per row, ``past``
 positions already cached, random pasts and cross-attention keys/values) at batch 1, 16 and 64;
-the directories take turns within each round and medians are compared, so the ratio is a
-same-run ratio even on a shared machine.
+each directory runs in a fresh process of its own every round (tools/isolated.py: two
+sessions in one process compete for its cores), the two alternating which goes first, and
+medians are compared, so the ratio is a same-run ratio even on a shared machine.
 
     tfspec export small -o before        # on the old commit
     tfspec export small -o after         # on the new one
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
-import onnxruntime as ort
 
-from tfspec.backends.onnx.runtime import session_options
+from bandwidth import cpu_name
+from isolated import Job, interleave
+from peer_bare import timed
+
+BATCHES = (1, 16, 64)
 
 
 def feeds(session, batch: int, past: int, src: int = 32) -> dict[str, np.ndarray]:
@@ -45,6 +48,18 @@ def feeds(session, batch: int, past: int, src: int = 32) -> dict[str, np.ndarray
     return out
 
 
+def steps(threads: int, directory: str, past: int) -> list[float]:
+    """In a worker: ms per step of ``directory``'s step graph at each batch (20 steps back to
+    back, after one), with the session options `tfspec translate` runs with."""
+    import onnxruntime as ort
+
+    from tfspec.backends.onnx.runtime import session_options
+
+    session = ort.InferenceSession(f"{directory}/decoder.onnx", session_options(threads))
+    calls = [lambda i=feeds(session, batch, past): session.run(["top_ids"], i) for batch in BATCHES]
+    return [1e3 * t for t in timed(calls, calls, repeat=20)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("exports", nargs=2, help="two `tfspec export` directories: before, after")
@@ -52,19 +67,13 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
-    options = session_options(args.threads)  # what `tfspec translate` runs with
-    sessions = [ort.InferenceSession(f"{d}/decoder.onnx", options) for d in args.exports]
-    print(f"step time (ms, median of {args.rounds} rounds of 20 steps), past {args.past}:")
-    for batch in (1, 16, 64):
-        inputs = [feeds(s, batch, args.past) for s in sessions]
-        times: list[list[float]] = [[], []]
-        for _ in range(args.rounds):
-            for i, session in enumerate(sessions):
-                start = time.perf_counter()
-                for _ in range(20):
-                    session.run(["top_ids"], inputs[i])
-                times[i].append((time.perf_counter() - start) / 20 * 1e3)
-        before, after = (statistics.median(t) for t in times)
+    jobs = {name: Job("bench_step", "steps", ("onnxruntime",), {"directory": d, "past": args.past})
+            for name, d in zip(("before", "after"), args.exports)}
+    results = interleave(jobs, args.rounds, args.threads)
+    print(f"step time (ms, median of {args.rounds} rounds of 20 steps, each export in a fresh process of its own "
+          f"every round), past {args.past}; {cpu_name()}:")
+    for i, batch in enumerate(BATCHES):
+        before, after = (statistics.median(r[i] for r in results[name]) for name in ("before", "after"))
         print(f"  batch {batch:3d}: {before:8.3f} -> {after:8.3f}   before/after {before / after:.2f}x")
 
 

@@ -12,6 +12,12 @@ beam scores by length^alpha, tfspec by GNMT's ((5 + length) / 6)^alpha, so beam 
 differ slightly; greedy outputs should be identical). A last row times the `tfspec translate`
 command itself on the same file, process start and tokenisation included.
 
+Each engine and precision runs in a fresh process of its own every round (tools/isolated.py:
+the same threads, a warm-up on the first 64 lines at each beam, then one timed pass per
+beam), rounds rotate which engine goes first, and "CTranslate2 bare" runs the peer in a process
+that imports nothing but it (tools/peer_bare.py): a CTranslate2 column more than 10% below it
+marks the table INVALID and the tool exits with status 1.
+
 With ``--shortlist``, tfspec's exports also carry a target-vocabulary shortlist counted over
 the run's training pairs (``export --shortlist``), and a second table compares decoding with it
 (``translate --shortlist``) against the full vocabulary in the same rounds: lines/s, the ratio,
@@ -26,6 +32,7 @@ BLEU of both and the mean number of candidates a batch scores.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
 import subprocess
@@ -37,48 +44,60 @@ from pathlib import Path
 import numpy as np
 import sacrebleu
 import sentencepiece
-import torch
 
+from bandwidth import cpu_name
 from bench_decode import cpu_seconds, ct2_maps, ct2_model, vocabulary
-from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.torch import build_module
-from tfspec.backends.torch.checkpoint import load_weights
+from isolated import Job, interleave, with_bare
+from peer_bare import BARE_LIMIT, invalid, timed
+from tfspec.backends.onnx import export
 from tfspec.cli.models import run_spec, run_weights
 from tfspec.data import read_split
 from tfspec.data.codecs import TOKENIZER
-from tfspec.evaluate import decode_all
-from tfspec.search import SearchOptions
 
 
-def engines(args, spec, model, sp, work: Path, shortlist=None) -> dict:
-    """Name -> translate(sources, beam) -> output ids per source, end of sentence left out."""
-    import ctranslate2
-
-    limit, eos = spec.positional.max_len - 1, spec.vocab.eos_id
-    out = {}
+def prepare(args, spec, model, sp, work: Path, sources: list, shortlist=None) -> dict[str, Job]:
+    """Name -> the job timing that engine over ``sources`` (saved as JSON), each run in a
+    process of its own (tools/isolated.py); here only the exports and CTranslate2's directory
+    are written. "CTranslate2 bare": the peer in a process that imports nothing else."""
+    (work / "sources.json").write_text(json.dumps(sources))
+    common = {"sources": str(work / "sources.json"), "batch": args.batch, "beams": [1, 4],
+              "limit": spec.positional.max_len - 1}
+    words = vocabulary(spec)[:4] + [sp.id_to_piece(i) for i in range(4, spec.vocab.size)]
+    ct2_model(model, spec, work / "ct2", words)
+    jobs = {}
     for suffix, int8 in (("", False), (" int8", True)) if args.int8 else (("", False),):
         directory = work / f"onnx{suffix.strip()}"  # `tfspec translate` (cli_seconds) reads text in "onnx"
         export(model, directory, parity=False, int8=int8, shortlist=shortlist, fused=args.fused)
         shutil.copyfile(args.run / TOKENIZER, directory / TOKENIZER)
-        onnx = OnnxModel(directory, device="cpu", threads=args.threads)
-        for name, dec in [("tfspec ORT", onnx.decoder())] + ([("tfspec ORT shortlist", Counted(onnx.decoder(
-                shortlist=True)))] if shortlist else []):
-            out[name + suffix] = lambda src, beam, dec=dec: [o[:-1] if o[-1:] == [eos] else o for o in decode_all(
-                dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=limit, max_length=limit), args.batch)]
-            out[name + suffix].decoder = dec
-    words = vocabulary(spec)[:4] + [sp.id_to_piece(i) for i in range(4, spec.vocab.size)]
-    index = {w: i for i, w in enumerate(words)}
-    ct2_model(model, spec, work / "ct2", words)
-    for suffix, compute in (("", "float32"), (" int8", "int8")) if args.int8 else (("", "float32"),):
-        tr = ctranslate2.Translator(str(work / "ct2"), device="cpu", compute_type=compute,
-                                    intra_threads=args.threads, inter_threads=1)
+        ours = Job("bench_translate", "lines", ("onnxruntime",), common | {"directory": str(directory)})
+        jobs["tfspec ORT" + suffix] = ours
+        if shortlist:
+            jobs["tfspec ORT shortlist" + suffix] = ours.but(kwargs={"shortlist": True})
+        peer = Job("peer_bare", "ct2_lines", ("ctranslate2",),
+                   common | {"model": str(work / "ct2"), "compute": "int8" if int8 else "float32"})
+        jobs["CTranslate2" + suffix] = peer
+    return with_bare(jobs, ["CTranslate2", "CTranslate2 int8"],
+                     lambda peer: peer.replace("CTranslate2", "CTranslate2 bare"))
 
-        def run(src, beam, tr=tr):
-            res = tr.translate_batch([[words[i] for i in s] for s in src], max_batch_size=args.batch,
-                                     beam_size=beam, length_penalty=0.6, max_decoding_length=limit)
-            return [[index[t] for t in r.hypotheses[0]] for r in res]
-        out["CTranslate2" + suffix] = run
-    return out
+
+def lines(threads: int, directory: str, sources: str, batch: int, beams: list, limit: int,
+          shortlist: bool = False) -> dict:
+    """In a worker: ``peer_bare.ct2_lines`` for tfspec's `decode_all` (what `tfspec translate`
+    calls) on onnxruntime, end of sentence left out of the outputs; with ``shortlist``, over the
+    shortlist step graph, also giving the candidates each batch scored."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.evaluate import decode_all
+    from tfspec.search import SearchOptions
+
+    onnx = OnnxModel(directory, device="cpu", threads=threads)
+    dec = Counted(onnx.decoder(shortlist=True)) if shortlist else onnx.decoder()
+    eos, rows, outputs = onnx.spec.vocab.eos_id, json.loads(Path(sources).read_text()), {}
+
+    def run(src, beam):
+        done = decode_all(dec, src, SearchOptions(beam=beam, alpha=0.6, max_extra=limit, max_length=limit), batch)
+        outputs[str(beam)] = [[int(t) for t in (o[:-1] if o[-1:] == [eos] else o)] for o in done]
+    seconds = timed([lambda b=b: run(rows, b) for b in beams], [lambda b=b: run(rows[:64], b) for b in beams])
+    return {"seconds": seconds, "outputs": outputs, "sizes": getattr(dec, "sizes", [])}
 
 
 class Counted:
@@ -129,7 +148,9 @@ def main() -> None:
     p.add_argument("--shortlist", action="store_true",
                    help="also decode with a shortlist counted over the run's training pairs (export --shortlist)")
     args = p.parse_args()
-    torch.set_num_threads(args.threads)
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.checkpoint import load_weights
+
     spec, meta = run_spec(args.run)
     if not ct2_maps(spec):
         sys.exit(f"bench_translate: {spec.name}'s layout is not one ct2_model maps to CTranslate2")
@@ -145,44 +166,38 @@ def main() -> None:
           f"{int(np.median(lengths))} / max {max(lengths)}; batch {args.batch}, {args.threads} threads")
     with tempfile.TemporaryDirectory(prefix="bench-translate-") as tmp:
         shortlist = training_shortlist(args, spec, meta, sp) if args.shortlist else None
-        runs = engines(args, spec, model, sp, Path(tmp), shortlist)
-        results = measure(args, runs, sources)
+        jobs = prepare(args, spec, model, sp, Path(tmp), sources, shortlist)
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        rounds = interleave(jobs, args.rounds, args.threads)
+        (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
+        print(f"timed {wall / 60:.1f} min, each engine in a fresh process of its own every round; meanwhile other "
+              f"processes used {max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; "
+              f"{cpu_name()}")
         cli = {beam: [cli_seconds(args, Path(tmp) / "onnx", [s for s, _ in pairs], beam) for _ in range(args.rounds)]
                for beam in (1, 4)}
-    report(args, runs, results, cli, sp, [t for _, t in pairs], len(sources))
+    results = {(beam, name): (statistics.median(r["seconds"][i] for r in runs), runs[-1]["outputs"][str(beam)])
+               for name, runs in rounds.items() for i, beam in enumerate((1, 4))}
+    sys.exit(report(args, rounds, results, cli, sp, [t for _, t in pairs], len(sources)))
 
 
-def measure(args, runs: dict, sources) -> dict:
-    """(beam, name) -> (median seconds, outputs), rounds interleaved and rotated across engines."""
-    times, outputs, order = {}, {}, list(runs)
-    for beam in (1, 4):
-        for name in runs:  # warm-up, and the outputs scored
-            outputs[beam, name] = runs[name](sources[:64], beam)
-    cpu, wall = cpu_seconds(), time.perf_counter()
-    for r in range(args.rounds):
-        for beam in (1, 4):
-            for name in order[r % len(order):] + order[:r % len(order)]:
-                start = time.perf_counter()
-                outputs[beam, name] = runs[name](sources, beam)
-                times.setdefault((beam, name), []).append(time.perf_counter() - start)
-    (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
-    print(f"timed {wall / 60:.1f} min; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the "
-          f"hypervisor stole {steal / wall:.2f} cores")
-    return {k: (statistics.median(t), outputs[k]) for k, t in times.items()}
-
-
-def report(args, runs, results, cli, sp, references, n: int) -> None:
-    print("| search | precision | tfspec ORT (lines/s) | CTranslate2 (lines/s) | tfspec / CTranslate2 | "
-          "tfspec tok/s | CTranslate2 tok/s | BLEU tfspec | BLEU CTranslate2 | identical outputs |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+def report(args, runs, results, cli, sp, references, n: int) -> int:
+    """Print the tables; 1 (the exit status) when CTranslate2 ran below its bare speed."""
+    print("| search | precision | tfspec ORT (lines/s) | CTranslate2 (lines/s) | CTranslate2 bare (lines/s) | "
+          "tfspec / CTranslate2 | tfspec tok/s | CTranslate2 tok/s | BLEU tfspec | BLEU CTranslate2 | "
+          "identical outputs |")
+    print("|---" * 11 + "|")
+    invalid_cells = []
     bleu = lambda out: sacrebleu.corpus_bleu([sp.decode(o) for o in out], [references]).score
     for beam in (1, 4):
         for suffix in ("", " int8") if args.int8 else ("",):
             (t_ours, ours), (t_ct2, ct2) = results[beam, "tfspec ORT" + suffix], results[beam, "CTranslate2" + suffix]
-            same = sum(a == b for a, b in zip(ours, ct2))
-            print(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {'int8' if suffix else 'fp32'} | {n / t_ours:.1f} | "
-                  f"{n / t_ct2:.1f} | {t_ct2 / t_ours:.2f} | {sum(map(len, ours)) / t_ours:.0f} | "
+            same, t_bare = sum(a == b for a, b in zip(ours, ct2)), results[beam, "CTranslate2 bare" + suffix][0]
+            search = 'greedy' if beam == 1 else f'beam {beam}'
+            print(f"| {search} | {'int8' if suffix else 'fp32'} | {n / t_ours:.1f} | "
+                  f"{n / t_ct2:.1f} | {n / t_bare:.1f} | {t_ct2 / t_ours:.2f} | {sum(map(len, ours)) / t_ours:.0f} | "
                   f"{sum(map(len, ct2)) / t_ct2:.0f} | {bleu(ours):.2f} | {bleu(ct2):.2f} | {same}/{n} |")
+            if why := invalid(f"CTranslate2{suffix} ({search})", n / t_ct2, n / t_bare):
+                invalid_cells.append(why)
     shortlisted = any("shortlist" in name for name in runs)
     if shortlisted:
         print("\n| search | precision | full vocabulary (lines/s) | shortlist (lines/s) | shortlist / full | BLEU full "
@@ -191,7 +206,7 @@ def report(args, runs, results, cli, sp, references, n: int) -> None:
         for suffix in ("", " int8") if args.int8 else ("",):
             (t_full, full), (t_short, short) = (results[beam, f"tfspec ORT{kind}{suffix}"]
                                                 for kind in ("", " shortlist"))
-            sizes = runs["tfspec ORT shortlist" + suffix].decoder.sizes
+            sizes = [size for r in runs["tfspec ORT shortlist" + suffix] for size in r["sizes"]]
             print(f"| {'greedy' if beam == 1 else f'beam {beam}'} | {'int8' if suffix else 'fp32'} | "
                   f"{n / t_full:.1f} | {n / t_short:.1f} | {t_full / t_short:.2f} | {bleu(full):.2f} | "
                   f"{bleu(short):.2f} | {sum(a == b for a, b in zip(full, short))}/{n} | "
@@ -199,6 +214,9 @@ def report(args, runs, results, cli, sp, references, n: int) -> None:
     for beam, seconds in cli.items():
         t = statistics.median(seconds)
         print(f"`tfspec translate --beam {beam}` (fp32), whole command: {t:.1f} s, {n / t:.1f} lines/s")
+    for why in invalid_cells:
+        print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
+    return 1 if invalid_cells else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,174 @@
+"""The peers' timing functions (CTranslate2, transformers), importing nothing but the peer.
+
+A table's peer column runs these through the harness (tools/isolated.py, one fresh process
+per round); run as a script under ``python -I`` (tools/ not on the path), the same functions
+are the bare control: a process that holds the peer, numpy and the standard library, nothing
+of tfspec or of the harness. A peer column more than 10% below its bare speed in the same run
+means the table's conditions slowed the peer, and the table is invalid. ``timed`` is also the
+loop every engine's worker uses, so all get the same warm-up.
+
+    python -I tools/peer_bare.py JOB     # JOB: {"function": ..., "engines": [...], "kwargs": {...}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+BARE_LIMIT = 0.9
+"""A peer column below this fraction of its bare speed marks the table INVALID."""
+
+
+def timed(calls: list, warm: list, repeat: int = 1) -> list[float]:
+    """Seconds per call of each of ``calls`` (mean of ``repeat`` back to back), after every
+    call of ``warm`` ran once: sessions, arenas and caches set up at every shape first."""
+    for call in warm:
+        call()
+    seconds = []
+    for call in calls:
+        start = time.perf_counter()
+        for _ in range(repeat):
+            call()
+        seconds.append((time.perf_counter() - start) / repeat)
+    return seconds
+
+
+def translator(model: str, compute: str, threads: int):
+    """(translate(src rows of ids, **options) -> output ids per row, the Translator): words.json
+    beside the model names each id's token."""
+    import ctranslate2
+
+    words = json.loads((Path(model) / "words.json").read_text())
+    index = {w: i for i, w in enumerate(words)}
+    tr = ctranslate2.Translator(model, device="cpu", compute_type=compute, intra_threads=threads, inter_threads=1)
+
+    def translate(src, **options):  # no </s> appended to sources; outputs start after <s>
+        res = tr.translate_batch([[words[i] for i in row] for row in src], length_penalty=0.6, **options)
+        return [[index[t] for t in r.hypotheses[0]] for r in res]
+    translate.words = words
+    return translate, tr
+
+
+def ct2_times(threads: int, model: str, compute: str, sources: dict, settings: list, n: int, repeat: int = 1):
+    """Seconds per decode of exactly ``n`` tokens at each (batch, beam) setting of
+    ``sources`` (batch -> .npy of ids), 8-token decodes at every setting warming up."""
+    translate, _ = translator(model, compute, threads)
+    src = {int(b): np.load(path) for b, path in sources.items()}
+
+    def run(b, beam, k):
+        return translate(src[b], beam_size=beam, max_decoding_length=k, min_decoding_length=k)
+    return timed([lambda b=b, m=m: run(b, m, n) for b, m in settings],
+                 [lambda b=b, m=m: run(b, m, 8) for b, m in settings], repeat)
+
+
+def ct2_outputs(threads: int, model: str, compute: str, src: str, n: int, targets: str | None = None) -> dict:
+    """Greedy and beam-4 outputs of exactly ``n`` tokens for the sources in ``src`` (.npy), and
+    the teacher-forced log-probabilities of ``targets`` (.npy; score_batch appends </s>)."""
+    translate, tr = translator(model, compute, threads)
+    rows = np.load(src)
+    out = {str(beam): translate(rows, beam_size=beam, max_decoding_length=n, min_decoding_length=n) for beam in (1, 4)}
+    if targets is not None:
+        words = translate.words
+        tokens = lambda ids: [[words[i] for i in r] for r in ids]  # noqa: E731
+        out["scores"] = [s.log_probs for s in tr.score_batch(tokens(rows), tokens(np.load(targets)))]
+    return out
+
+
+def ct2_lines(threads: int, model: str, compute: str, sources: str, batch: int, beams: list, limit: int) -> dict:
+    """Seconds to translate every line of ``sources`` (a JSON list of id lists) at each beam, in
+    batches of ``batch``, and the outputs; the first 64 lines at each beam warm up."""
+    translate, _ = translator(model, compute, threads)
+    lines, outputs = json.loads(Path(sources).read_text()), {}
+
+    def run(rows, beam):
+        outputs[str(beam)] = translate(rows, max_batch_size=batch, beam_size=beam, max_decoding_length=limit)
+    seconds = timed([lambda b=b: run(lines, b) for b in beams], [lambda b=b: run(lines[:64], b) for b in beams])
+    return {"seconds": seconds, "outputs": outputs}
+
+
+def ct2_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None):
+    """Seconds to generate exactly ``n`` tokens greedily after each batch of ``prompts`` (batch
+    -> .npy of ids); with ``check`` (.npy), instead the tokens generated after those prompts."""
+    import ctranslate2
+
+    words = json.loads((Path(model) / "words.json").read_text())
+    index = {w: i for i, w in enumerate(words)}
+    gen = ctranslate2.Generator(model, device="cpu", intra_threads=threads, inter_threads=1)
+
+    def run(rows, k):
+        res = gen.generate_batch([[words[i] for i in row] for row in rows], max_length=k, min_length=k,
+                                 sampling_topk=1, include_prompt_in_result=False)
+        return [[index[t] for t in r.sequences[0]] for r in res]
+    return generate(run, prompts, n, check)
+
+
+def hf_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None):
+    """``ct2_generate`` for transformers' ``generate`` (KV cache, SDPA, greedy) on the saved model."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(model).eval()
+
+    def run(rows, k):
+        with torch.inference_mode():
+            out = hf.generate(torch.from_numpy(rows), max_new_tokens=k, min_new_tokens=k, do_sample=False,
+                              pad_token_id=0)
+        return out[:, rows.shape[1]:].tolist()
+    return generate(run, prompts, n, check)
+
+
+def genai_generate(threads: int, model: str, prompts: dict, n: int, session_options: dict,
+                   check: str | None = None):
+    """``ct2_generate`` for onnxruntime-genai's own loop on its export of the same weights, its
+    session given ``threads`` and ``session_options`` (tfspec's spinning setting)."""
+    import onnxruntime_genai as og
+
+    config = og.Config(model)
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads,
+                                                                          **session_options}}}}))
+    genai = og.Model(config)
+
+    def run(rows, k):
+        params = og.GeneratorParams(genai)
+        params.set_search_options(batch_size=len(rows), min_length=rows.shape[1] + k, max_length=rows.shape[1] + k)
+        generator = og.Generator(genai, params)
+        generator.append_tokens(rows.astype(np.int32))
+        while not generator.is_done():
+            generator.generate_next_token()
+        return [generator.get_sequence(i)[rows.shape[1]:].tolist() for i in range(len(rows))]
+    return generate(run, prompts, n, check)
+
+
+def generate(run, prompts: dict, n: int, check: str | None):
+    """The tokens ``run`` makes after the ``check`` prompts, or its seconds at every batch of
+    ``prompts`` after an 8-token warm-up at each: the loop every generation worker shares."""
+    if check is not None:
+        return [[int(t) for t in row] for row in run(np.load(check), n)]
+    rows = [np.load(path) for path in prompts.values()]
+    return timed([lambda r=r: run(r, n) for r in rows], [lambda r=r: run(r, 8) for r in rows])
+
+
+def invalid(peer: str, speed: float, bare: float) -> str | None:
+    """Why a table is invalid when its peer column ran below ``BARE_LIMIT`` of its bare speed."""
+    if speed < BARE_LIMIT * bare:
+        return f"INVALID: {peer} ran {speed:.0f} in the table but {bare:.0f} bare ({speed / bare:.0%})"
+    return None
+
+
+if __name__ == "__main__":
+    job = json.loads(sys.argv[1])
+    stdout = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # stdout carries the answer only
+    result = globals()[job["function"]](**job["kwargs"])
+    held = [m for m in ("torch", "onnxruntime", "ctranslate2", "transformers", "onnxruntime_genai", "tfspec",
+                        "isolated") if m in sys.modules and m not in job["engines"]]
+    if held:
+        sys.exit(f"refused: the bare process imported {', '.join(held)}, not only {', '.join(job['engines'])}")
+    json.dump({"pid": os.getpid(), "result": result}, stdout)
+    stdout.flush()
