@@ -21,6 +21,9 @@ as output tokens/s (batch x 64 / wall time, encoder included). Ratios > 1: tfspe
 is faster. "CTranslate2 bare" is CTranslate2 in a process that imports nothing but it
 (tools/peer_bare.py), in the same rounds: a CTranslate2 column more than 10% below it marks
 the table INVALID and the tool exits with status 1.
+CTranslate2 runs under its faster CPU backend, Intel MKL or its others (``CT2_USE_MKL``): each
+is tried over every setting in a bare process first, and the choice is printed (on an AMX Xeon
+its default, MKL, decoded `small` ~10x slower).
 
 The memory limit is in the table: the machine's read bandwidth is measured in the same run
 (tools/bandwidth.py, once per round), and each cell shows the bytes of weights one step reads (tfspec's step
@@ -61,7 +64,7 @@ import numpy as np
 
 from bandwidth import cpu_name, fraction, weights_read_per_step
 from isolated import Job, interleave, with_bare
-from peer_bare import BARE_LIMIT, invalid, timed
+from peer_bare import BARE_LIMIT, fastest_ct2, invalid, timed
 from tfspec import load_spec
 from tfspec.backends.onnx import export
 from tfspec.ir.positions import sinusoids
@@ -357,6 +360,10 @@ def main() -> None:
         verify(jobs, args, spec, work, rng)
         common = {"sources": sources, "settings": settings, "n": args.out_len, "repeat": args.repeat}
         timing = {name: job.but(kwargs=common) for name, (job, _) in jobs.items()}
+        for name in [n for n in timing if n.startswith(ENGINES["ct2"])]:  # the peer at its fastest backend
+            env, why = fastest_ct2(timing[name], args.threads)
+            timing[name] = timing[name].but(env=env)
+            print(f"CTranslate2 backend, {why}")
         timing = with_bare(timing, [ENGINES["ct2"] + suffix for suffix in ("", " int8")],
                            lambda peer: peer.replace(ENGINES["ct2"], ENGINES["ct2"] + " bare"))
         reads, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})

@@ -41,6 +41,8 @@ class Job:
     engines: tuple[str, ...] = ()
     kwargs: dict = dataclasses.field(default_factory=dict)
     bare: bool = False
+    env: dict = dataclasses.field(default_factory=dict)
+    """Environment variables of the process on top of the parent's (an engine's backend switch)."""
 
     def but(self, **changes) -> Job:
         """This job with another function or extra keyword arguments."""
@@ -53,7 +55,7 @@ class Job:
         job = json.dumps({"module": self.module, "function": self.function, "engines": list(self.engines),
                           "kwargs": {"threads": threads, **self.kwargs}})
         script = ["-I", str(TOOLS / "peer_bare.py")] if self.bare else [str(TOOLS / "isolated.py")]
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **self.env)
         done = subprocess.run([sys.executable, *script, job], capture_output=True, text=True, env=env)
         if done.returncode:
             raise SystemExit(f"{self.module}.{self.function} failed in its own process (exit {done.returncode}):\n"

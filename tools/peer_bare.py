@@ -66,6 +66,25 @@ def ct2_times(threads: int, model: str, compute: str, sources: dict, settings: l
                  [lambda b=b, m=m: run(b, m, 8) for b, m in settings], repeat)
 
 
+CT2_BACKENDS = ({"CT2_USE_MKL": "1"}, {"CT2_USE_MKL": "0"})
+"""CTranslate2's two CPU backends: Intel MKL (its default on Intel CPUs) and its other GEMM
+libraries. Which is faster depends on the CPU: on a 2-core AMX Xeon, MKL decoded `small` at
+batch 1 ~10x slower (198 against 2,025 tok/s), so a table that kept the default would compare
+against a crippled peer. ``fastest_ct2`` gives the peer its best."""
+
+
+def fastest_ct2(job, threads: int) -> tuple[dict, str]:
+    """(environment, a line saying why) of the CTranslate2 backend under which ``job`` (a
+    ``ct2_times`` job over every setting) takes the least time, each tried in a bare process."""
+    totals = {}
+    for env in CT2_BACKENDS:
+        seconds, _ = job.but(env=env, bare=True).run(threads)
+        totals[env["CT2_USE_MKL"]] = sum(seconds)
+    best = min(totals, key=totals.get)
+    return ({"CT2_USE_MKL": best}, f"{job.kwargs['compute']}: CT2_USE_MKL={best} "
+            f"({', '.join(f'CT2_USE_MKL={k} {v:.2f} s' for k, v in totals.items())} over every setting)")
+
+
 def ct2_outputs(threads: int, model: str, compute: str, src: str, n: int, targets: str | None = None) -> dict:
     """Greedy and beam-4 outputs of exactly ``n`` tokens for the sources in ``src`` (.npy), and
     the teacher-forced log-probabilities of ``targets`` (.npy; score_batch appends </s>)."""
