@@ -44,7 +44,7 @@ import numpy as np
 from bandwidth import cpu_name, fraction, weights_read_per_step
 from bench_decode import cpu_seconds
 from isolated import Job, interleave, with_bare
-from peer_bare import BARE_LIMIT, generate, invalid
+from peer_bare import BARE_LIMIT, fastest_ct2, generate, invalid
 from tfspec import build_graph, load_spec
 from tfspec.analysis import analyze_params
 from tfspec.backends.onnx import export
@@ -149,6 +149,10 @@ def main() -> None:
             step_bytes = step_bytes * report.active // report.total
         reads, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})
         timing = {name: job.but(kwargs={"prompts": prompts, "n": args.new}) for name, job in jobs.items()}
+        if "CTranslate2" in timing:  # the peer at its faster backend, its bare control alike
+            env, why = fastest_ct2(timing["CTranslate2"], args.threads)
+            print(f"CTranslate2 backend, {why}")
+            timing |= {name: timing[name].but(env=env) for name in ("CTranslate2", "CTranslate2 bare")}
         cpu, wall = cpu_seconds(), time.perf_counter()
         results = interleave(timing, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall

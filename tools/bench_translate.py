@@ -48,7 +48,7 @@ import sentencepiece
 from bandwidth import cpu_name
 from bench_decode import cpu_seconds, ct2_maps, ct2_model, vocabulary
 from isolated import Job, interleave, with_bare
-from peer_bare import BARE_LIMIT, invalid, timed
+from peer_bare import BARE_LIMIT, fastest_ct2, invalid, timed
 from tfspec.backends.onnx import export
 from tfspec.cli.models import run_spec, run_weights
 from tfspec.data import read_split
@@ -75,7 +75,9 @@ def prepare(args, spec, model, sp, work: Path, sources: list, shortlist=None) ->
             jobs["tfspec ORT shortlist" + suffix] = ours.but(kwargs={"shortlist": True})
         peer = Job("peer_bare", "ct2_lines", ("ctranslate2",),
                    common | {"model": str(work / "ct2"), "compute": "int8" if int8 else "float32"})
-        jobs["CTranslate2" + suffix] = peer
+        env, why = fastest_ct2(peer, args.threads, lambda result: sum(result["seconds"]))
+        print(f"CTranslate2 backend, {why}")
+        jobs["CTranslate2" + suffix] = peer.but(env=env)
     return with_bare(jobs, ["CTranslate2", "CTranslate2 int8"],
                      lambda peer: peer.replace("CTranslate2", "CTranslate2 bare"))
 

@@ -73,15 +73,15 @@ batch 1 ~10x slower (198 against 2,025 tok/s), so a table that kept the default 
 against a crippled peer. ``fastest_ct2`` gives the peer its best."""
 
 
-def fastest_ct2(job, threads: int) -> tuple[dict, str]:
-    """(environment, a line saying why) of the CTranslate2 backend under which ``job`` (a
-    ``ct2_times`` job over every setting) takes the least time, each tried in a bare process."""
+def fastest_ct2(job, threads: int, seconds=sum) -> tuple[dict, str]:
+    """(environment, a line saying why) of the CTranslate2 backend under which ``job`` takes
+    the least time (``seconds`` of its result), each backend tried in a bare process."""
     totals = {}
     for env in CT2_BACKENDS:
-        seconds, _ = job.but(env=env, bare=True).run(threads)
-        totals[env["CT2_USE_MKL"]] = sum(seconds)
+        result, _ = job.but(env=env, bare=True).run(threads)
+        totals[env["CT2_USE_MKL"]] = seconds(result)
     best = min(totals, key=totals.get)
-    return ({"CT2_USE_MKL": best}, f"{job.kwargs['compute']}: CT2_USE_MKL={best} "
+    return ({"CT2_USE_MKL": best}, f"{job.kwargs.get('compute', 'float32')}: CT2_USE_MKL={best} "
             f"({', '.join(f'CT2_USE_MKL={k} {v:.2f} s' for k, v in totals.items())} over every setting)")
 
 
