@@ -65,6 +65,15 @@ class Sublayer(SpecModel):
         """Whether the output at position i reads inputs after i (forbidden in a decoder)."""
         return False
 
+    @property
+    def mixes_positions(self) -> bool:
+        """Whether a real position's output may depend on a padded batch's padding even when
+        attention masks hide the padded keys (a convolution's window, a recurrence, an
+        expert's capacity counted over the padded sequence): prompts of different lengths
+        then cannot share a batch (``Graph.masks_padding``). True unless a kind shows
+        otherwise: a new kind is batched one row at a time until it says it is safe."""
+        return True
+
     def check(self, spec: Spec) -> str | None:
         """A message if this layer cannot work with the model-wide sizes of ``spec``."""
         return None
