@@ -123,3 +123,39 @@ def test_a_layer_kind_is_three_new_files(tmp_path):
     assert np.abs(found["doubled"] - found["torch"]).max() > 1e-2  # the layer is computed, not skipped
     np.testing.assert_allclose(found["onnx"], found["torch"], atol=1e-4, rtol=0)
     assert found["takes_masks"]  # it said it keeps positions apart, and batching asked it
+
+
+FAMILY_RUN = '''
+import sys, numpy as np, torch
+from tfspec.backends.torch import build_module
+from tfspec.backends.torch.checkpoint import load_weights
+from tfspec.interop.hf import import_checkpoint
+from tfspec.spec import load_spec
+directory, out, tokens = sys.argv[1], sys.argv[2], np.load(sys.argv[3])
+import_checkpoint(directory, out, progress=False)
+model = build_module(load_spec(out)).eval()
+load_weights(model, out + "/model.safetensors")
+tokens = torch.from_numpy(tokens)
+with torch.no_grad():  # every token real, the pad id included
+    logits = model.run({"tgt": tokens, "tgt_mask": torch.ones_like(tokens, dtype=bool)})["logits"]
+np.save(out + "/logits.npy", logits.numpy())
+'''
+
+
+def test_a_family_is_one_new_file(tmp_path):
+    """A GPT-2 checkpoint whose config.json names a model_type only the new module knows."""
+    from tests.hf_checkpoints import reference, save_checkpoint
+
+    save_checkpoint("gpt2", tmp_path / "hf")
+    name = f"throwaway_{uuid.uuid4().hex[:8]}"
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config | {"model_type": name}))
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(0))
+    np.save(tmp_path / "tokens.npy", tokens.numpy())
+    with modules({f"tfspec/interop/hf/zz_{name}.py": FAMILY.format(name=name)}):
+        run(FAMILY_RUN, str(tmp_path / "hf"), str(tmp_path / "ours"), str(tmp_path / "tokens.npy"))
+    config["model_type"] = "gpt2"  # transformers loads it as what it is
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with torch.no_grad():
+        want = reference(tmp_path / "hf", "gpt2")(input_ids=tokens).logits.numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "ours" / "logits.npy"), want, atol=1e-4, rtol=0)
