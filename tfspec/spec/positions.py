@@ -225,6 +225,19 @@ class Positional(SpecModel):
         return self.max_len if self.kind in ("sinusoidal", "learned") else None
 
     @property
+    def limit(self) -> int | None:
+        """The longest sequence any path runs, its last token included (as transformers'
+        ``max_length`` counts): max_len for every kind but none, which leaves length unbounded.
+        The one rule of the Python search, generate.onnx, ``serve`` and the JavaScript clients
+        (tfspec.json's ``position_limit``); ``room`` is what it leaves a search."""
+        return None if self.kind == "none" else self.max_len
+
+    def room(self, fed):
+        """Most tokens a search may add after ``fed`` tokens (the decoder's start token and any
+        prompt; an int or an array): ``limit - fed``, None where length is unbounded."""
+        return None if self.limit is None else self.limit - fed
+
+    @property
     def depends_on_length(self) -> bool:
         """Whether a position's encoding depends on the length the call reaches (dynamic NTK
         and LongRoPE scalings pick their frequencies per call), so a row's output depends on
