@@ -4,8 +4,8 @@ A layer kind is one residual sub-layer of a block (the paper's Sublayer(x) in
 ``LayerNorm(x + Dropout(Sublayer(x)))``, §3.1). Its module holds everything about it: the
 spec fields users write, the IR it lowers to (parameter shapes included), and the facts the
 passes and backends ask of it (causality, which keys an attention query may see, its FLOP
-formula, which positions it connects). Adding a kind means adding one module here and
-importing it in ``tfspec.layers``.
+formula, which positions it connects, whether it mixes positions). Adding a kind means adding
+one module here, which ``tfspec.layers`` finds by scanning (docs/extending.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -156,6 +156,9 @@ RotaryScaling = Annotated[Union[Annotated[Llama3Scaling, Tag("llama3")], Annotat
                                 Annotated[DynamicScaling, Tag("dynamic")], Annotated[YarnScaling, Tag("yarn")],
                                 Annotated[LongRopeScaling, Tag("longrope")]], Discriminator(_scaling_type)]
 """Rotary frequency scaling for long contexts, one rule per ``type``."""
+SCALINGS = {get_args(rule.model_fields["type"].annotation)[0]: rule
+            for rule in (Llama3Scaling, LinearScaling, DynamicScaling, YarnScaling, LongRopeScaling)}
+"""Each rule's class by its ``type``: what readers of a dumped ``scaling`` ask (``depends_on_length``)."""
 
 
 class Positional(SpecModel):
