@@ -98,3 +98,15 @@ def test_a_new_modifier_is_refused_where_its_op_does_not_apply_it(monkeypatch):
     assert TemperedLatent(**latent).temperature is None
     with pytest.raises(ValidationError, match="does not apply temperature"):
         TemperedLatent(temperature=2.0, **latent)
+
+
+def test_the_export_and_the_server_keep_length_dependent_positions_out_of_ragged_batches(tmp_path):
+    """The step graph of a LongRoPE model takes no attention_mask, so the server's continuous
+    batching (``scheduler.continuous``) and its ragged batches refuse it; a fixed scaling keeps both."""
+    from tfspec.backends.onnx import OnnxModel, export
+    from tfspec.serve.scheduler import continuous
+
+    for name, ragged in (("longrope", False), ("yarn", True)):
+        export(decoder_of((MIXING | WISE)[name]).model, tmp_path / name, parity=False)
+        decoder = OnnxModel(tmp_path / name, device="cpu").decoder()
+        assert decoder.takes_masks is ragged and continuous(decoder) is ragged
