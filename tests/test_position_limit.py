@@ -43,7 +43,8 @@ def exported(tmp_path_factory):
 def generate_onnx(directory: Path, feeds: dict) -> list[int]:
     session = ort.InferenceSession(str(directory / "generate.onnx"), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    feeds = {k: np.asarray(v, np.float32 if k == "length_penalty" else np.int64) for k, v in feeds.items() if k in names}
+    feeds = {k: np.asarray(v, np.float32 if k == "length_penalty" else np.int64)
+             for k, v in feeds.items() if k in names}
     sequences, _, lengths = session.run(None, feeds)
     return sequences[0, :lengths[0]].tolist()
 
