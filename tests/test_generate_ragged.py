@@ -90,9 +90,9 @@ def test_the_mask_not_the_id_says_what_is_padding(exported):
 
 
 def test_each_row_keeps_its_own_limits_where_positions_are_bounded(exported):
-    """96 positions: a prompt of 90 leaves room for 6 tokens (the last one never fed), one of 3
-    for max_extra's 12; one of 120 is cut to its first 95 tokens (bos takes a position) and
-    gives one token, as each alone."""
+    """96 positions: a prompt of 90 leaves room for 5 tokens (bos takes a position; the sequence
+    fits the positions, its last token included: ``Positional.limit``), one of 3 for max_extra's
+    12; one of 120 is cut to its first 94 tokens and gives one token, as each alone."""
     generator, _ = exported
     rng = np.random.default_rng(3)
     prompts = [rng.integers(4, 100, n) for n in (3, 90, 120)]
@@ -100,8 +100,8 @@ def test_each_row_keeps_its_own_limits_where_positions_are_bounded(exported):
     tokens, mask = left_padded(prompts, 0)
     ours = generator(tokens, options, mask)
     assert ours == [generator(p[None], options)[0] for p in prompts]
-    assert [len(out) for out in ours] == [12, 6, 1]
-    assert generator(prompts[2][None, :95], options) == ours[2:]
+    assert [len(out) for out in ours] == [12, 5, 1]
+    assert generator(prompts[2][None, :94], options) == ours[2:]
 
 
 def test_llama_checkpoint_gives_transformers_generate_tokens_on_a_left_padded_batch(cli, tmp_path):

@@ -29,6 +29,8 @@ class Decoder(Protocol):
     pad: int
     eos_ids: tuple[int, ...]
     """Every id that ends a hypothesis (``eos`` among them); optional, ``(eos,)`` when absent."""
+    positions: Any
+    """The spec's ``Positional``, whose ``room`` bounds every row's length; optional (unbounded)."""
 
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> Any:
         """Encode int64 ``src`` (B, S) (None for decoder-only models): the initial state;
@@ -92,7 +94,7 @@ def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
     ragged = prefix_mask is not None and not prefix_mask.all()
     if ragged and not getattr(decoder, "takes_masks", False):
         raise TfspecError(f"{type(decoder).__name__} decodes prompts of one length: give each its own batch")
-    limits = _limits(decoder, src, prefix, options, src_mask)
+    limits = _limits(decoder, src, prefix, options, src_mask, prefix_mask)
     # told only what the pad id does not say: decoders written before masks (``start(src)``) keep working
     told = src_mask is not None and not np.array_equal(src_mask, implied_mask(src, decoder.pad))
     state = decoder.start(src, mask=src_mask) if told else decoder.start(src)
@@ -126,15 +128,25 @@ class _Prompted:
         return self.decoder.select(state, rows, cross)
 
 
-def _limits(decoder, src, prefix, options, src_mask=None) -> np.ndarray:
-    """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra."""
+def _limits(decoder, src, prefix, options, src_mask=None, prefix_mask=None) -> np.ndarray:
+    """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra,
+    within what the model's positions leave after each row's prefix (``Positional.room``)."""
     if src is not None:
         limits = np.asarray(implied_mask(src, decoder.pad) if src_mask is None else src_mask).sum(1) + options.max_extra
     else:
         limits = np.full(len(prefix), options.max_extra)
     if options.max_length is not None:
         limits = np.minimum(limits, options.max_length)
-    return np.maximum(limits, max(options.min_length, 1))
+    limits = np.maximum(limits, max(options.min_length, 1))
+    positions = getattr(decoder, "positions", None)
+    room = None if positions is None else positions.room(
+        np.asarray(prefix_mask).sum(1) if prefix_mask is not None else np.asarray(prefix).shape[1])
+    if room is None:
+        return limits
+    if np.min(room) < 1:
+        raise TfspecError(f"a prefix of {np.max(positions.limit - room)} tokens fills the model's "
+                          f"{positions.limit} positions: no token is left to add")
+    return np.minimum(limits, room)
 
 
 def stop_ids(decoder) -> np.ndarray:

@@ -4,7 +4,6 @@
 ``OnnxModel(dir).decoder()`` decodes with ``tfspec.search`` like the PyTorch backend does.
 """
 
-from . import embed_projection, heads, latent_attention, local2d, moe  # noqa: F401  (register lowerings)
 from .decoding import OnnxDecoder
 from .export import Exported, export
 from .graphs import KINDS, emit

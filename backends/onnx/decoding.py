@@ -59,6 +59,8 @@ class OnnxDecoder:
         vocab = model.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
         self.eos_ids = vocab.stop_ids
+        self.positions = model.spec.positional
+        """What bounds a search's length (``Positional.room``)."""
         self.model, self.session = model, session or model.sessions["decoder"]
         self.inputs = {i.name: i for i in self.session.get_inputs()}
         self._masks = "attention_mask" in self.inputs

@@ -94,7 +94,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     export_id = uuid.uuid4().hex
     manifest = {"format": FORMAT, "tfspec_version": __version__, "export_id": export_id, "name": spec.name,
                 "opset": opset, "dtype": dtype, "vocab": spec.vocab.model_dump(mode="json"),
-                "spec": spec.model_dump(mode="json"), "graphs": {}}
+                "spec": spec.model_dump(mode="json"), "position_limit": spec.positional.limit, "graphs": {}}
     if generate and "tgt" not in graph.ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     if shortlist and not {"src", "tgt"} <= set(graph.ports):

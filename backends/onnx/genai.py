@@ -66,7 +66,8 @@ def refusal(graph: Graph) -> str | None:
         if not node.layer.plain_causal:
             return (f"{spec.name}: {node.name} is {node.layer.kind}; --format genai takes causal self-attention "
                     "over the whole cache (the runtime keeps every key); use --format onnx")
-        if (kind := (a["positions"] or {}).get("kind")) in ("relative", "relative_bias", "alibi"):
+        if node.layer.positions is not None and node.layer.positions.reads_cache_indices:
+            kind = node.layer.positions.kind
             return (f"{spec.name}: {node.name} uses {kind} positions, which the graph would read from cache "
                     "indices; genai pads prompts inside the cache; use --format onnx")
         shapes.add((a["heads"], a["kv_heads"], a["d_k"], a["d_v"]))

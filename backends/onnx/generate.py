@@ -122,12 +122,12 @@ class _Setup:
         size = vocab.size if self.encoder else vocab.tgt_size
         outside = b.op("Or", b.op("Less", "input_ids", i64(0)), b.op("GreaterOrEqual", "input_ids", i64(size)))
         ids = b.op("Where", outside, i64(vocab.unk_id), "input_ids")
-        positions = spec.positional.max_len if spec.positional.kind != "none" else None
+        positions = spec.positional.limit
         mask = None  # a source's (a prompt's) real tokens: int64 (batch, src_len), 1 or 0
         if encoder or ragged:
             mask = b.op("Cast", b.op("Not", b.op("Equal", "attention_mask", i64(0))), to=TensorProto.INT64)
-        if positions is not None and not ragged:  # the first step's tokens fit: a prompt leaves one for bos
-            cut = (b.ints(0), b.ints(positions - (0 if self.encoder else 1)), b.ints(1))
+        if positions is not None and not ragged:  # a prompt leaves one position for bos, one for a new token
+            cut = (b.ints(0), b.ints(positions - (0 if self.encoder else 2)), b.ints(1))
             ids, mask = b.op("Slice", ids, *cut), mask and b.op("Slice", mask, *cut)
         self.ids, self.mask, self.n = ids, mask, b.shape_of(ids, 0)
         self.beam = beam_constants(b, self.n, b.op("Max", "num_beams", i64(1)), vocab.stop_ids)
@@ -142,15 +142,15 @@ class _Setup:
         self._tables(b, vocab.tgt_size)
 
     def _packed(self, b: Builder, positions: int | None) -> tuple[str, str]:
-        """Each row's bos and real tokens (the mask's ones; the first positions - 1 of them
+        """Each row's bos and real tokens (the mask's ones; the first positions - 2 of them
         where positions are bounded) moved in order to the row's end, and their mask: left
         padding, the convention of transformers and onnxruntime-genai, whatever padding the
         caller used. A TopK sorts the columns by a key: padding first, then bos, then the real
         tokens by column (the keys differ, so no tie order is relied on)."""
         i64 = lambda v: b.const(np.int64(v))  # noqa: E731
         real = self.mask
-        if positions is not None:  # the first step's tokens fit the positions: a prompt leaves one for bos
-            kept = b.op("LessOrEqual", b.op("CumSum", real, i64(1)), i64(positions - 1))
+        if positions is not None:  # a prompt leaves one position for bos, one for a new token
+            kept = b.op("LessOrEqual", b.op("CumSum", real, i64(1)), i64(positions - 2))
             real = b.op("Mul", real, b.op("Cast", kept, to=TensorProto.INT64))
         width = b.shape_of(self.ids, 1)
         columns, twice = b.op("Range", i64(0), width, i64(1)), b.op("Mul", width, i64(2))  # (L,), 2L
@@ -172,8 +172,8 @@ class _Setup:
 
     def _limits(self, b: Builder, positions: int | None) -> str:
         """Each sentence's most output tokens (``tfspec.search._limits``), capped where positions
-        are bounded so that the last token fed sits at position positions - 1 at most; 0 for an
-        empty source (such a sentence is never decoded)."""
+        are bounded so that the sequence, its last token included, fits them
+        (``Positional.room``); 0 for an empty source (such a sentence is never decoded)."""
         i64 = lambda v: b.const(np.int64(v))  # noqa: E731
         if self.encoder:
             length = b.op("ReduceSum", self.mask, b.ints(1), keepdims=0)
@@ -189,7 +189,7 @@ class _Setup:
             fed = b.op("ReduceSum", self.prompt_mask, b.ints(1), keepdims=0)
         else:  # the first step's tokens
             fed = i64(1) if self.encoder else b.op("Add", b.shape_of(self.ids, 1), i64(1))
-        return b.op("Min", limits, b.op("Sub", i64(positions + 1), fed))
+        return b.op("Min", limits, b.op("Sub", i64(positions), fed))
 
     def _tables(self, b: Builder, vocab: int) -> None:
         """Per-step values, one row per step t (the loop gathers row t): whether end of sequence

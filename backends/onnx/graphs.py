@@ -52,8 +52,8 @@ import onnx
 from onnx import TensorProto
 
 from tfspec.ir import Graph
+from tfspec.registry import discover
 
-from . import attention  # noqa: F401  (registers the attention lowering)
 from .builder import Builder, Index
 from .frames import frames_input
 from .inplace import NotInPlace
@@ -245,6 +245,7 @@ def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 1
          dtype: str = "float32", metadata: dict[str, str] | None = None) -> onnx.ModelProto:
     """The ONNX graph ``kind`` (see the module docstring) of ``graph`` with ``weights``
     (IR parameter name -> array)."""
+    discover(__package__)  # every module of the backend registers its lowerings: a new op is one file
     ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
     static, shortlist, inplace = (kind == f"decoder_{k}" for k in ("static", "shortlist", "inplace"))
     if static or shortlist or inplace:

@@ -58,6 +58,8 @@ class StaticDecoder:
         vocab = model.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
         self.eos_ids = vocab.stop_ids
+        self.positions = model.spec.positional
+        """What bounds a search's length (``Positional.room``)."""
         self.model, self.session, self.capture = model, model.static_session(), capture
         self.first_length = first_length
         self.inputs = {i.name: i for i in self.session.get_inputs()}

@@ -1,6 +1,5 @@
 """The PyTorch backend: ``build_module(spec or graph)`` -> a trainable ``nn.Module``."""
 
-from . import embed_projection, heads, latent_attention, local2d, moe  # noqa: F401  (register lowerings)
 from .decode import TorchDecoder
 from .model import DecodeState, RunContext, TorchModel, build_module
 from .registry import LOWERINGS, lowering

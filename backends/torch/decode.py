@@ -18,6 +18,8 @@ class TorchDecoder:
         vocab = model.graph.spec.vocab
         self.bos, self.eos, self.pad = vocab.bos_id, vocab.eos_id, vocab.pad_id
         self.eos_ids = vocab.stop_ids
+        self.positions = model.graph.spec.positional
+        """What bounds a search's length (``Positional.room``)."""
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()

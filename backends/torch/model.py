@@ -18,9 +18,9 @@ from torch import nn
 from tfspec.errors import TfspecError
 from tfspec.ir import Graph, build_graph
 from tfspec.padding import implied_mask
+from tfspec.registry import discover
 from tfspec.spec import Spec
 
-from . import attention, frames, layers  # noqa: F401  (register lowerings)
 from .registry import LOWERINGS
 
 
@@ -145,6 +145,7 @@ class TorchModel(nn.Module):
         self.pad_id = graph.spec.vocab.pad_id
         self.starts_with_pad = graph.spec.vocab.starts_with_pad
         self._steps: dict[str, _Step] = {}
+        discover(__package__)  # every module of the backend registers its lowerings: a new op is one file
         for node in graph.nodes():
             if node.op == "input":
                 continue

@@ -103,7 +103,10 @@ export class Translator {
     this.name = manifest.name;
     this.vocab = manifest.vocab;
     this.decoderOnly = spec.family === "decoder-only";
-    this.limit = spec.positional.kind !== "none" ? spec.positional.max_len : null;
+    // the longest sequence, its last token included (Positional.limit); exports before the
+    // manifest said it followed the same rule from the spec
+    this.limit = "position_limit" in manifest ? manifest.position_limit
+      : spec.positional.kind !== "none" ? spec.positional.max_len : null;
     this.targetSize = this.vocab.target_size || this.vocab.size;
     // Exports before min_length and max_extra became plain inputs gave them defaults, which
     // onnxruntime's JavaScript bindings neither list nor feed: there a batch holds sources of one length

@@ -203,7 +203,7 @@ def cmd_translate(args) -> int:
     if args.shortlist and args.engine == "generate":
         raise TfspecError("--shortlist decodes with --engine search: generate.onnx scores the whole vocabulary")
     decoder = model.decoder(shortlist=args.shortlist) if args.engine == "search" else None
-    limit = spec.positional.max_len if spec.positional.kind != "none" else None
+    limit = spec.positional.limit
     options = SearchOptions(beam=args.beam, alpha=args.alpha, max_extra=args.max_extra,
                             max_length=None if limit is None else limit - 1)
     lines = _read(args.input)

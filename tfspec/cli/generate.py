@@ -25,9 +25,10 @@ def cmd_generate(args) -> int:
     if codec is None:
         raise TfspecError(f"{directory}: no tokenizer (tokenizer.json or tokenizer.model) to read the prompt with")
     prompt = codec.prompt(args.prompt)
-    room = spec.positional.max_len - len(prompt) if spec.positional.kind != "none" else args.max_new_tokens
+    room = spec.positional.room(len(prompt))
+    room = args.max_new_tokens if room is None else room
     if not prompt or room < 1:
-        raise TfspecError(f"the prompt is {len(prompt)} tokens; the model takes 1 to {spec.positional.max_len - 1}")
+        raise TfspecError(f"the prompt is {len(prompt)} tokens; the model takes 1 to {spec.positional.limit - 1}")
     options = SearchOptions(beam=1, max_extra=args.max_new_tokens, max_length=min(room, args.max_new_tokens),
                             sampling=_sampling(args))
     started = time.perf_counter()

@@ -51,6 +51,16 @@ class Node:
     """``encoder``, ``decoder``, or ``""`` for model-level ops."""
     layer: Any = None
     """The validated spec object of the layer kind this op lowers, if any."""
+    position_wise: bool = False
+    """A model-level op (no ``layer``) declared position-wise by its builder: each position's
+    output reads that position's input alone (embeddings, norms, residual adds, projections)."""
+
+    @property
+    def mixes_positions(self) -> bool:
+        """Whether a real position's output may depend on padding that attention masks do not
+        hide: the layer kind's answer (``Sublayer.mixes_positions``), else the op's own
+        declaration; an op that declares nothing mixes (the safe answer)."""
+        return self.layer.mixes_positions if self.layer is not None else not self.position_wise
 
     def owns(self, role: str) -> bool:
         """Whether this node declared the parameter (rather than tying to another node's)."""
@@ -75,7 +85,7 @@ class Graph:
         return name
 
     def add_op(self, name: str, op: str, inputs: list[str], shape: Shape, *, attrs=None, params=None,
-               component: str = "", stack: str = "", layer: Any = None) -> str:
+               component: str = "", stack: str = "", layer: Any = None, position_wise: bool = False) -> str:
         if name in self.nx:
             raise ValueError(f"op {name!r} added twice")
         for source in inputs:
@@ -85,7 +95,8 @@ class Graph:
             if param not in self.params:
                 raise ValueError(f"op {name!r} uses undeclared parameter {param!r}")
         self.nx.add_node(name, op=op, inputs=tuple(inputs), shape=tuple(shape), attrs=dict(attrs or {}),
-                         params=dict(params or {}), component=component, stack=stack, layer=layer)
+                         params=dict(params or {}), component=component, stack=stack, layer=layer,
+                         position_wise=position_wise)
         for port, source in enumerate(inputs):
             self.nx.add_edge(source, name, port=port, shape=self.nx.nodes[source]["shape"])
         return name
@@ -108,11 +119,11 @@ class Graph:
 
     def masks_padding(self, stack: str) -> bool:
         """Whether padding inside ``stack``'s rows is hidden by attention masks alone: no op
-        there mixes positions otherwise (convolutions, recurrences, halting, image and step
-        positions), so prompts of different lengths may share a left-padded batch."""
-        mixing = {"conv", "recurrent", "act", "act_state", "timestep", "image_positional", "local_2d"}
-        return not any(n.op in mixing or (n.layer is not None and n.layer.kind == "local_2d_self_attention")
-                       for n in self.nodes() if n.stack == stack)
+        there mixes positions otherwise (``Node.mixes_positions``: convolutions, recurrences,
+        halting, an expert's capacity, rotary frequencies chosen by the call's length), so
+        prompts of different lengths may share a left-padded batch. Every ragged batcher asks
+        this (``takes_masks`` of both decoders, hence search, generate.onnx and the server)."""
+        return not any(n.mixes_positions for n in self.nodes() if n.stack == stack)
 
     def needed(self, fed: set[str] | tuple[str, ...], targets) -> set[str]:
         """Ops on the paths into ``targets`` that stop at ``fed`` ops (which are included):

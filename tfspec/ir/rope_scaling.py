@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tfspec.spec.positions import SCALINGS
+
 
 def scaled(frequencies: np.ndarray, positional: Mapping[str, Any], length: int | None = None) -> np.ndarray:
     """``frequencies`` (r / 2,) as ``positional["scaling"]`` (a dumped ``RotaryScaling``) says,
@@ -34,9 +36,10 @@ def scaled(frequencies: np.ndarray, positional: Mapping[str, Any], length: int |
 
 
 def length_dependent(positional: Mapping[str, Any] | None) -> bool:
-    """Whether the frequencies depend on the length a call reaches (dynamic, longrope)."""
-    scaling = (positional or {}).get("scaling") or {}
-    return scaling.get("type") in ("dynamic", "longrope")
+    """Whether the frequencies depend on the length a call reaches, as the rule's class
+    declares (``depends_on_length``: dynamic, longrope)."""
+    scaling = (positional or {}).get("scaling")
+    return scaling is not None and SCALINGS[scaling.get("type", "llama3")].depends_on_length
 
 
 def ntk_growth(scaling: Mapping[str, Any], length: int | None) -> float:

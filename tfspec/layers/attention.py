@@ -30,9 +30,23 @@ from tfspec.spec.positions import Positional
 
 INHERITED = ("heads", "kv_heads", "d_k", "d_v", "positions")
 """Fields a layer may set for itself and otherwise takes from the spec (``resolved``)."""
-SCORE_MODIFIERS = ("softcap",)
+SCORE_MODIFIERS: dict[str, frozenset[str]] = {}
 """Fields that transform a layer's logits after its position terms and before the mask, in
-the order applied; each backend registers one module per field (``backends/*/modifiers``)."""
+the order applied, each with the IR ops whose lowerings apply it; each backend registers one
+module per field (``backends/*/modifiers``)."""
+
+
+def score_modifier(field: str, ops: tuple[str, ...] = ("attention",)) -> None:
+    """Declare attention field ``field`` a score modifier honoured by the lowerings of ``ops``
+    (by default the ``attention`` op, whose stages apply ``backends/*/modifiers``). A kind
+    lowering to another op refuses the field (``Attention._modifiers_honoured``) instead of
+    silently ignoring it."""
+    if field in SCORE_MODIFIERS:
+        raise ValueError(f"two score modifiers {field!r}")
+    SCORE_MODIFIERS[field] = frozenset(ops)
+
+
+score_modifier("softcap")
 
 
 class Attention(Sublayer):
@@ -72,6 +86,8 @@ class Attention(Sublayer):
     """Scores squashed to c * tanh(s / c) after any position terms, before the mask and softmax
     (Gemma 2's attn_logit_softcapping: 50), so the cap bounds every logit; None: no cap."""
     plain_causal: ClassVar[bool] = False
+    op: ClassVar[str] = "attention"
+    """The IR op this kind lowers to: what score modifiers ask (``SCORE_MODIFIERS``)."""
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
     symbols: ClassVar[dict[str, str]] = {"h": "heads", "g": "kv_heads", "d_k": "d_k", "d_v": "d_v"}
@@ -82,6 +98,7 @@ class Attention(Sublayer):
             if value is not None and self.score != "dot":
                 raise field_error(field, f"{field} ({value}) {verb} dot-product scores, but score is "
                                   f"{self.score}: remove {field} or use score: dot")
+        self._modifiers_honoured()
         if self.positions is not None and not (self.positions.in_attention or self.positions.kind == "none"):
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
                               f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
@@ -90,6 +107,13 @@ class Attention(Sublayer):
             raise field_error("positions", f"{self.positions.kind} tables are one per stack: set it in the spec's "
                               "positional")
         return self
+
+    def _modifiers_honoured(self) -> None:
+        for field, ops in SCORE_MODIFIERS.items():
+            if getattr(self, field, None) is not None and self.op not in ops:
+                raise field_error(field, f"{self.kind} lowers to the IR op {self.op!r}, which does not apply "
+                                  f"{field}: remove {field} or use an attention kind whose op does "
+                                  f"({', '.join(sorted(ops))})")
 
     def resolved(self, spec) -> Attention:
         """This layer with every size and its positions filled in from ``spec`` where it sets
@@ -125,6 +149,12 @@ class Attention(Sublayer):
         if self.score != "dot":
             return None
         return self.scale if self.scale is not None else d_k ** -0.5
+
+    @property
+    def mixes_positions(self) -> bool:
+        """Masks hide padded keys, but positions whose rotary frequencies follow the call's
+        length (``Positional.depends_on_length``) read the padded batch's length."""
+        return self.positions is not None and self.positions.depends_on_length
 
     def visible(self, q, k):
         """Boolean (Lq, Lk) mask from query positions ``q`` (Lq, 1) and key positions ``k``

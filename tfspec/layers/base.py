@@ -4,8 +4,8 @@ A layer kind is one residual sub-layer of a block (the paper's Sublayer(x) in
 ``LayerNorm(x + Dropout(Sublayer(x)))``, §3.1). Its module holds everything about it: the
 spec fields users write, the IR it lowers to (parameter shapes included), and the facts the
 passes and backends ask of it (causality, which keys an attention query may see, its FLOP
-formula, which positions it connects). Adding a kind means adding one module here and
-importing it in ``tfspec.layers``.
+formula, which positions it connects, whether it mixes positions). Adding a kind means adding
+one module here, which ``tfspec.layers`` finds by scanning (docs/extending.md).
 """
 
 from __future__ import annotations
@@ -64,6 +64,15 @@ class Sublayer(SpecModel):
     def looks_ahead(self) -> bool:
         """Whether the output at position i reads inputs after i (forbidden in a decoder)."""
         return False
+
+    @property
+    def mixes_positions(self) -> bool:
+        """Whether a real position's output may depend on a padded batch's padding even when
+        attention masks hide the padded keys (a convolution's window, a recurrence, an
+        expert's capacity counted over the padded sequence): prompts of different lengths
+        then cannot share a batch (``Graph.masks_padding``). True unless a kind shows
+        otherwise: a new kind is batched one row at a time until it says it is safe."""
+        return True
 
     def check(self, spec: Spec) -> str | None:
         """A message if this layer cannot work with the model-wide sizes of ``spec``."""

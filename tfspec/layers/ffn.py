@@ -29,6 +29,10 @@ class FeedForward(Sublayer):
     """A gated linear unit: act(x W1) * (x W3), then W2; defaults to the spec's gated."""
     symbols: ClassVar[dict[str, str]] = {"d_ff": "d_ff"}
 
+    @property
+    def mixes_positions(self) -> bool:
+        return False
+
     def flops(self, s, dense=False):
         # Position-wise: it connects no positions, so stacking it never shortens a path.
         terms = {"w1": 2 * s.n * s.d * s.d_ff, "w2": 2 * s.n * s.d_ff * s.d}

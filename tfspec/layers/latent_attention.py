@@ -36,6 +36,7 @@ class LatentAttention(Attention):
     kind: Literal["latent_attention"] = "latent_attention"
     stem: ClassVar[str] = "self_attn"
     plain_causal: ClassVar[bool] = True
+    op: ClassVar[str] = "latent_attention"
     q_lora_rank: Width | None = None
     """Width of the queries' compressed latent (DeepSeek-V2 1536, V3 1536); None: queries are
     one projection W_q (DeepSeek-V2-Lite)."""
@@ -57,9 +58,9 @@ class LatentAttention(Attention):
             if getattr(self, name) is not None:
                 raise field_error(name, f"latent attention derives {name} (kv_heads = heads, d_k = qk_nope_head_dim + "
                                   "qk_rope_head_dim, d_v = v_head_dim): remove it")
-        if self.score != "dot" or self.qk_norm != "none" or self.softcap is not None or self.clip is not None:
-            raise field_error("score", "latent attention scores are plain dot products: remove score, qk_norm, "
-                              "softcap and clip")
+        if self.score != "dot" or self.qk_norm != "none" or self.clip is not None:
+            raise field_error("score", "latent attention scores are plain dot products: remove score, qk_norm "
+                              "and clip")
         return self
 
     def resolved(self, spec) -> LatentAttention:

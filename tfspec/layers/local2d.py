@@ -48,6 +48,11 @@ class Local2dSelfAttention(Attention):
     width: Positions | None = None
     """Positions per image row; defaults to the spec's ``image`` width x channels."""
     causal: bool = False
+
+    @property
+    def mixes_positions(self) -> bool:
+        """Its blocks are laid over the padded sequence, so padding moves a row's blocks."""
+        return True
     """A query sees no key after it in raster order; required in a decoder."""
 
     @property

@@ -142,6 +142,13 @@ class MixtureOfExperts(Sublayer):
             terms["shared_gate"] = 2 * s.n * s.d
         return terms
 
+    @property
+    def mixes_positions(self) -> bool:
+        """With ``capacity``, whether an expert still takes a position depends on the positions
+        before it in the padded row, padding included: a prompt's logits move with its batch's
+        padding. Without it each position is routed alone."""
+        return self.capacity is not None
+
     def lower(self, b, name, x):
         s, layer = b.spec, self.resolved(b.spec)
         d, e, f = s.d_model, layer.experts, layer.d_ff

@@ -71,7 +71,7 @@ class Service:
         self.spec = self.model.spec
         self.decoder_only = self.spec.family == "decoder-only"
         self.codec = open_codec(Path(config.directory), self.spec.vocab)
-        self.limit = self.spec.positional.max_len if self.spec.positional.kind != "none" else None
+        self.limit = self.spec.positional.limit
         self.chat = read_chat_template(Path(config.directory)) \
             if self.decoder_only and isinstance(self.codec, HFCodec) else None
         """``/v1/chat/completions``' template: where a tokenizer.json (what templates are written for) has one."""

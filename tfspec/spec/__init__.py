@@ -1,6 +1,21 @@
-"""The spec language: schema (``Spec``) and loading (``load_spec``)."""
+"""The spec language: schema (``Spec``) and loading (``load_spec``).
 
-from tfspec.spec.loader import load_spec, resolve, shipped_specs, spec_from_data
-from tfspec.spec.schema import Spec
+The names are imported on first use (PEP 562), so that the layer kinds can import this
+package's leaf modules (``base``, ``bounds``, ``positions``) while the schema imports the
+layer kinds: loading ``schema`` here would close that circle (tests/test_imports.py)."""
 
-__all__ = ["Spec", "load_spec", "resolve", "shipped_specs", "spec_from_data"]
+from __future__ import annotations
+
+import importlib
+
+_HOMES = {"Spec": "tfspec.spec.schema", "load_spec": "tfspec.spec.loader", "resolve": "tfspec.spec.loader",
+          "shipped_specs": "tfspec.spec.loader", "spec_from_data": "tfspec.spec.loader"}
+"""Each public name and the module it is imported from."""
+
+__all__ = list(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module 'tfspec.spec' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOMES[name]), name)

@@ -37,7 +37,7 @@ class _Classifier(SpecModel):
     def _classify(self, b: LayerBuilder, x: str, shape: tuple) -> str:
         """Dropout, then logits = x W^T + b with W (classes, d_model)."""
         d = b.spec.d_model
-        x = b.op("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
+        x = b.wise("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
         return b.op("classifier", "classifier", [x], attrs={"classes": self.classes}, component="head",
                     params={"weight": ((self.classes, d), "normal:0.02"), "bias": ((self.classes,), "zeros")},
                     shape=shape)
@@ -120,10 +120,10 @@ class CtcHead(SpecModel):
         """The projection to labels + blank (the ``logits``, returned) and its log-softmax over
         them (port ``log_probs``, the y_k^t of eq. 1 in log space)."""
         classes, d = b.spec.vocab.size, b.spec.d_model
-        logits = b.op("output", "projection", [x], attrs={"vocab": classes, "scale": 1.0}, component="projection",
+        logits = b.wise("output", "projection", [x], attrs={"vocab": classes, "scale": 1.0}, component="projection",
                       params={"weight": ((classes, d), "xavier_uniform"), "bias": ((classes,), "zeros")},
                       shape=("B", b.seq, classes))
-        b.graph.ports["log_probs"] = b.op("output.log_softmax", "log_softmax", [logits], shape=("B", b.seq, classes))
+        b.graph.ports["log_probs"] = b.wise("output.log_softmax", "log_softmax", [logits], shape=("B", b.seq, classes))
         return logits
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union, get_args
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -24,6 +24,8 @@ class Llama3Scaling(SpecModel):
     and those between interpolated smoothly, so a model trained on short contexts reads long
     ones. Field names are transformers' ``rope_scaling`` keys, here and in the other rules."""
 
+    depends_on_length: ClassVar[bool] = False
+    """Fixed frequencies, whatever a call's length (``Positional.depends_on_length``)."""
     type: Literal["llama3"] = "llama3"
     """The scaling rule (a ``scaling`` without ``type`` is this one)."""
     factor: RopeFactor
@@ -49,6 +51,8 @@ class LinearScaling(SpecModel):
     divided by ``factor``, as if positions were (Vicuna-v1.5-16k and LongChat's long-context
     Llamas: 4; Gemma 3's global layers: 8)."""
 
+    depends_on_length: ClassVar[bool] = False
+    """Fixed frequencies, whatever a call's length (``Positional.depends_on_length``)."""
     type: Literal["linear"]
     factor: RopeFactor
     """Positions are divided by this (a model trained on L tokens reads factor x L)."""
@@ -62,6 +66,8 @@ class DynamicScaling(SpecModel):
     forward call from that call's last position + 1, as transformers' ``dynamic_rope_update``
     does (decoding steps past L each use their own base)."""
 
+    depends_on_length: ClassVar[bool] = True
+    """The frequencies follow the length a call reaches (``Positional.depends_on_length``)."""
     type: Literal["dynamic"]
     factor: Annotated[float, Field(ge=1.0, le=1e6)]
     """How fast the base grows past the original length (1: never)."""
@@ -77,6 +83,8 @@ class YarnScaling(SpecModel):
     ramp between; cos and sin are multiplied by the attention factor (0.1 ln(factor) + 1 unless
     given, or the mscale / mscale_all_dim ratio DeepSeek writes)."""
 
+    depends_on_length: ClassVar[bool] = False
+    """Fixed frequencies, whatever a call's length (``Positional.depends_on_length``)."""
     type: Literal["yarn"]
     factor: RopeFactor
     """Context extension (DeepSeek-V3: 40, Qwen3: 4)."""
@@ -113,6 +121,8 @@ class LongRopeScaling(SpecModel):
     multiplied by the attention factor, sqrt(1 + ln(factor) / ln(original)) unless given, factor
     being max_len / original_max_position_embeddings unless given."""
 
+    depends_on_length: ClassVar[bool] = True
+    """The frequencies follow the length a call reaches (``Positional.depends_on_length``)."""
     type: Literal["longrope"]
     short_factor: Annotated[tuple[Divisor, ...], Field(min_length=1, max_length=MAX_PAIRS)]
     """One divisor per rotated pair, for calls within the original length."""
@@ -133,6 +143,10 @@ class LongRopeScaling(SpecModel):
         return self
 
 
+CACHE_INDEXED = frozenset({"relative", "relative_bias", "alibi", "disentangled"})
+"""Position kinds computed from cache columns (``Positional.reads_cache_indices``)."""
+
+
 def _scaling_type(data: Any) -> str | None:
     """The rule a ``scaling`` names: its ``type``, llama3 when it names none (older specs)."""
     return data.get("type", "llama3") if isinstance(data, dict) else getattr(data, "type", None)
@@ -142,6 +156,9 @@ RotaryScaling = Annotated[Union[Annotated[Llama3Scaling, Tag("llama3")], Annotat
                                 Annotated[DynamicScaling, Tag("dynamic")], Annotated[YarnScaling, Tag("yarn")],
                                 Annotated[LongRopeScaling, Tag("longrope")]], Discriminator(_scaling_type)]
 """Rotary frequency scaling for long contexts, one rule per ``type``."""
+SCALINGS = {get_args(rule.model_fields["type"].annotation)[0]: rule
+            for rule in (Llama3Scaling, LinearScaling, DynamicScaling, YarnScaling, LongRopeScaling)}
+"""Each rule's class by its ``type``: what readers of a dumped ``scaling`` ask (``depends_on_length``)."""
 
 
 class Positional(SpecModel):
@@ -209,6 +226,33 @@ class Positional(SpecModel):
         """Positions an embedding table has rows for (sinusoidal, learned): the longest input
         those kinds can read; None where no table bounds the length."""
         return self.max_len if self.kind in ("sinusoidal", "learned") else None
+
+    @property
+    def limit(self) -> int | None:
+        """The longest sequence any path runs, its last token included (as transformers'
+        ``max_length`` counts): max_len for every kind but none, which leaves length unbounded.
+        The one rule of the Python search, generate.onnx, ``serve`` and the JavaScript clients
+        (tfspec.json's ``position_limit``); ``room`` is what it leaves a search."""
+        return None if self.kind == "none" else self.max_len
+
+    def room(self, fed):
+        """Most tokens a search may add after ``fed`` tokens (the decoder's start token and any
+        prompt; an int or an array): ``limit - fed``, None where length is unbounded."""
+        return None if self.limit is None else self.limit - fed
+
+    @property
+    def depends_on_length(self) -> bool:
+        """Whether a position's encoding depends on the length the call reaches (dynamic NTK
+        and LongRoPE scalings pick their frequencies per call), so a row's output depends on
+        the rows it is batched with: refused for ragged batching (``Graph.masks_padding``)."""
+        return self.scaling is not None and self.scaling.depends_on_length
+
+    @property
+    def reads_cache_indices(self) -> bool:
+        """Whether attention reads positions as cache columns (the distance j - i between key
+        and query columns) rather than each row's own position ids: a cache holding padding
+        inside its rows (onnxruntime-genai's) then shifts the distances."""
+        return self.kind in CACHE_INDEXED
 
     @property
     def in_attention(self) -> bool:

@@ -6,7 +6,7 @@ order applied), one module per field (``softcap.py``; the ONNX twins are in
 A modifier is a function registered with ``@score_modifier(field)``: ``fn(value)`` for the
 field's value on an attention node returns ``modify(scores)`` over (B, h, Lq, Lk) logits. A node
 with any modifier has its scores spelled out (no fused kernel). Adding one: the field on
-``Attention`` and its name in ``SCORE_MODIFIERS``, then one module here and its ONNX twin.
+``Attention`` and ``score_modifier(field, ops)`` beside it, then one module here and its ONNX twin.
 Every module of this package is imported here.
 """
 

@@ -6,7 +6,8 @@ of other fields it computes exactly (``required``: anything else is refused by n
 fields do not change the computation (``ignored``, each with its reason), and how its tensors
 are named (``rules``: one table used in both directions). A field on none of the lists is
 refused: a typo or a new transformers option must never be dropped silently. A family module
-registers itself when imported: ``imports.py`` imports each one.
+registers itself when imported: the package imports every module of its folder
+(``tfspec.registry.discover``), so a new family is one new file.
 """
 
 from __future__ import annotations

@@ -20,13 +20,6 @@ import yaml
 from pydantic import ValidationError
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf import (  # noqa: F401  (register the families)
-    albert, bart, bert, bert_generation, biogpt, blenderbot, blenderbot_small, bloom, codegen, cohere,
-    data2vec_text, deberta_v2, deepseek_v2, deepseek_v3, distilbert, electra, falcon, gemma, gemma2, gemma3, glm,
-    gpt2, gpt_bigcode, gpt_neo, gpt_neox, gptj, granite, helium, llama, m2m_100, marian, mbart, megatron_bert,
-    minicpm3, mixtral, modernbert, mt5, nllb_moe, olmo, olmo2, olmoe, opt, pegasus, persimmon, phi, phi3, plbart,
-    qwen2_moe, qwen3, qwen3_moe, roberta, smollm3, stablelm, starcoder2, switch_transformers, t5, umt5,
-    xlm_roberta_xl)
 from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, open_checkpoint, read_vocabulary,
                                           staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source, check_config

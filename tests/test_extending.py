@@ -1,0 +1,161 @@
+"""A new kind is one new file per place it lives (issue 40, docs/extending.md): each test writes
+a throwaway module into the packages under a temporary name, runs tfspec in a fresh process
+that finds it by scanning (``tfspec.registry.discover``), and removes it. Nothing else of the
+tree changes, so passing shows that no list needs the new name. References: transformers'
+GPT-2 for the family; for the layer kind, the layer written out in numpy beside PyTorch and
+onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LAYER = '''
+from typing import ClassVar, Literal
+from tfspec.layers.base import Sublayer, register
+
+@register
+class Gain(Sublayer):
+    """A learned gain per feature: y = x * g (position-wise)."""
+    kind: Literal["{name}"] = "{name}"
+    stem: ClassVar[str] = "gain"
+    component: ClassVar[str] = "ffn"
+
+    @property
+    def mixes_positions(self) -> bool:
+        return False
+
+    def flops(self, s, dense=False):
+        return {{"gain": s.n * s.d}}
+
+    def lower(self, b, name, x):
+        return b.op(name, "{name}", [x], params={{"gain": ((b.spec.d_model,), "normal:1.0")}}, layer=self)
+'''
+TORCH = '''
+from tfspec.backends.torch.registry import OpModule, lowering
+
+@lowering("{name}")
+class Gain(OpModule):
+    def forward(self, ctx, x):
+        return x * self.gain
+'''
+ONNX = '''
+from tfspec.backends.onnx.lowerings import lowering
+
+@lowering("{name}")
+def gain(e, node, x):
+    return e.b.op("Mul", x, e.b.param(node.params["gain"]))
+'''
+FAMILY = '''
+from tfspec.interop.hf.family import register
+from tfspec.interop.hf.gpt2 import GPT2
+
+@register
+class Throwaway(GPT2):
+    """GPT-2 under another model_type: what a family module subclassing its parent states."""
+    model_type = "{name}"
+'''
+
+
+@contextmanager
+def modules(files: dict[str, str]):
+    """Write each ``path -> source`` into the tree for the duration, then remove it."""
+    paths = [ROOT / path for path in files]
+    try:
+        for path, source in zip(paths, files.values()):
+            path.write_text(source, encoding="utf-8")
+        yield
+    finally:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+LAYER_RUN = '''
+import sys, numpy as np, torch
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.torch import build_module
+from tfspec.spec import Spec
+name, out = sys.argv[1], sys.argv[2]
+spec = Spec.model_validate({"name": "m", "family": "decoder-only", "vocab": 50, "d_model": 16, "heads": 2,
+                            "d_ff": 32, "dropout": 0.0, "positional": {"kind": "rotary", "max_len": 32},
+                            "decoder": {"layers": 2, "block": ["causal_self_attention", {"kind": name}, "ffn"]}})
+torch.manual_seed(0)
+model = build_module(spec).eval()
+tokens = torch.randint(4, 50, (2, 7))
+gains = [p for n, p in model.named_parameters() if n.endswith(".gain")]
+with torch.no_grad():
+    ours = model(tokens).numpy()
+    export(model, out, parity=False)
+    for gain in gains:
+        gain.mul_(2.0)
+    doubled = model(tokens).numpy()
+onnx = OnnxModel(out, device="cpu").logits(tgt=tokens.numpy())
+np.savez(out + "/logits.npz", torch=ours, onnx=onnx, doubled=doubled, gains=len(gains),
+         takes_masks=model.graph.masks_padding("decoder"))
+'''
+
+
+def test_a_layer_kind_is_three_new_files(tmp_path):
+    name = f"gain_{uuid.uuid4().hex[:8]}"
+    with modules({f"tfspec/layers/zz_{name}.py": LAYER.format(name=name),
+                  f"backends/torch/zz_{name}.py": TORCH.format(name=name),
+                  f"backends/onnx/zz_{name}.py": ONNX.format(name=name)}):
+        run(LAYER_RUN, name, str(tmp_path / "onnx"))
+    found = np.load(tmp_path / "onnx" / "logits.npz")
+    assert found["gains"] == 2  # one per layer, each a parameter of the new kind
+    assert np.abs(found["doubled"] - found["torch"]).max() > 1e-2  # the layer is computed, not skipped
+    np.testing.assert_allclose(found["onnx"], found["torch"], atol=1e-4, rtol=0)
+    assert found["takes_masks"]  # it said it keeps positions apart, and batching asked it
+
+
+FAMILY_RUN = '''
+import sys, numpy as np, torch
+from tfspec.backends.torch import build_module
+from tfspec.backends.torch.checkpoint import load_weights
+from tfspec.interop.hf import import_checkpoint
+from tfspec.spec import load_spec
+directory, out, tokens = sys.argv[1], sys.argv[2], np.load(sys.argv[3])
+import_checkpoint(directory, out, progress=False)
+model = build_module(load_spec(out)).eval()
+load_weights(model, out + "/model.safetensors")
+tokens = torch.from_numpy(tokens)
+with torch.no_grad():  # every token real, the pad id included
+    logits = model.run({"tgt": tokens, "tgt_mask": torch.ones_like(tokens, dtype=bool)})["logits"]
+np.save(out + "/logits.npy", logits.numpy())
+'''
+
+
+def test_a_family_is_one_new_file(tmp_path):
+    """A GPT-2 checkpoint whose config.json names a model_type only the new module knows."""
+    from tests.hf_checkpoints import reference, save_checkpoint
+
+    save_checkpoint("gpt2", tmp_path / "hf")
+    name = f"throwaway_{uuid.uuid4().hex[:8]}"
+    config = json.loads((tmp_path / "hf" / "config.json").read_text())
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config | {"model_type": name}))
+    tokens = torch.randint(0, 100, (2, 9), generator=torch.Generator().manual_seed(0))
+    np.save(tmp_path / "tokens.npy", tokens.numpy())
+    with modules({f"tfspec/interop/hf/zz_{name}.py": FAMILY.format(name=name)}):
+        run(FAMILY_RUN, str(tmp_path / "hf"), str(tmp_path / "ours"), str(tmp_path / "tokens.npy"))
+    config["model_type"] = "gpt2"  # transformers loads it as what it is
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    with torch.no_grad():
+        want = reference(tmp_path / "hf", "gpt2")(input_ids=tokens).logits.numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "ours" / "logits.npy"), want, atol=1e-4, rtol=0)
