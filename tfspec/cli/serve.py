@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from tfspec.cli import guarded
 from tfspec.cli.types import THREADS, integer, number
 from tfspec.errors import TfspecError
 
@@ -19,7 +20,7 @@ def cmd_serve(args) -> int:
     workers = f", {args.workers} workers" if args.workers > 1 else ""
     print(f"serving {args.model} on http://{args.host}:{args.port}{workers} (SIGTERM drains within {args.grace:g}s)",
           file=sys.stderr)
-    return serve(config, args.host, args.port, args.grace, workers=args.workers)
+    return serve(config, args.host, args.port, args.grace, workers=args.workers, guard=guarded)
 
 
 def register(command) -> None:

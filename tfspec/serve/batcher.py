@@ -123,7 +123,7 @@ class Batcher:
                 outputs = None
             except Exception as e:  # a bug in decoding: each waiting request gets its error, not a hang
                 for job in jobs:
-                    _settle(job, error=e)
+                    settle(job, error=e)
                 continue
             finally:
                 self.running = []
@@ -131,7 +131,7 @@ class Batcher:
                 self.on_batch(jobs)
             for job in jobs:
                 n = len(job.sources)
-                _settle(job, result=outputs[:n] if outputs is not None else None)
+                settle(job, result=outputs[:n] if outputs is not None else None)
                 outputs = outputs[n:] if outputs is not None else None
 
     def _decode(self, jobs: list[Job]) -> list[list[int]]:
@@ -196,7 +196,7 @@ class _Streamed:
         return self.decoder.select(state, rows, cross)
 
 
-def _settle(job: Job, result=None, error: Exception | None = None) -> None:
+def settle(job: Job, result=None, error: Exception | None = None) -> None:
     """Hand the outcome to the job's event loop (a cancelled job's None is never read)."""
     def settle():
         if job.future.done():

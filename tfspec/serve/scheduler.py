@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tfspec.search import _banned, _limits, _Picker, among, stop_ids
-from tfspec.serve.batcher import Batcher, Job, _settle
+from tfspec.search import Picker, among, banned_tokens, output_limits, stop_ids
+from tfspec.serve.batcher import Batcher, Job, settle
 
 
 def continuous(decoder) -> bool:
@@ -39,7 +39,7 @@ class Row:
     job: Job
     limit: int
     """Tokens it may produce (``max_tokens``, within the model's positions)."""
-    pick: _Picker | None
+    pick: Picker | None
     """Its own sampler (None: greedy)."""
     out: list[int] = field(default_factory=list)
 
@@ -49,7 +49,7 @@ class Row:
         return self.job.tokens + self.limit
 
     def banned(self, decoder, stops) -> list[int]:
-        return _banned(decoder, stops, len(self.out), self.job.options.min_length)
+        return banned_tokens(decoder, stops, len(self.out), self.job.options.min_length)
 
     def choose(self, values: np.ndarray, ids: np.ndarray, banned: list[int]) -> int:
         """The row's next token from its top-k ``values``/``ids`` (k,), as ``search`` picks."""
@@ -101,7 +101,7 @@ class ContinuousBatcher(Batcher):
                     rows, state, tokens = self._advance(rows, state, values, ids)
             except Exception as e:  # a bug in decoding: each running request gets its error, not a hang
                 for row in rows + fresh:
-                    _settle(row.job, error=e)
+                    settle(row.job, error=e)
                 rows, state, tokens = [], None, None
 
     def _admit(self, rows: list[Row]) -> list[Row] | None:
@@ -117,8 +117,8 @@ class ContinuousBatcher(Batcher):
                 self.queue.remove(job)
             room, fresh = self.max_batch_tokens - sum(row.reserved for row in rows), []
             for job in self.queue:
-                row = Row(job, int(_limits(self.decoder, None, job.sources, job.options)[0]),
-                          None if job.options.sampling is None else _Picker(job.options.sampling))
+                row = Row(job, int(output_limits(self.decoder, None, job.sources, job.options)[0]),
+                          None if job.options.sampling is None else Picker(job.options.sampling))
                 if row.reserved > room and (rows or fresh):
                     break  # first come, first served: later ones wait behind it
                 fresh.append(row)
@@ -153,7 +153,7 @@ class ContinuousBatcher(Batcher):
         going = [row.take(token, self.stops) for row, token in zip(rows, picks)]
         for row, on in zip(rows, going):
             if not on:
-                _settle(row.job, result=[row.out])
+                settle(row.job, result=[row.out])
         return self._keep(rows, state, np.array(picks, dtype=np.int64)[:, None], going)
 
     def _keep(self, rows, state, tokens, going: list[bool]):

@@ -4,14 +4,13 @@ seconds in all) and the process exits 0, as a rolling update or a scale-down exp
 
 from __future__ import annotations
 
-import os
 import signal
 import time
-from dataclasses import replace
 
 import uvicorn
 
-from tfspec.serve.app import ServeConfig, Service, create_app
+from tfspec.serve.app import create_app
+from tfspec.serve.service import ServeConfig, Service
 
 
 class _Server(uvicorn.Server):
@@ -43,17 +42,3 @@ def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int 
     app = create_app(config, service)
     return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                   timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on"), service, grace)
-
-
-def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, grace: float = 30.0,
-          log_level: str = "warning", workers: int = 1) -> int:
-    """Serve until SIGTERM has drained (exit status 0), in this process or in ``workers``
-    processes sharing the port (``workers.supervise``), each with ``config.threads`` threads
-    (default: its share of the cores)."""
-    if workers == 1:
-        build(config, grace, host, port, log_level).run()
-        return 0
-    from tfspec.serve.workers import supervise
-
-    threads = config.threads or max(1, (os.cpu_count() or 1) // workers)
-    return supervise(replace(config, threads=threads), host, port, grace, workers, log_level)

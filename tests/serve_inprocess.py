@@ -1,0 +1,72 @@
+"""`tfspec serve`'s application in this process, on 127.0.0.1 and a port the kernel picks, over
+a decoder whose steps can be slowed: a test sees the service's state (``inflight``, queue,
+metrics) while its requests are open, and a slow step makes a full queue certain."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+
+class Slowed:
+    """``decoder`` whose steps take at least ``delay`` seconds (set it to 0 to stop slowing)."""
+
+    def __init__(self, decoder, delay: float = 0.0):
+        self.decoder, self.delay = decoder, delay
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, *args, **kwargs):
+        time.sleep(self.delay)
+        return self.decoder.step(*args, **kwargs)
+
+
+class InProcess:
+    """uvicorn over ``create_app(config)`` in a thread; ``service.batcher.decoder`` is ``Slowed``."""
+
+    def __init__(self, config):
+        import uvicorn
+
+        from tfspec.serve.app import create_app
+        from tfspec.serve.service import Service
+
+        self.service = Service(config)
+        self.slowed = self.service.batcher.decoder = Slowed(self.service.batcher.decoder)
+        app = create_app(config, self.service)
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                                    lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        for _ in range(300):
+            if self.server.started:
+                break
+            time.sleep(0.05)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def chat_export(tmp):
+    """(ONNX export of an imported random GPT-2 of 256 positions whose tokenizer has a ChatML
+    template, transformers' tokenizer): ``test_serve_chat``'s model."""
+    import transformers
+    from test_generate_cli import bpe
+    from test_serve_chat import CHATML
+
+    from hf_checkpoints import save_random
+    from tfspec.cli import main
+
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe("gpt2"), bos_token="<|endoftext|>",
+                                               eos_token="<|endoftext|>")
+    tok.chat_template = CHATML
+    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    save_random("GPT2LMHeadModel", config, tmp / "hf")
+    tok.save_pretrained(tmp / "hf")
+    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
+    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
+    return tmp / "onnx", tok

@@ -1,0 +1,22 @@
+"""Probes and metrics: ``GET /health`` (the process is alive), ``GET /ready`` (loaded and not
+draining) and ``GET /metrics`` (Prometheus text); none of them counts as a request in flight."""
+
+from __future__ import annotations
+
+from starlette.responses import JSONResponse, Response
+
+async def health(service, request, started) -> Response:
+    return JSONResponse({"status": "alive"})
+
+
+async def ready(service, request, started) -> Response:
+    if service.draining:
+        return JSONResponse({"ready": False, "reason": "draining"}, 503)
+    return JSONResponse({"ready": True, "model": service.spec.name})
+
+
+async def metrics(service, request, started) -> Response:
+    return Response(service.metrics.text(), media_type="text/plain; version=0.0.4")
+
+
+routes = [("/health", "GET", health, False), ("/ready", "GET", ready, False), ("/metrics", "GET", metrics, False)]
