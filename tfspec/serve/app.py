@@ -10,7 +10,7 @@ import time
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tfspec.serve import chat, completions, probes, translate
@@ -19,20 +19,39 @@ from tfspec.serve.service import ServeConfig, Service
 
 
 def endpoint(service: Service, route: str, handler, counted: bool = True):
-    """``handler`` with its errors answered as JSON, counted and timed by route and status."""
+    """``handler`` with its errors answered as JSON, counted and timed by route and status. A
+    request is in flight (``Service.inflight``, what a drain waits for) until its answer's last
+    byte: a stream's until its last chunk, when its metrics are recorded too."""
     async def run(request: Request) -> Response:
         started = time.perf_counter()
         service.inflight += counted
+
+        def done(status: int) -> None:
+            service.inflight -= counted
+            service.metrics.requests.labels(route, str(status)).inc()
+            service.metrics.latency.labels(route).observe(time.perf_counter() - started)
         try:
             response = await handler(service, request, started)
         except ApiError as e:
             response = e.response()
-        finally:
+        except BaseException:
             service.inflight -= counted
-        service.metrics.requests.labels(route, str(response.status_code)).inc()
-        service.metrics.latency.labels(route).observe(time.perf_counter() - started)
+            raise
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = _held(response.body_iterator, lambda: done(response.status_code))
+        else:
+            done(response.status_code)
         return response
     return run
+
+
+async def _held(chunks, done):
+    """``chunks``, then ``done()`` however the stream ends (its last chunk sent, or the client gone)."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    finally:
+        done()
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Completion, decode_one, room
+from tfspec.serve.generation import Completion, room, submit_one
 from tfspec.serve.schemas import ChatRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
@@ -30,7 +30,7 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")
     if body.stream:
         return await stream(service, request, body, ids, new, started, _chunk)
-    out = await decode_one(service, request, body, ids, new, started)
+    out = (await service.wait(request, submit_one(service, body, ids, new), started))[0]
     done = Completion(service, ids, body.stops)
     answer = done.text(out)
     return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",

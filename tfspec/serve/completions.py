@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from tfspec.errors import TfspecError
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Completion, decode_one, room
+from tfspec.serve.generation import Completion, room, submit_one
 from tfspec.serve.schemas import CompletionRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
@@ -46,7 +46,15 @@ async def completions(service: Service, request: Request, started: float) -> Res
         if many:
             raise ApiError(422, "stream: one prompt per streamed request", "prompt")
         return await stream(service, request, body, *prompts[0], started, completion_chunk)
-    outputs = await asyncio.gather(*(decode_one(service, request, body, ids, new, started) for ids, new in prompts))
+    jobs = []
+    try:
+        for ids, new in prompts:
+            jobs.append(submit_one(service, body, ids, new))
+    except ApiError:  # all of the request or none of it: the prompts admitted so far leave the queue
+        for job in jobs:
+            job.cancelled = True
+        raise
+    outputs = [out[0] for out in await asyncio.gather(*(service.wait(request, job, started) for job in jobs))]
     choices, used = [], 0
     for i, ((ids, new), out) in enumerate(zip(prompts, outputs)):
         done = Completion(service, ids, body.stops)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 
 from tfspec.search import Sampling, SearchOptions
+from tfspec.serve.batcher import Job
 from tfspec.serve.errors import ApiError
 from tfspec.serve.schemas import MAX_NEW_TOKENS
 from tfspec.serve.service import Service
@@ -47,9 +48,10 @@ class Completion:
         return text[: min(cuts)] if cuts else text
 
 
-async def decode_one(service, request, body, ids, new, started, sink=None) -> list[int]:
+def submit_one(service: Service, body, ids: list[int], new: int, sink=None) -> Job:
+    """Queue one prompt of ``ids`` for ``new`` tokens at most (``Service.admit``)."""
     options = options_of(body, new)
     # without masks in the step graph, only prompts of one length share a batch
     key = ("complete", options, None if service.ragged else len(ids)) if options.sampling is None else \
         ("alone", uuid.uuid4())
-    return (await service.decode(request, [ids], options, key, started, sink))[0]
+    return service.admit([ids], options, key, sink)

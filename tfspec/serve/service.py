@@ -97,11 +97,11 @@ class Service:
             field = ".".join(map(str, first["loc"])) or None
             raise ApiError(422, f"{field or 'body'}: {first['msg']}", field) from None
 
-    async def decode(self, request: Request, sources: list[list[int]], options: SearchOptions, key: tuple,
-                     started: float, sink=None) -> list[list[int]]:
-        """Queue ``sources`` and wait for their outputs, up to the deadline and while the client
-        stays; either way out, the work is cancelled. ``sink`` is given each token as it is
-        decoded (one greedy or sampled prompt)."""
+    def admit(self, sources: list[list[int]], options: SearchOptions, key: tuple, sink=None) -> Job:
+        """Queue ``sources`` now or refuse them (503 + Retry-After: draining, or the queue full).
+        Decided before any byte of the answer is sent, streams included, so that a refusal is a
+        status a client or balancer acts on, never an error inside a 200. ``sink`` is given each
+        token as it is decoded (one greedy or sampled prompt)."""
         if self.draining:
             raise ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
         job = Job(sources, options, key, asyncio.get_running_loop().create_future(), sink)
@@ -110,6 +110,16 @@ class Service:
         except QueueFull:
             raise ApiError(503, f"the queue is full ({self.config.max_queue} requests); retry shortly",
                            headers={"Retry-After": "1"}) from None
+        return job
+
+    async def decode(self, request: Request, sources: list[list[int]], options: SearchOptions, key: tuple,
+                     started: float) -> list[list[int]]:
+        """``admit`` then ``wait``."""
+        return await self.wait(request, self.admit(sources, options, key), started)
+
+    async def wait(self, request: Request, job: Job, started: float) -> list[list[int]]:
+        """``job``'s outputs, up to the deadline and while the client stays; either way out, the
+        work is cancelled."""
         left = self.config.timeout - (time.perf_counter() - started)
         gone = asyncio.ensure_future(_disconnected(request))
         stopped = asyncio.ensure_future(self.stopped.wait())
