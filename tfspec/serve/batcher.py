@@ -43,8 +43,9 @@ class Job:
     options: SearchOptions
     key: tuple
     future: asyncio.Future
-    sink: Callable[[int], None] | None = None
-    """Told each new token as the search picks it (decoder-only, one prompt: streaming)."""
+    watch: Callable[[int], bool] | None = None
+    """Told each new token as the search picks it (decoder-only, one prompt): True ends the row
+    (a stop string appeared, ``detokenize``)."""
     cancelled: bool = False
     arrived: float = field(default_factory=time.perf_counter)
 
@@ -140,8 +141,8 @@ class Batcher:
         options = jobs[0].options
         if not self.decoder_only:
             return decode_all(decoder, sources, options, self.max_batch_tokens, batch_type="tokens")
-        if any(job.sink for job in jobs):
-            decoder = _Streamed(decoder, [job.sink for job in jobs])
+        if any(job.watch for job in jobs):
+            decoder = _Watched(decoder, [job.watch for job in jobs])
         return prompts(decoder, sources, options)
 
 
@@ -171,24 +172,30 @@ class _Cancellable:
         return self.decoder.step(state, tokens, k, **kw)
 
 
-class _Streamed:
-    """``decoder`` that hands each row's tokens to its sink as the greedy search feeds them
-    back, following the rows as finished ones leave. The last token of a row is never fed
-    back: the final result carries it."""
+class _Watched:
+    """``decoder`` that hands each row's tokens to its watch as the greedy search feeds them
+    back, following the rows as finished ones leave; a row whose watch says stop is given only
+    end-of-sequence to pick next, which ends it. The last token of a row is never fed back: the
+    final result carries it."""
 
-    def __init__(self, decoder, sinks: list):
-        self.decoder, self.sinks, self.rows, self.stepped = decoder, sinks, list(range(len(sinks))), False
+    def __init__(self, decoder, watches: list):
+        self.decoder, self.watches, self.rows, self.stepped = decoder, watches, list(range(len(watches))), False
 
     def __getattr__(self, name):
         return getattr(self.decoder, name)
 
     def step(self, state, tokens, k, **kw):
+        ended = []
         if self.stepped:  # the first step reads the prompts; each later one the last step's picks
-            for row, token in zip(self.rows, tokens[:, 0].tolist()):
-                if self.sinks[row] is not None:
-                    self.sinks[row](token)
+            for i, (row, token) in enumerate(zip(self.rows, tokens[:, 0].tolist())):
+                if self.watches[row] is not None and self.watches[row](token):
+                    ended.append(i)
         self.stepped = True
-        return self.decoder.step(state, tokens, k, **kw)
+        values, ids, state = self.decoder.step(state, tokens, k, **kw)
+        if ended:
+            ids = ids.copy()
+            ids[ended] = self.decoder.eos
+        return values, ids, state
 
     def select(self, state, rows, cross):
         if self.stepped:  # before it, decoder-only search copies one empty state per prompt

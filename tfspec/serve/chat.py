@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Completion, room, submit_one
+from tfspec.serve.generation import Generation, room
 from tfspec.serve.schemas import ChatRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
@@ -30,13 +30,12 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")
     if body.stream:
         return await stream(service, request, body, ids, new, started, _chunk)
-    out = (await service.wait(request, submit_one(service, body, ids, new), started))[0]
-    done = Completion(service, ids, body.stops)
-    answer = done.text(out)
+    gen = Generation(service, body, ids, new)
+    out = await gen.result(service, request, started)
     return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                          "created": int(time.time()), "model": service.spec.name,
-                         "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "logprobs": None,
-                                      "finish_reason": "stop" if done.stopped or len(out) < new else "length"}],
+                         "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text.text},
+                                      "logprobs": None, "finish_reason": gen.finish_reason}],
                          "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out),
                                    "total_tokens": len(ids) + len(out)}})
 

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from tfspec.errors import TfspecError
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Completion, room, submit_one
+from tfspec.serve.generation import Generation, room
 from tfspec.serve.schemas import CompletionRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
@@ -46,22 +46,18 @@ async def completions(service: Service, request: Request, started: float) -> Res
         if many:
             raise ApiError(422, "stream: one prompt per streamed request", "prompt")
         return await stream(service, request, body, *prompts[0], started, completion_chunk)
-    jobs = []
+    gens = []
     try:
         for ids, new in prompts:
-            jobs.append(submit_one(service, body, ids, new))
+            gens.append(Generation(service, body, ids, new))
     except ApiError:  # all of the request or none of it: the prompts admitted so far leave the queue
-        for job in jobs:
-            job.cancelled = True
+        for gen in gens:
+            gen.job.cancelled = True
         raise
-    outputs = [out[0] for out in await asyncio.gather(*(service.wait(request, job, started) for job in jobs))]
-    choices, used = [], 0
-    for i, ((ids, new), out) in enumerate(zip(prompts, outputs)):
-        done = Completion(service, ids, body.stops)
-        text = done.text(out)
-        choices.append({"text": text, "index": i, "logprobs": None,
-                        "finish_reason": "stop" if done.stopped or len(out) < new else "length"})
-        used += len(out)
+    outputs = await asyncio.gather(*(gen.result(service, request, started) for gen in gens))
+    choices = [{"text": gen.text.text, "index": i, "logprobs": None, "finish_reason": gen.finish_reason}
+               for i, gen in enumerate(gens)]
+    used = sum(map(len, outputs))
     tokens = sum(len(ids) for ids, _ in prompts)
     return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                          "model": service.spec.name, "choices": choices,

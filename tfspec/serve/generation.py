@@ -1,5 +1,5 @@
 """What the OpenAI routes share: a prompt's room in the model's positions, a request's search
-options, one prompt queued and awaited, and its continuation as text. With continuous batching
+options, one prompt queued, awaited and read as text. With continuous batching
 (``scheduler``) every request shares the running batch and picks its own tokens; with static
 batching greedy requests are batched with each other and sampled ones decode alone. Either way a
 ``seed`` gives the tokens ``tfspec generate --sample --seed`` gives."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 
 from tfspec.search import Sampling, SearchOptions
-from tfspec.serve.batcher import Job
+from tfspec.serve.detokenize import Detokenizer
 from tfspec.serve.errors import ApiError
 from tfspec.serve.schemas import MAX_NEW_TOKENS
 from tfspec.serve.service import Service
@@ -31,27 +31,33 @@ def options_of(body, new: int) -> SearchOptions:
     return SearchOptions(beam=1, max_extra=new, max_length=new, sampling=sampling)
 
 
-class Completion:
-    """One prompt's continuation as text: the decoded whole less the decoded prompt (tokenizers
-    that drop a leading space keep it this way), cut at the first stop string."""
+class Generation:
+    """One prompt queued for decoding, and its continuation as text: read token by token in the
+    decoding thread (``Detokenizer``), so that a stop string ends the row there; ``on_text`` is
+    given each piece of text a stream may send (called in that thread)."""
 
-    def __init__(self, service: Service, prompt: list[int], stops: list[str]):
-        self.codec, self.prompt, self.stops = service.codec, prompt, stops
-        self.head = self.codec.decode(prompt)
-        self.stopped = False
+    def __init__(self, service: Service, body, ids: list[int], new: int, on_text=None):
+        self.ids, self.new, self.on_text, self.out = ids, new, on_text, []
+        self.text = Detokenizer(service.codec.decode, ids, body.stops)
+        options = options_of(body, new)
+        # without masks in the step graph, only prompts of one length share a batch
+        key = ("complete", options, None if service.ragged else len(ids)) if options.sampling is None else \
+            ("alone", uuid.uuid4())
+        self.job = service.admit([ids], options, key, self._watch)
 
-    def text(self, new: list[int]) -> str:
-        whole = self.codec.decode(self.prompt + new)
-        text = whole[len(self.head):] if whole.startswith(self.head) else self.codec.decode(new)
-        cuts = [text.find(s) for s in self.stops if s in text]
-        self.stopped = bool(cuts)
-        return text[: min(cuts)] if cuts else text
+    def _watch(self, token: int) -> bool:
+        stop = self.text.push(token)
+        if self.on_text is not None:
+            self.on_text(self.text.release())
+        return stop
 
+    async def result(self, service: Service, request, started: float) -> list[int]:
+        """The tokens decoded (``Service.wait``), the text read to its end."""
+        self.out = (await service.wait(request, self.job, started))[0]
+        self.text.finish(self.out)
+        return self.out
 
-def submit_one(service: Service, body, ids: list[int], new: int, sink=None) -> Job:
-    """Queue one prompt of ``ids`` for ``new`` tokens at most (``Service.admit``)."""
-    options = options_of(body, new)
-    # without masks in the step graph, only prompts of one length share a batch
-    key = ("complete", options, None if service.ragged else len(ids)) if options.sampling is None else \
-        ("alone", uuid.uuid4())
-    return service.admit([ids], options, key, sink)
+    @property
+    def finish_reason(self) -> str:
+        """OpenAI's: ``stop`` at a stop string or the end of sequence, else ``length``."""
+        return "stop" if self.text.stopped or len(self.out) < self.new else "length"

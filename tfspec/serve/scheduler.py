@@ -58,12 +58,12 @@ class Row:
         return int(self.pick(np.where(among(ids, banned), -np.inf, values)[None], ids[None])[0])
 
     def take(self, token: int, stops) -> bool:
-        """Record ``token``; whether the row goes on (not at end of sequence nor its limit)."""
+        """Record ``token``; whether the row goes on (not at end of sequence, a stop string nor its limit)."""
         if token in stops:
             return False
         self.out.append(token)
-        if self.job.sink is not None:
-            self.job.sink(token)
+        if self.job.watch is not None and self.job.watch(token):
+            return False  # a stop string
         return len(self.out) < self.limit
 
 

@@ -11,16 +11,16 @@ import uuid
 from starlette.responses import Response, StreamingResponse
 
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Completion, submit_one
+from tfspec.serve.generation import Generation
 
 
 async def stream(service, request, body, ids, new, started, chunk) -> Response:
-    """Server-sent events, one per token as the batch decodes it (OpenAI's ``data: {...}``
+    """Server-sent events, one per piece of text as the batch decodes it (OpenAI's ``data: {...}``
     chunks in the shape ``chunk(text, finish reason, first)`` gives, then ``data: [DONE]``).
     The prompt is admitted (or refused: ``Service.admit``) before the response starts."""
-    loop, tokens = asyncio.get_running_loop(), asyncio.Queue()
-    job = submit_one(service, body, ids, new, sink=lambda t: loop.call_soon_threadsafe(tokens.put_nowait, t))
-    task = asyncio.ensure_future(service.wait(request, job, started))  # admitted: from here on the answer is 200
+    loop, texts = asyncio.get_running_loop(), asyncio.Queue()
+    gen = Generation(service, body, ids, new, on_text=lambda t: t and loop.call_soon_threadsafe(texts.put_nowait, t))
+    task = asyncio.ensure_future(gen.result(service, request, started))  # admitted: from here on the answer is 200
     ident, created, name, sent_any = uuid.uuid4().hex, int(time.time()), service.spec.name, []
 
     def event(text: str, reason: str | None) -> str:
@@ -30,34 +30,24 @@ async def stream(service, request, body, ids, new, started, chunk) -> Response:
 
     async def events():
         try:
-            async for text in _events():
-                yield text
+            while not task.done() or not texts.empty():
+                getter = asyncio.ensure_future(texts.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield event(getter.result(), None)
+                else:
+                    getter.cancel()
+            try:
+                await task
+            except ApiError as e:  # the deadline passed mid-stream: the status is sent; end with the error
+                yield f"data: {e.response().body.decode()}\n\n"
+                return
+            if rest := gen.text.release(final=True):
+                yield event(rest, None)
+            yield event("", gen.finish_reason)
+            yield "data: [DONE]\n\n"
         finally:  # the client left mid-stream: its row leaves the batch
-            job.cancelled |= not task.done()
+            gen.job.cancelled |= not task.done()
             task.cancel()
-
-    async def _events():
-        done, sent, out = Completion(service, ids, body.stops), "", []
-        while not task.done() or not tokens.empty():
-            getter = asyncio.ensure_future(tokens.get())
-            await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
-            if not getter.done():
-                getter.cancel()
-                continue
-            out.append(getter.result())
-            text = done.text(out)
-            if len(text) > len(sent) and not text.endswith("\ufffd"):  # a whole character at least
-                yield event(text[len(sent):], None)
-                sent = text
-        try:
-            final = (await task)[0]
-        except ApiError as e:  # the deadline passed mid-stream: the status is sent; end with the error
-            yield f"data: {e.response().body.decode()}\n\n"
-            return
-        text = done.text(final)
-        if len(text) > len(sent):
-            yield event(text[len(sent):], None)
-        yield event("", "stop" if done.stopped or len(final) < new else "length")
-        yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
