@@ -24,6 +24,7 @@ import numpy as np
 
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions, search
+from tfspec.serve.logits import Tweaks
 
 
 class QueueFull(Exception):
@@ -46,6 +47,10 @@ class Job:
     watch: Callable[[int], bool] | None = None
     """Told each new token as the search picks it (decoder-only, one prompt): True ends the row
     (a stop string appeared, ``detokenize``)."""
+    tweaks: Tweaks | None = None
+    """Penalties, biases and log-probabilities asked for (continuous batching only)."""
+    scores: list = field(default_factory=list)
+    """With ``tweaks.logprobs``: each token's ``logits.score``, appended as it is taken."""
     cancelled: bool = False
     arrived: float = field(default_factory=time.perf_counter)
 

@@ -12,7 +12,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Generation, room
+from tfspec.serve.generation import Generation, room, usage
+from tfspec.serve.logits import chat_logprobs
 from tfspec.serve.schemas import ChatRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
@@ -28,23 +29,26 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     if any(i >= service.spec.vocab.size for i in ids):
         raise ApiError(422, f"the tokenizer gave id {max(ids)}, outside the model's vocabulary", "messages")
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise ApiError(422, "top_logprobs: only with logprobs: true", "top_logprobs")
+    scored = (lambda scores, offset: chat_logprobs(service.codec.decode, scores)) if body.logprobs else None
     if body.stream:
-        return await stream(service, request, body, ids, new, started, _chunk)
+        return await stream(service, request, body, ids, new, started, _chunk, scored)
     gen = Generation(service, body, ids, new)
     out = await gen.result(service, request, started)
     return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                          "created": int(time.time()), "model": service.spec.name,
                          "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text.text},
-                                      "logprobs": None, "finish_reason": gen.finish_reason}],
-                         "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out),
-                                   "total_tokens": len(ids) + len(out)}})
+                                      "logprobs": scored and scored(gen.job.scores, 0),
+                                      "finish_reason": gen.finish_reason}],
+                         "usage": usage(len(ids), len(out))})
 
 
-def _chunk(text: str, reason: str | None, first: bool) -> tuple[str, dict]:
+def _chunk(text: str, reason: str | None, first: bool, logprobs: dict | None) -> tuple[str, dict]:
     """(id prefix, fields) of one streamed chat chunk: the role first, then the text."""
     delta = ({"role": "assistant"} if first else {}) | ({"content": text} if text or reason is None else {})
     return "chatcmpl", {"object": "chat.completion.chunk",
-                        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+                        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
 
 
 routes = [("/v1/chat/completions", "POST", chat, True)]

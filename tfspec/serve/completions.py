@@ -13,7 +13,8 @@ from starlette.responses import JSONResponse, Response
 
 from tfspec.errors import TfspecError
 from tfspec.serve.errors import ApiError
-from tfspec.serve.generation import Generation, room
+from tfspec.serve.generation import Generation, room, usage
+from tfspec.serve.logits import completion_logprobs
 from tfspec.serve.schemas import CompletionRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
@@ -42,10 +43,16 @@ async def completions(service: Service, request: Request, started: float) -> Res
         raise ApiError(400, f"{service.config.directory}: no tokenizer to read prompts with", "prompt")
     many = isinstance(body.prompt, list)
     prompts = [_prompt(service, text, i if many else None, body.max_tokens) for i, text in enumerate(body.prompts)]
+    if body.echo and body.logprobs is not None:  # the step graph gives the last position's log-probabilities only
+        raise ApiError(422, "echo with logprobs: the prompt's own log-probabilities are not computed; "
+                       "ask for one of them", "echo")
+    scored = None if body.logprobs is None else \
+        (lambda scores, offset: completion_logprobs(service.codec.decode, scores, offset))
     if body.stream:
         if many:
             raise ApiError(422, "stream: one prompt per streamed request", "prompt")
-        return await stream(service, request, body, *prompts[0], started, completion_chunk)
+        head = body.prompt if body.echo else ""
+        return await stream(service, request, body, *prompts[0], started, completion_chunk, scored, head)
     gens = []
     try:
         for ids, new in prompts:
@@ -55,18 +62,19 @@ async def completions(service: Service, request: Request, started: float) -> Res
             gen.job.cancelled = True
         raise
     outputs = await asyncio.gather(*(gen.result(service, request, started) for gen in gens))
-    choices = [{"text": gen.text.text, "index": i, "logprobs": None, "finish_reason": gen.finish_reason}
-               for i, gen in enumerate(gens)]
-    used = sum(map(len, outputs))
-    tokens = sum(len(ids) for ids, _ in prompts)
+    choices = []
+    for i, (gen, prompt) in enumerate(zip(gens, body.prompts)):
+        head = prompt if body.echo else ""
+        choices.append({"text": head + gen.text.text, "index": i, "finish_reason": gen.finish_reason,
+                        "logprobs": scored and scored(gen.job.scores, len(head))})
     return JSONResponse({"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                          "model": service.spec.name, "choices": choices,
-                         "usage": {"prompt_tokens": tokens, "completion_tokens": used, "total_tokens": tokens + used}})
+                         "usage": usage(sum(len(ids) for ids, _ in prompts), sum(map(len, outputs)))})
 
 
-def completion_chunk(text: str, reason: str | None, first: bool) -> tuple[str, dict]:
+def completion_chunk(text: str, reason: str | None, first: bool, logprobs: dict | None) -> tuple[str, dict]:
     """(id prefix, fields) of one streamed ``/v1/completions`` chunk."""
-    return "cmpl", {"object": "text_completion", "choices": [{"text": text, "index": 0, "logprobs": None,
+    return "cmpl", {"object": "text_completion", "choices": [{"text": text, "index": 0, "logprobs": logprobs,
                                                               "finish_reason": reason}]}
 
 

@@ -11,6 +11,7 @@ import uuid
 from tfspec.search import Sampling, SearchOptions
 from tfspec.serve.detokenize import Detokenizer
 from tfspec.serve.errors import ApiError
+from tfspec.serve.logits import Tweaks
 from tfspec.serve.schemas import MAX_NEW_TOKENS
 from tfspec.serve.service import Service
 
@@ -26,9 +27,44 @@ def room(service: Service, ids: list[int], max_tokens: int | None, field: str) -
 
 def options_of(body, new: int) -> SearchOptions:
     sampling = None if body.temperature == 0 else Sampling(
-        temperature=body.temperature, top_p=body.top_p,
+        temperature=body.temperature, top_p=body.top_p, top_k=max(body.top_k, 0),
         seed=body.seed if body.seed is not None else uuid.uuid4().int % 2**32)
-    return SearchOptions(beam=1, max_extra=new, max_length=new, sampling=sampling)
+    return SearchOptions(beam=1, max_extra=new, max_length=new, sampling=sampling,
+                         min_length=new if body.ignore_eos else min(body.min_tokens, new))
+
+
+def tweaks_of(service: Service, body) -> Tweaks | None:
+    """The request's penalties, biases and log-probabilities, checked (422 naming the field);
+    None where it asks for none."""
+    bias = []
+    for key, value in (body.logit_bias or {}).items():
+        if not key.isdigit() or int(key) >= service.spec.vocab.size:
+            raise ApiError(422, f"logit_bias: {key!r} is not a token id (0..{service.spec.vocab.size - 1})",
+                           f"logit_bias.{key}")
+        bias.append((int(key), value))
+    tweaks = Tweaks(body.presence_penalty, body.frequency_penalty, tuple(sorted(bias)), body.top_logprobs_wanted)
+    if tweaks == Tweaks():
+        return None
+    if not service.continuous:
+        field = "logprobs" if tweaks.logprobs is not None else "logit_bias" if bias else \
+            "presence_penalty" if body.presence_penalty else "frequency_penalty"
+        raise ApiError(422, f"{field}: needs continuous batching, and this server batches statically "
+                       "(--batching static, or a step graph that cannot take masks)", field)
+    return tweaks
+
+
+def usage(prompt: int, completion: int) -> dict:
+    """OpenAI's ``usage`` object."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def check(body, new: int) -> None:
+    """What pydantic cannot see alone: fields that depend on each other (422 naming one)."""
+    if body.stream_options is not None and not body.stream:
+        raise ApiError(422, "stream_options: only with stream: true", "stream_options")
+    if body.min_tokens > new:
+        raise ApiError(422, f"min_tokens ({body.min_tokens}) is more than the {new} tokens this prompt may get "
+                       "(max_tokens, within the model's positions)", "min_tokens")
 
 
 class Generation:
@@ -38,12 +74,13 @@ class Generation:
 
     def __init__(self, service: Service, body, ids: list[int], new: int, on_text=None):
         self.ids, self.new, self.on_text, self.out = ids, new, on_text, []
-        self.text = Detokenizer(service.codec.decode, ids, body.stops)
-        options = options_of(body, new)
+        check(body, new)
+        self.text = Detokenizer(service.codec.decode, ids, body.stops, body.min_tokens)
+        options, tweaks = options_of(body, new), tweaks_of(service, body)
         # without masks in the step graph, only prompts of one length share a batch
         key = ("complete", options, None if service.ragged else len(ids)) if options.sampling is None else \
             ("alone", uuid.uuid4())
-        self.job = service.admit([ids], options, key, self._watch)
+        self.job = service.admit([ids], options, key, self._watch, tweaks)
 
     def _watch(self, token: int) -> bool:
         stop = self.text.push(token)

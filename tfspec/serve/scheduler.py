@@ -21,6 +21,7 @@ import numpy as np
 
 from tfspec.search import Picker, among, banned_tokens, output_limits, stop_ids
 from tfspec.serve.batcher import Batcher, Job, settle
+from tfspec.serve.logits import Shaper, score
 
 
 def continuous(decoder) -> bool:
@@ -41,27 +42,45 @@ class Row:
     """Tokens it may produce (``max_tokens``, within the model's positions)."""
     pick: Picker | None
     """Its own sampler (None: greedy)."""
+    shaper: Shaper | None = None
+    """Its penalties and biases (``logits``), None without."""
     out: list[int] = field(default_factory=list)
+    step: tuple | None = None
+    """The last step's (values, ids) of this row, kept while log-probabilities are reported."""
 
     @property
     def reserved(self) -> int:
         """Cache columns it may come to hold: its prompt and every token it may produce."""
         return self.job.tokens + self.limit
 
+    @property
+    def candidates(self) -> int:
+        """Candidates a step must return for it, banned tokens aside."""
+        picking = 1 if self.pick is None else self.pick.k
+        return max(picking, self.job.tweaks.candidates) if self.job.tweaks else picking
+
     def banned(self, decoder, stops) -> list[int]:
         return banned_tokens(decoder, stops, len(self.out), self.job.options.min_length)
 
     def choose(self, values: np.ndarray, ids: np.ndarray, banned: list[int]) -> int:
-        """The row's next token from its top-k ``values``/``ids`` (k,), as ``search`` picks."""
+        """The row's next token from its top-k ``values``/``ids`` (k,), as ``search`` picks,
+        after its penalties and biases."""
+        if self.job.tweaks is not None and self.job.tweaks.logprobs is not None:
+            self.step = values, ids
+        shaped = np.where(among(ids, banned), -np.inf, values if self.shaper is None else self.shaper(values, ids))
         if self.pick is None:
-            return int(ids[np.argmax(~among(ids, banned))])
-        return int(self.pick(np.where(among(ids, banned), -np.inf, values)[None], ids[None])[0])
+            return int(ids[np.argmax(shaped)])
+        return int(self.pick(shaped[None], ids[None])[0])
 
     def take(self, token: int, stops) -> bool:
         """Record ``token``; whether the row goes on (not at end of sequence, a stop string nor its limit)."""
         if token in stops:
             return False
         self.out.append(token)
+        if self.shaper is not None:
+            self.shaper.took(token)
+        if self.step is not None:
+            self.job.scores.append(score(token, *self.step, self.job.tweaks.logprobs))
         if self.job.watch is not None and self.job.watch(token):
             return False  # a stop string
         return len(self.out) < self.limit
@@ -85,6 +104,7 @@ class ContinuousBatcher(Batcher):
         self.waited = 0
         """Steps the queue has waited while rows ran."""
         self.stops = stop_ids(decoder)
+        self.vocab = decoder.model.spec.vocab.size
         self.axes = {name: i.shape.index("past_len") for name, i in decoder.inputs.items()
                      if name.startswith("past.")}
 
@@ -118,7 +138,8 @@ class ContinuousBatcher(Batcher):
             room, fresh = self.max_batch_tokens - sum(row.reserved for row in rows), []
             for job in self.queue:
                 row = Row(job, int(output_limits(self.decoder, None, job.sources, job.options)[0]),
-                          None if job.options.sampling is None else Picker(job.options.sampling))
+                          None if job.options.sampling is None else Picker(job.options.sampling),
+                          Shaper(job.tweaks, self.vocab) if job.tweaks and job.tweaks.reshapes else None)
                 if row.reserved > room and (rows or fresh):
                     break  # first come, first served: later ones wait behind it
                 fresh.append(row)
@@ -166,8 +187,7 @@ class ContinuousBatcher(Batcher):
 
     def _k(self, rows: list[Row]) -> int:
         """Candidates one step returns: enough for the greediest and the sampled rows alike."""
-        return max((1 if row.pick is None else row.pick.k) + len(row.banned(self.decoder, self.stops))
-                   for row in rows)
+        return max(row.candidates + len(row.banned(self.decoder, self.stops)) for row in rows)
 
     def _splice(self, a, b):
         """One decoding state of ``a``'s rows then ``b``'s: caches cut to their live columns,

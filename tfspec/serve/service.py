@@ -97,14 +97,15 @@ class Service:
             field = ".".join(map(str, first["loc"])) or None
             raise ApiError(422, f"{field or 'body'}: {first['msg']}", field) from None
 
-    def admit(self, sources: list[list[int]], options: SearchOptions, key: tuple, watch=None) -> Job:
+    def admit(self, sources: list[list[int]], options: SearchOptions, key: tuple, watch=None,
+              tweaks=None) -> Job:
         """Queue ``sources`` now or refuse them (503 + Retry-After: draining, or the queue full).
         Decided before any byte of the answer is sent, streams included, so that a refusal is a
         status a client or balancer acts on, never an error inside a 200. ``watch`` is told each
-        token as it is decoded and may end the row (``Job.watch``)."""
+        token as it is decoded and may end the row (``Job.watch``); ``tweaks``: ``Job.tweaks``."""
         if self.draining:
             raise ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
-        job = Job(sources, options, key, asyncio.get_running_loop().create_future(), watch)
+        job = Job(sources, options, key, asyncio.get_running_loop().create_future(), watch, tweaks)
         try:
             self.batcher.submit(job)
         except QueueFull:
