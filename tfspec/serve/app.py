@@ -5,6 +5,7 @@ request by route and status."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 
 from starlette.applications import Starlette
@@ -16,6 +17,8 @@ from starlette.routing import Route
 from tfspec.serve import chat, completions, probes, translate
 from tfspec.serve.errors import ApiError
 from tfspec.serve.service import ServeConfig, Service
+
+log = logging.getLogger("tfspec.serve")
 
 
 def endpoint(service: Service, route: str, handler, counted: bool = True):
@@ -34,6 +37,9 @@ def endpoint(service: Service, route: str, handler, counted: bool = True):
             response = await handler(service, request, started)
         except ApiError as e:
             response = e.response()
+        except Exception:  # a bug: logged, answered and counted as the 500 it is
+            log.exception("%s %s", request.method, route)
+            response = ApiError(500, "internal error: a bug in tfspec (the server logged it)").response()
         except BaseException:
             service.inflight -= counted
             raise

@@ -7,8 +7,8 @@ the oldest request and the queued ones of equal search options nearest it in len
 ``max_batch_tokens`` tokens counting the padding, as ``decode_all`` groups ``tfspec translate``'s
 sorted lines (a batch of mixed lengths steps as long as its longest line: taken in arrival
 order, served throughput was 64% of ``decode_all``'s on the same lines).
-A request that times out or whose client leaves is marked cancelled: it is dropped from the
-queue, and a running batch whose requests are all cancelled stops at its next step.
+A request that times out or whose client leaves is cancelled: it leaves the queue at once (its
+places free), and a running batch whose requests are all cancelled stops at its next step.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ class Batcher:
         self.queue: deque[Job] = deque()
         self.ready = threading.Condition()
         self.running: list[Job] = []
+        self.waiting = 0
+        """Prompts (lines) in ``queue``: what ``max_queue`` bounds."""
         self.stopping = False
         self.thread = threading.Thread(target=self._work, name="tfspec-serve-decode", daemon=True)
 
@@ -89,25 +91,47 @@ class Batcher:
         self.thread.join(timeout=5)
 
     def submit(self, job: Job) -> None:
+        """Queue ``job``, or raise ``QueueFull``: the queue counts prompts (lines), so a request
+        of many takes as many places."""
         with self.ready:
-            if len(self.queue) >= self.max_queue:
+            if self.waiting + len(job.sources) > self.max_queue:
                 raise QueueFull
             self.queue.append(job)
+            self.waiting += len(job.sources)
             self.ready.notify()
+
+    def cancel(self, job: Job) -> None:
+        """Mark ``job`` cancelled; if it still waits, its places in the queue are free at once."""
+        with self.ready:
+            job.cancelled = True
+            if job in self.queue:
+                self.queue.remove(job)
+                self.waiting -= len(job.sources)
+
+    def _taken(self, jobs) -> None:
+        """``jobs`` leave the queue for decoding (the lock held)."""
+        taken = set(jobs)
+        self.queue = deque(job for job in self.queue if job not in taken)
+        self.waiting -= sum(len(job.sources) for job in jobs)
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        """Prompts (lines) waiting."""
+        return self.waiting
+
+    @property
+    def alive(self) -> bool:
+        """Whether the decoding thread runs (before ``start``: whether it will)."""
+        return not self.stopping and (self.thread.is_alive() or self.thread.ident is None)
 
     def _next(self) -> list[Job]:
         """The oldest live job and the queued ones that may join it, nearest in length first,
         while rows x longest row (the padded batch) fits the token budget."""
         with self.ready:
-            while not self.stopping and not any(not j.cancelled for j in self.queue):
+            while not self.stopping and not self.queue:
                 self.ready.wait()
             if self.stopping:
                 return []
-            self.queue = deque(job for job in self.queue if not job.cancelled)
             first, jobs, rows, width = self.queue[0], [], 0, 0
             peers = sorted((job for job in self.queue if job.key == first.key),
                            key=lambda job: abs(job.width - first.width))  # stable: the oldest first at a tie
@@ -116,8 +140,7 @@ class Batcher:
                 if not jobs or grown[0] * grown[1] <= self.max_batch_tokens:
                     jobs.append(job)
                     rows, width = grown
-            taken = set(jobs)
-            self.queue = deque(job for job in self.queue if job not in taken)
+            self._taken(jobs)
             return jobs
 
     def _work(self) -> None:

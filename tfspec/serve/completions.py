@@ -42,6 +42,7 @@ async def completions(service: Service, request: Request, started: float) -> Res
     if service.codec is None:
         raise ApiError(400, f"{service.config.directory}: no tokenizer to read prompts with", "prompt")
     many = isinstance(body.prompt, list)
+    service.fits(len(body.prompts), "prompt")
     prompts = [_prompt(service, text, i if many else None, body.max_tokens) for i, text in enumerate(body.prompts)]
     if body.echo and body.logprobs is not None:  # the step graph gives the last position's log-probabilities only
         raise ApiError(422, "echo with logprobs: the prompt's own log-probabilities are not computed; "
@@ -59,7 +60,7 @@ async def completions(service: Service, request: Request, started: float) -> Res
             gens.append(Generation(service, body, ids, new))
     except ApiError:  # all of the request or none of it: the prompts admitted so far leave the queue
         for gen in gens:
-            gen.job.cancelled = True
+            service.batcher.cancel(gen.job)
         raise
     outputs = await asyncio.gather(*(gen.result(service, request, started) for gen in gens))
     choices = []

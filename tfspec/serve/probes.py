@@ -1,17 +1,24 @@
 """Probes and metrics: ``GET /health`` (the process is alive), ``GET /ready`` (loaded and not
-draining) and ``GET /metrics`` (Prometheus text); none of them counts as a request in flight."""
+draining, its decoding thread running) and ``GET /metrics`` (Prometheus text); none of them counts as a request in flight."""
 
 from __future__ import annotations
 
 from starlette.responses import JSONResponse, Response
 
+from tfspec.serve.service import DEAD
+
 async def health(service, request, started) -> Response:
+    """Liveness: fails once the decoding thread is gone (nothing would be answered: restart)."""
+    if not service.batcher.alive:
+        return JSONResponse({"status": "dead", "reason": DEAD}, 503)
     return JSONResponse({"status": "alive"})
 
 
 async def ready(service, request, started) -> Response:
     if service.draining:
         return JSONResponse({"ready": False, "reason": "draining"}, 503)
+    if not service.batcher.alive:
+        return JSONResponse({"ready": False, "reason": DEAD}, 503)
     return JSONResponse({"ready": True, "model": service.spec.name})
 
 

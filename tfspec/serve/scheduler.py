@@ -129,12 +129,10 @@ class ContinuousBatcher(Batcher):
         oldest waited long enough (``WAITING_SERVED_RATIO``); waits while nothing runs or
         waits; None once stopping with nothing running."""
         with self.ready:
-            while not self.stopping and not rows and not any(not j.cancelled for j in self.queue):
+            while not self.stopping and not rows and not self.queue:
                 self.ready.wait()
             if self.stopping:
                 return [] if rows else None
-            for job in [job for job in self.queue if job.cancelled]:
-                self.queue.remove(job)
             room, fresh = self.max_batch_tokens - sum(row.reserved for row in rows), []
             for job in self.queue:
                 row = Row(job, int(output_limits(self.decoder, None, job.sources, job.options)[0]),
@@ -148,8 +146,7 @@ class ContinuousBatcher(Batcher):
                 self.waited += bool(self.queue)
                 return []
             self.waited = 0
-            for _ in fresh:
-                self.queue.popleft()
+            self._taken([row.job for row in fresh])
             return fresh
 
     def _join(self, rows, state, tokens, fresh: list[Row]):

@@ -23,19 +23,24 @@ from tfspec.serve.scheduler import ContinuousBatcher, continuous
 from tfspec.serve.schemas import TranslateRequest
 
 
+DEAD = "the decoding thread is not running: this server cannot answer (its /health fails: restart it)"
+
+
 @dataclass(frozen=True)
 class ServeConfig:
     directory: Path
     max_batch_tokens: int = 8192
     """Source (or prompt) tokens decoded together at most; one larger request goes alone."""
     max_queue: int = 256
-    """Requests waiting at most; more are answered 503 with Retry-After."""
+    """Prompts (lines) waiting at most, each counted; more are answered 503 with Retry-After."""
     timeout: float = 60.0
     """Seconds from arrival to answer; later: 504, and the request's work is cancelled."""
     threads: int | None = None
     """onnxruntime threads (default: all cores)."""
     max_body: int = 4 * 2**20
     """Bytes in one request body; more: 413."""
+    body_timeout: float = 10.0
+    """Seconds a request body may take to arrive; later: 408 (a slowloris client holds no connection)."""
     batching: str = "continuous"
     """Decoder-only exports: ``continuous`` (prompts join and leave the running batch between
     steps, where the step graph allows: ``scheduler.continuous``) or ``static`` (a batch runs to
@@ -78,16 +83,17 @@ class Service:
         """Set when a drain's grace is spent: what is still in flight answers 503 and is cancelled."""
 
     async def body(self, request: Request, model):
-        """The request body parsed as ``model``: 413 over ``max_body``, 400 if not JSON, 422 if
-        it does not fit the model (the first error's field named)."""
+        """The request body parsed as ``model``: 413 over ``max_body``, 408 if not received
+        within ``body_timeout``, 400 if not JSON, 422 if it does not fit the model (the first
+        error's field named)."""
         limit = self.config.max_body
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"the body is over {limit:,} bytes", "body")
-        raw = bytearray()
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > limit:
-                raise ApiError(413, f"the body is over {limit:,} bytes", "body")
+        try:
+            raw = await asyncio.wait_for(_read(request, limit), self.config.body_timeout)
+        except TimeoutError:  # slowloris: a client sending a byte now and then would hold a connection for ever
+            raise ApiError(408, f"the body was not received within {self.config.body_timeout:g}s", "body",
+                           headers={"Connection": "close"}) from None
         try:
             return model.model_validate_json(bytes(raw))
         except ValidationError as e:
@@ -105,6 +111,8 @@ class Service:
         token as it is decoded and may end the row (``Job.watch``); ``tweaks``: ``Job.tweaks``."""
         if self.draining:
             raise ApiError(503, "the server is shutting down", headers={"Retry-After": "1"})
+        if not self.batcher.alive:
+            raise ApiError(503, DEAD)
         job = Job(sources, options, key, asyncio.get_running_loop().create_future(), watch, tweaks)
         try:
             self.batcher.submit(job)
@@ -112,6 +120,12 @@ class Service:
             raise ApiError(503, f"the queue is full ({self.config.max_queue} requests); retry shortly",
                            headers={"Retry-After": "1"}) from None
         return job
+
+    def fits(self, prompts: int, field: str) -> None:
+        """413 for a request of more prompts (lines) than the queue holds: it could never be admitted."""
+        if prompts > self.config.max_queue:
+            raise ApiError(413, f"{prompts} prompts, more than the queue holds (--max-queue {self.config.max_queue}); "
+                           "send them in several requests", field)
 
     async def decode(self, request: Request, sources: list[list[int]], options: SearchOptions, key: tuple,
                      started: float) -> list[list[int]]:
@@ -134,7 +148,7 @@ class Service:
             outputs = job.future.result()
             self.metrics.generated.inc(sum(map(len, outputs)))
             return outputs
-        job.cancelled = True
+        self.batcher.cancel(job)
         if gone in done:
             raise ApiError(499, "the client closed the request")
         if stopped in done:
@@ -165,6 +179,15 @@ class Service:
                 raise ApiError(413, f"{len(ids)} tokens (with EOS), more than the model's {self.limit} positions",
                                f"{field}.{i}")
         return sources
+
+
+async def _read(request: Request, limit: int) -> bytes:
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            raise ApiError(413, f"the body is over {limit:,} bytes", "body")
+    return bytes(raw)
 
 
 async def _disconnected(request: Request) -> None:

@@ -61,8 +61,9 @@ async def stream(service, request, body, ids, new, started, chunk, scored=None, 
                              "usage": usage(len(ids), len(out))})
             yield "data: [DONE]\n\n"
         finally:  # the client left mid-stream: its row leaves the batch
-            gen.job.cancelled |= not task.done()
-            task.cancel()
+            if not task.done():
+                service.batcher.cancel(gen.job)
+                task.cancel()
 
     return StreamingResponse(events(), media_type="text/event-stream")
 

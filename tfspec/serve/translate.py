@@ -16,6 +16,7 @@ async def translate(service: Service, request: Request, started: float) -> Respo
     if service.decoder_only:
         raise ApiError(400, f"{service.spec.name} is decoder-only: POST /v1/completions")
     sources = service.sources(body)
+    service.fits(len(sources), "ids" if body.ids is not None else "text")
     options = SearchOptions(beam=body.beam, alpha=body.alpha, max_extra=body.max_extra,
                             max_length=None if service.limit is None else service.limit - 1)
     outputs = [[] for _ in sources]

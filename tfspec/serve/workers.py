@@ -30,12 +30,15 @@ LOAD_SECONDS = 600
 """How long a worker may take to load its model before the supervisor gives up on it."""
 
 
-def supervise(config, host: str, port: int, grace: float, workers: int, log_level: str, guard) -> int:
+def supervise(config, host: str, port: int, grace: float, workers: int, log_level: str, guard,
+              announce=None) -> int:
     """Serve with ``workers`` processes until SIGTERM or SIGINT; the exit status of the whole:
     0 after a clean drain, a worker's own status if one could not start. ``guard(fn, *args)``
-    runs each worker (``launch.serve``)."""
+    runs each worker, ``announce(port)`` is told the port once bound (``launch.serve``)."""
     held = _bind(host, port)  # bound, never listening: keeps the port (0: picks one) between restarts
     address = (host, held.getsockname()[1])
+    if announce is not None:
+        announce(address[1])
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this one's threads
     stopping: list[int] = []
     running: list = []
