@@ -25,7 +25,9 @@ async def chat(service: Service, request: Request, started: float) -> Response:
         raise ApiError(400, f"{service.spec.name}: no chat template in {service.config.directory} "
                        "(chat_template.jinja or tokenizer_config.json); POST /v1/completions", "messages")
     text = await asyncio.to_thread(service.chat.render, [m.model_dump(exclude_none=True) for m in body.messages])
-    ids = service.codec.tokenizer.encode(text, add_special_tokens=False).ids
+    contents = [part for m in body.messages
+                for part in ([m.content] if isinstance(m.content, str) else [p.text for p in m.content])]
+    ids = service.chat_encoder.encode(text, contents)
     if any(i >= service.spec.vocab.size for i in ids):
         raise ApiError(422, f"the tokenizer gave id {max(ids)}, outside the model's vocabulary", "messages")
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")

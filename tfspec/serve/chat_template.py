@@ -7,7 +7,8 @@ Mistral Instruct, Gemma ship one). The messages are rendered as transformers'
 tokenizer's special tokens (``bos_token``, ...) as variables. The text is tokenized without
 adding special tokens (the template writes them) and continued as a completion is.
 
-The template is untrusted input: it runs sandboxed and off the event loop; one that does not
+The template is untrusted input: it runs sandboxed (``sandbox``: with a deadline and a cap on
+its output) and off the event loop; one that does not
 compile stops ``tfspec serve`` at start (an ``error:`` line), and one that fails on a request's
 messages (``raise_exception``, a missing field) answers that request with one JSON error.
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from tfspec.errors import TfspecError
 from tfspec.serve.errors import ApiError
+from tfspec.serve.sandbox import environment, render
 from tfspec.untrusted import read_json
 
 MAX_TEMPLATE_BYTES = 2**20
@@ -32,10 +34,8 @@ class ChatTemplate:
     def __init__(self, source: str, tokens: dict[str, str], where: Path):
         import jinja2
         from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[_generation_tag(), loopcontrols])
+        env = environment(trim_blocks=True, lstrip_blocks=True, extensions=[_generation_tag(), loopcontrols])
         env.filters["tojson"] = _tojson
         env.globals |= {"raise_exception": _raise, "strftime_now": lambda f: datetime.now().strftime(f),
                         "namespace": _namespace()}
@@ -46,10 +46,13 @@ class ChatTemplate:
         self.tokens = tokens
 
     def render(self, messages: list[dict]) -> str:
-        """The prompt text of ``messages``, ending where the assistant's answer starts."""
+        """The prompt text of ``messages``, ending where the assistant's answer starts, within
+        ``sandbox``'s deadline and size (the caller runs it off the event loop: it may take that long)."""
         try:
-            return self.template.render(messages=messages, tools=None, documents=None, add_generation_prompt=True,
-                                        **self.tokens)
+            return render(self.template, messages=messages, tools=None, documents=None, add_generation_prompt=True,
+                          **self.tokens)
+        except ApiError:
+            raise
         except Exception as e:  # the template is code from the checkpoint: whatever it raises, the request fails
             raise ApiError(422, f"the model's chat template refused the messages: {e}", "messages") from None
 

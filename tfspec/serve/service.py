@@ -53,6 +53,7 @@ class Service:
     def __init__(self, config: ServeConfig):
         from tfspec.backends.onnx import OnnxModel
         from tfspec.data.codecs import HFCodec, open_codec
+        from tfspec.serve.chat_encode import ContentEncoder
         from tfspec.serve.chat_template import read_chat_template
 
         self.config = config
@@ -64,6 +65,8 @@ class Service:
         self.chat = read_chat_template(Path(config.directory)) \
             if self.decoder_only and isinstance(self.codec, HFCodec) else None
         """``/v1/chat/completions``' template: where a tokenizer.json (what templates are written for) has one."""
+        self.chat_encoder = ContentEncoder(self.codec.tokenizer) if self.chat else None
+        """Tokenizes a rendering so that typed special tokens stay text (``chat_encode``)."""
         self.metrics = Metrics()
         decoder = self.model.decoder()
         if self.decoder_only and config.batching == "continuous" and not continuous(decoder):
