@@ -29,9 +29,11 @@ def cmd_serve(args) -> int:
 def register(command) -> None:
     c = command("serve", cmd_serve,
                 "Serve an export directory over HTTP: POST /v1/translate (ids or text), and for decoder-only "
-                "models OpenAI's /v1/completions and /v1/models; GET /health, /ready, /metrics (Prometheus). "
-                "Concurrent requests are decoded together; a full queue answers 503, a late one 504. "
-                "SIGTERM drains: /ready turns false, requests in flight finish, the process exits 0.")
+                "models OpenAI's /v1/completions, /v1/chat/completions (with a chat template) and /v1/models; "
+                "GET /health, /ready, /metrics (Prometheus). Concurrent requests are decoded together; a full "
+                "queue answers 503 (streams too, before their first byte), a late one 504. SIGTERM drains: "
+                "/ready turns false, requests in flight (streams to their last chunk) finish, the process exits 0. "
+                "docs/serve.md")
     c.add_argument("model", metavar="DIR", help="a directory written by `tfspec export`")
     c.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     c.add_argument("--port", type=integer(0, 65535), default=8000,
