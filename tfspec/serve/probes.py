@@ -1,5 +1,6 @@
-"""Probes and metrics: ``GET /health`` (the process is alive), ``GET /ready`` (loaded and not
-draining, its decoding thread running) and ``GET /metrics`` (Prometheus text); none of them counts as a request in flight."""
+"""Probes and metrics: ``GET /health`` (the process is alive, its decoding thread running),
+``GET /ready`` (loaded, not draining, decoding) and ``GET /metrics`` (Prometheus text); none of
+them counts as a request in flight."""
 
 from __future__ import annotations
 
