@@ -34,7 +34,12 @@ def graph() -> nx.DiGraph:
         here = "tfspec.serve" if path.stem == "__init__" else f"tfspec.serve.{path.stem}"
         g.add_node(here)
         for module, names in imports(path):
-            targets = [module] if module in modules else [f"{module}.{n}" for n in names if f"{module}.{n}" in modules]
+            if module in modules or module == "tfspec.serve" and not names:
+                targets = [module]
+            elif module == "tfspec.serve":  # a submodule, or a name of the package's __init__
+                targets = [f"{module}.{n}" if f"{module}.{n}" in modules else module for n in names]
+            else:
+                targets = []
             g.add_edges_from((here, t) for t in targets)
     return g
 

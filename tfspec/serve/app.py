@@ -14,9 +14,12 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tfspec.serve import chat, completions, probes, translate
+from tfspec.serve.chat import routes as chat_routes
+from tfspec.serve.completions import routes as completion_routes
 from tfspec.serve.errors import ApiError
+from tfspec.serve.probes import routes as probe_routes
 from tfspec.serve.service import ServeConfig, Service
+from tfspec.serve.translate import routes as translate_routes
 
 log = logging.getLogger("tfspec.serve")
 
@@ -75,7 +78,7 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
         service.batcher.stop()
 
     routes = [Route(path, endpoint(service, path, handler, counted), methods=[method])
-              for group in (probes, translate, completions, chat) for path, method, handler, counted in group.routes]
+              for path, method, handler, counted in probe_routes + translate_routes + completion_routes + chat_routes]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.service = service
     return app
