@@ -4,6 +4,7 @@ metrics) while its requests are open, and a slow step makes a full queue certain
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -23,27 +24,26 @@ class Slowed:
 
 
 class InProcess:
-    """uvicorn over ``create_app(config)`` in a thread; ``service.batcher.decoder`` is ``Slowed``."""
+    """``tfspec serve``'s server (``server.build``: its drain included) in a thread;
+    ``service.batcher.decoder`` is ``Slowed``. ``drain()`` is what SIGTERM does."""
 
-    def __init__(self, config):
-        import uvicorn
+    def __init__(self, config, grace: float = 10.0):
+        from tfspec.serve.server import build
 
-        from tfspec.serve.app import create_app
-        from tfspec.serve.service import Service
-
-        self.service = Service(config)
+        ports = []
+        self.server = build(config, grace, "127.0.0.1", 0, announce=ports.append)
+        self.service = self.server.service
         self.slowed = self.service.batcher.decoder = Slowed(self.service.batcher.decoder)
-        app = create_app(config, self.service)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
-        for _ in range(300):
-            if self.server.started:
+        for _ in range(600):
+            if ports:
                 break
             time.sleep(0.05)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://127.0.0.1:{ports[0]}"
+
+    def drain(self) -> None:
+        self.server.handle_exit(signal.SIGTERM, None)
 
     def stop(self) -> None:
         self.server.should_exit = True

@@ -90,3 +90,21 @@ def test_a_stream_is_in_flight_until_its_last_chunk(served):
         time.sleep(0.01)
     assert service.inflight == 0 and counted(service, "/v1/completions", "200") == before + 1
     assert took > 0.1  # the stream stayed open while the later tokens were decoded
+
+
+def test_a_drain_waits_for_an_open_stream(served):
+    from serve_inprocess import InProcess
+    from tfspec.serve.service import ServeConfig
+
+    s = InProcess(ServeConfig(served.service.config.directory, threads=1), grace=2)  # uvicorn cuts after 0.5 s
+    s.slowed.delay = 0.03
+    try:
+        with opened(s.url + "/v1/completions", STREAM | {"max_tokens": 30, "ignore_eos": True}) as r:
+            lines = (line.decode().rstrip("\n") for line in r)
+            next(line for line in lines if line.startswith("data:"))
+            s.drain()  # SIGTERM: the server stops once nothing is in flight
+            rest = [line for line in lines if line.startswith("data:")]
+        s.thread.join(10)
+    finally:
+        s.stop()
+    assert rest[-1] == "data: [DONE]" and len(rest) > 5 and not s.thread.is_alive()
