@@ -160,7 +160,12 @@ NEAR = st.fixed_dictionaries({}, optional={"ids": st.lists(st.lists(st.integers(
                                            "text": JSON, "beam": JSON | st.integers(0, 3), "alpha": JSON,
                                            "max_extra": JSON | st.integers(-1, 3), "model": JSON, "prompt": JSON,
                                            "messages": st.lists(st.fixed_dictionaries({"role": JSON, "content": JSON}),
-                                                                max_size=2)})
+                                                                max_size=2),
+                                           "logit_bias": JSON | st.dictionaries(st.text(max_size=6),
+                                                                                st.integers(-101, 101), max_size=2),
+                                           "stream_options": JSON, "logprobs": JSON | st.integers(-1, 21),
+                                           "top_logprobs": JSON, "echo": JSON, "min_tokens": JSON | st.integers(-1, 30),
+                                           "top_k": JSON, "presence_penalty": JSON, "ignore_eos": JSON})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("starlette")
 pytest.importorskip("transformers")
@@ -105,3 +107,29 @@ def test_what_cannot_be_honoured_is_a_422_naming_the_field(served, fields, param
 
     status, answer, _ = request(served.url + "/v1/completions", {"model": "m", "prompt": PROMPT} | fields)
     assert status == 422 and answer["error"]["param"] == param, answer
+
+
+
+def fuzzed_fields():
+    from test_serve import JSON
+
+    number = st.integers(-3, 30) | st.floats(-3, 3) | JSON
+    return st.fixed_dictionaries({}, optional={
+        "logit_bias": JSON | st.dictionaries(st.sampled_from(["0", "5", "x", "-1", "99999"]), number, max_size=2),
+        "stream_options": JSON | st.fixed_dictionaries({"include_usage": JSON}), "stream": st.booleans(),
+        "logprobs": number, "top_logprobs": number, "echo": JSON, "min_tokens": number, "top_k": number,
+        "presence_penalty": number, "frequency_penalty": number, "ignore_eos": JSON, "stop": JSON,
+        "temperature": number, "seed": number})
+
+
+def test_fuzzed_openai_fields_never_500(served):
+    from test_serve import request
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(fields=fuzzed_fields(), chat=st.booleans())
+    def check(fields, chat):
+        route, base = ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}) if chat else \
+            ("/v1/completions", {"prompt": PROMPT})
+        status, answer, _ = request(served.url + route, {"model": "m", "max_tokens": 3} | base | fields, timeout=30)
+        assert status in (200, 400, 413, 422), (fields, answer)
+    check()
