@@ -80,6 +80,26 @@ def test_the_queue_counts_prompts_and_frees_a_cancelled_slot_at_once():
     loop.close()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the bug's traceback, shown
+def test_a_dying_decoding_thread_answers_what_waits_at_once():
+    from tfspec.search import SearchOptions
+    from tfspec.serve.batcher import Batcher, Job, Stopped
+
+    loop = asyncio.new_event_loop()
+    batcher = Batcher(None, True, 4096, 4)
+    job = Job([[1, 2]], SearchOptions(), (), loop.create_future())
+    batcher.submit(job)
+    batcher._next = lambda: 1 / 0  # a bug in the decoding thread
+    batcher.start()
+    try:
+        with pytest.raises(Stopped):
+            loop.run_until_complete(asyncio.wait_for(job.future, 5))
+    finally:
+        loop.close()
+    batcher.thread.join(5)
+    assert not batcher.alive and batcher.depth == 0
+
+
 def test_more_prompts_than_the_queue_holds_is_413(served):
     from test_serve import request
 

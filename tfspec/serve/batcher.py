@@ -35,6 +35,10 @@ class Cancelled(Exception):
     """Every request of the running batch was cancelled: the search stops."""
 
 
+class Stopped(Exception):
+    """The decoding thread ended (stopped, or died of a bug) before this request was decoded."""
+
+
 @dataclass(eq=False)
 class Job:
     """One request: its sources (translation) or prompts (decoder-only, with BOS), decoded with
@@ -77,14 +81,14 @@ class Batcher:
         self.waiting = 0
         """Prompts (lines) in ``queue``: what ``max_queue`` bounds."""
         self.stopping = False
-        self.thread = threading.Thread(target=self._work, name="tfspec-serve-decode", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="tfspec-serve-decode", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        """End the worker once its current batch is done; queued jobs are left unanswered (the
-        server drains before stopping, so none are queued then)."""
+        """End the worker once its current batch is done; queued jobs are answered ``Stopped``
+        (the server drains before stopping, so none are queued then)."""
         with self.ready:
             self.stopping = True
             self.ready.notify()
@@ -123,6 +127,18 @@ class Batcher:
     def alive(self) -> bool:
         """Whether the decoding thread runs (before ``start``: whether it will)."""
         return not self.stopping and (self.thread.is_alive() or self.thread.ident is None)
+
+    def _run(self) -> None:
+        """The decoding thread: ``_work`` until stopped. Should it ever die of a bug, ``alive``
+        turns false (the probes fail) and what waits is answered at once, not at its deadline."""
+        try:
+            self._work()
+        finally:
+            with self.ready:
+                self.stopping = True
+                left, self.queue, self.waiting = list(self.queue), deque(), 0
+            for job in left + self.running:
+                settle(job, error=Stopped())
 
     def _next(self) -> list[Job]:
         """The oldest live job and the queued ones that may join it, nearest in length first,

@@ -16,7 +16,7 @@ from starlette.requests import Request
 
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions
-from tfspec.serve.batcher import Batcher, Job, QueueFull
+from tfspec.serve.batcher import Batcher, Job, QueueFull, Stopped
 from tfspec.serve.errors import ApiError
 from tfspec.serve.metrics import Metrics
 from tfspec.serve.scheduler import ContinuousBatcher, continuous
@@ -148,7 +148,10 @@ class Service:
             gone.cancel()
             stopped.cancel()
         if job.future in done:
-            outputs = job.future.result()
+            try:
+                outputs = job.future.result()
+            except Stopped:
+                raise ApiError(503, DEAD) from None
             self.metrics.generated.inc(sum(map(len, outputs)))
             return outputs
         self.batcher.cancel(job)
