@@ -24,10 +24,7 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     if service.chat is None:
         raise ApiError(400, f"{service.spec.name}: no chat template in {service.config.directory} "
                        "(chat_template.jinja or tokenizer_config.json); POST /v1/completions", "messages")
-    text = await asyncio.to_thread(service.chat.render, [m.model_dump(exclude_none=True) for m in body.messages])
-    contents = [part for m in body.messages
-                for part in ([m.content] if isinstance(m.content, str) else [p.text for p in m.content])]
-    ids = service.chat_encoder.encode(text, contents)
+    ids = await asyncio.to_thread(_prompt, service, body.messages)  # both may take long: off the event loop
     if any(i >= service.spec.vocab.size for i in ids):
         raise ApiError(422, f"the tokenizer gave id {max(ids)}, outside the model's vocabulary", "messages")
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")
@@ -44,6 +41,14 @@ async def chat(service: Service, request: Request, started: float) -> Response:
                                       "logprobs": scored and scored(gen.job.scores, 0),
                                       "finish_reason": gen.finish_reason}],
                          "usage": usage(len(ids), len(out))})
+
+
+def _prompt(service: Service, messages) -> list[int]:
+    """The ids of ``messages`` rendered by the template, typed special tokens kept as text."""
+    text = service.chat.render([m.model_dump(exclude_none=True) for m in messages])
+    contents = [part for m in messages for part in ([m.content] if isinstance(m.content, str) else
+                                                    [p.text for p in m.content])]
+    return service.chat_encoder.encode(text, contents)
 
 
 def _chunk(text: str, reason: str | None, first: bool, logprobs: dict | None) -> tuple[str, dict]:
