@@ -10,15 +10,17 @@ import time
 
 
 class Slowed:
-    """``decoder`` whose steps take at least ``delay`` seconds (set it to 0 to stop slowing)."""
+    """``decoder`` whose steps take at least ``delay`` seconds (set it to 0 to stop slowing),
+    counted in ``steps``."""
 
     def __init__(self, decoder, delay: float = 0.0):
-        self.decoder, self.delay = decoder, delay
+        self.decoder, self.delay, self.steps = decoder, delay, 0
 
     def __getattr__(self, name):
         return getattr(self.decoder, name)
 
     def step(self, *args, **kwargs):
+        self.steps += 1
         time.sleep(self.delay)
         return self.decoder.step(*args, **kwargs)
 

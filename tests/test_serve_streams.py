@@ -108,3 +108,23 @@ def test_a_drain_waits_for_an_open_stream(served):
     finally:
         s.stop()
     assert rest[-1] == "data: [DONE]" and len(rest) > 5 and not s.thread.is_alive()
+
+
+def test_a_stream_whose_client_leaves_is_no_longer_in_flight(served):
+    service = served.service
+    served.slowed.delay = 0.03
+    try:
+        r = opened(served.url + "/v1/completions", STREAM | {"max_tokens": 60, "ignore_eos": True})
+        next(line for line in r if line.startswith(b"data:"))
+        assert service.inflight == 1
+        r.close()  # the client goes away mid-stream
+        for _ in range(200):
+            if service.inflight == 0:
+                break
+            time.sleep(0.01)
+        steps = served.slowed.steps
+        time.sleep(0.3)
+        assert served.slowed.steps - steps <= 1  # its row left the batch (at most the step under way ends)
+    finally:
+        served.slowed.delay = 0.0
+    assert service.inflight == 0 and service.batcher.depth == 0
