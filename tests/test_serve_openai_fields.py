@@ -1,7 +1,8 @@
 """The OpenAI request fields common clients send, honoured (tfspec/serve/logits.py and the
 routes): stream_options.include_usage (a last chunk of usage and no choices, as OpenAI sends),
 top_k, min_tokens, ignore_eos, presence and frequency penalties, logit_bias, echo, logprobs;
-what cannot be honoured is a 422 naming the field. The official `openai` client where it can."""
+what cannot be honoured is a 422 naming the field; continuous and static batching alike. The
+official `openai` client where it can."""
 
 from __future__ import annotations
 
@@ -18,12 +19,20 @@ PROMPT = "Select the cell and click"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    from serve_inprocess import InProcess, chat_export
+def export(tmp_path_factory):
+    from serve_inprocess import chat_export
+
+    return chat_export(tmp_path_factory.mktemp("fields"))
+
+
+@pytest.fixture(scope="module", params=["continuous", "static"])
+def served(request, export):
+    from serve_inprocess import InProcess
     from tfspec.serve.service import ServeConfig
 
-    directory, tok = chat_export(tmp_path_factory.mktemp("fields"))
-    s = InProcess(ServeConfig(directory, threads=1))
+    directory, tok = export
+    s = InProcess(ServeConfig(directory, threads=1, batching=request.param))
+    assert s.service.continuous == (request.param == "continuous")
     s.client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
     s.tok = tok
     yield s

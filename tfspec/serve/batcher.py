@@ -25,6 +25,7 @@ import numpy as np
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions, search
 from tfspec.serve.logits import Tweaks
+from tfspec.serve.watched import Watched
 
 
 class QueueFull(Exception):
@@ -52,7 +53,7 @@ class Job:
     """Told each new token as the search picks it (decoder-only, one prompt): True ends the row
     (a stop string appeared, ``detokenize``)."""
     tweaks: Tweaks | None = None
-    """Penalties, biases and log-probabilities asked for (continuous batching only)."""
+    """Penalties, biases and log-probabilities asked for."""
     scores: list = field(default_factory=list)
     """With ``tweaks.logprobs``: each token's ``logits.score``, appended as it is taken."""
     cancelled: bool = False
@@ -185,9 +186,12 @@ class Batcher:
         options = jobs[0].options
         if not self.decoder_only:
             return decode_all(decoder, sources, options, self.max_batch_tokens, batch_type="tokens")
-        if any(job.watch for job in jobs):
-            decoder = _Watched(decoder, [job.watch for job in jobs])
-        return prompts(decoder, sources, options)
+        if not any(job.watch or job.tweaks for job in jobs):
+            return prompts(decoder, sources, options)
+        watched = Watched(decoder, jobs)
+        outputs = prompts(watched, sources, options)
+        watched.finish(outputs)
+        return outputs
 
 
 def prompts(decoder, sources: list[list[int]], options: SearchOptions) -> list[list[int]]:
@@ -214,37 +218,6 @@ class _Cancellable:
         if all(job.cancelled for job in self.jobs):
             raise Cancelled
         return self.decoder.step(state, tokens, k, **kw)
-
-
-class _Watched:
-    """``decoder`` that hands each row's tokens to its watch as the greedy search feeds them
-    back, following the rows as finished ones leave; a row whose watch says stop is given only
-    end-of-sequence to pick next, which ends it. The last token of a row is never fed back: the
-    final result carries it."""
-
-    def __init__(self, decoder, watches: list):
-        self.decoder, self.watches, self.rows, self.stepped = decoder, watches, list(range(len(watches))), False
-
-    def __getattr__(self, name):
-        return getattr(self.decoder, name)
-
-    def step(self, state, tokens, k, **kw):
-        ended = []
-        if self.stepped:  # the first step reads the prompts; each later one the last step's picks
-            for i, (row, token) in enumerate(zip(self.rows, tokens[:, 0].tolist())):
-                if self.watches[row] is not None and self.watches[row](token):
-                    ended.append(i)
-        self.stepped = True
-        values, ids, state = self.decoder.step(state, tokens, k, **kw)
-        if ended:
-            ids = ids.copy()
-            ids[ended] = self.decoder.eos
-        return values, ids, state
-
-    def select(self, state, rows, cross):
-        if self.stepped:  # before it, decoder-only search copies one empty state per prompt
-            self.rows = [self.rows[r] for r in rows]
-        return self.decoder.select(state, rows, cross)
 
 
 def settle(job: Job, result=None, error: Exception | None = None) -> None:

@@ -43,14 +43,7 @@ def tweaks_of(service: Service, body) -> Tweaks | None:
                            f"logit_bias.{key}")
         bias.append((int(key), value))
     tweaks = Tweaks(body.presence_penalty, body.frequency_penalty, tuple(sorted(bias)), body.top_logprobs_wanted)
-    if tweaks == Tweaks():
-        return None
-    if not service.continuous:
-        field = "logprobs" if tweaks.logprobs is not None else "logit_bias" if bias else \
-            "presence_penalty" if body.presence_penalty else "frequency_penalty"
-        raise ApiError(422, f"{field}: needs continuous batching, and this server batches statically "
-                       "(--batching static, or a step graph that cannot take masks)", field)
-    return tweaks
+    return None if tweaks == Tweaks() else tweaks
 
 
 def usage(prompt: int, completion: int) -> dict:
