@@ -98,7 +98,7 @@ class Service:
             raise ApiError(408, f"the body was not received within {self.config.body_timeout:g}s", "body",
                            headers={"Connection": "close"}) from None
         try:
-            return model.model_validate_json(bytes(raw))
+            return model.model_validate_json(raw)
         except ValidationError as e:
             first = e.errors(include_url=False)[0]
             if first["type"] == "json_invalid":
@@ -120,7 +120,7 @@ class Service:
         try:
             self.batcher.submit(job)
         except QueueFull:
-            raise ApiError(503, f"the queue is full ({self.config.max_queue} requests); retry shortly",
+            raise ApiError(503, f"the queue is full ({self.config.max_queue} prompts waiting); retry shortly",
                            headers={"Retry-After": "1"}) from None
         return job
 
