@@ -12,7 +12,7 @@ import torch
 from hf_checkpoints import perturb
 from tfspec.data import read_split, sample_dir
 from tfspec.data.codecs import open_codec
-from tfspec.search import Sampling, SearchOptions, _Picker, search
+from tfspec.search import Sampling, SearchOptions, Picker, search
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -168,7 +168,7 @@ def test_picker_draws_as_temperature_top_k_and_top_p_say():
     ids = np.array([[7, 8, 9, 10]] * 20000)
 
     def frequencies(**options):
-        drawn = _Picker(Sampling(seed=1, **options))(log_probs, ids)
+        drawn = Picker(Sampling(seed=1, **options))(log_probs, ids)
         return np.bincount(drawn - 7, minlength=4) / len(drawn)
 
     np.testing.assert_allclose(frequencies(), [0.5, 0.3, 0.15, 0.05], atol=0.015)

@@ -160,7 +160,12 @@ NEAR = st.fixed_dictionaries({}, optional={"ids": st.lists(st.lists(st.integers(
                                            "text": JSON, "beam": JSON | st.integers(0, 3), "alpha": JSON,
                                            "max_extra": JSON | st.integers(-1, 3), "model": JSON, "prompt": JSON,
                                            "messages": st.lists(st.fixed_dictionaries({"role": JSON, "content": JSON}),
-                                                                max_size=2)})
+                                                                max_size=2),
+                                           "logit_bias": JSON | st.dictionaries(st.text(max_size=6),
+                                                                                st.integers(-101, 101), max_size=2),
+                                           "stream_options": JSON, "logprobs": JSON | st.integers(-1, 21),
+                                           "top_logprobs": JSON, "echo": JSON, "min_tokens": JSON | st.integers(-1, 30),
+                                           "top_k": JSON, "presence_penalty": JSON, "ignore_eos": JSON})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -172,8 +177,8 @@ def test_fuzzed_bodies_never_500(server, body, route):
 
 @pytest.fixture(scope="module")
 def small(tiny, tmp_path_factory):
-    """A server with a queue of 2 and a 2-second deadline."""
-    s = Server(tiny, "--max-queue", 2, "--timeout", 2, "--max-batch-tokens", 64, tmp=tmp_path_factory.mktemp("log"))
+    """A server with a queue of 16 lines (two requests of 8) and a 2-second deadline."""
+    s = Server(tiny, "--max-queue", 16, "--timeout", 2, "--max-batch-tokens", 64, tmp=tmp_path_factory.mktemp("log"))
     yield s
     assert s.stop() == 0
 
@@ -190,7 +195,7 @@ def test_overload_sheds_with_503_and_retry_after(small):
 
 
 def test_late_request_is_504_and_its_work_stops(small):
-    heavy = {"ids": [list(range(4, 254))] * 64, "beam": 16, "max_extra": 1024}
+    heavy = {"ids": [list(range(4, 254))] * 16, "beam": 16, "max_extra": 1024}
     started = time.perf_counter()
     status, answer, _ = request(small.url + "/v1/translate", heavy)
     assert status == 504 and "timeout" in answer["error"]["message"]
@@ -217,7 +222,7 @@ def test_sigterm_drains_in_flight_requests(tiny, tmp_path):
 
 
 def test_requests_left_when_the_grace_is_spent_get_503_not_a_cancelled_task(tiny, tmp_path):
-    s = Server(tiny, "--grace", 2, tmp=tmp_path)
+    s = Server(tiny, "--grace", 2, "--max-queue", 512, tmp=tmp_path)  # the queue counts lines: 6 x 64
     heavy = {"ids": lines(64, seed=5), "beam": 4, "max_extra": 200}  # ~2 s each on a quiet core
     with ThreadPoolExecutor(6) as pool:
         running = [pool.submit(request, s.url + "/v1/translate", heavy) for _ in range(6)]

@@ -81,8 +81,8 @@ def test_openai_chat_equals_generate_on_transformers_rendering(chat_model, serve
 
 
 def test_template_renders_as_transformers_and_stays_sandboxed(chat_model, tmp_path):
-    from tfspec.serve.app import ApiError
-    from tfspec.serve.chat import read_chat_template
+    from tfspec.serve.errors import ApiError
+    from tfspec.serve.chat_template import read_chat_template
 
     directory, tok = chat_model
     fancy = ("{% set ns = namespace(n=0) %}{% for m in messages %}{% if m.role == 'system' %}{% continue %}{% endif %}"

@@ -149,7 +149,7 @@ def test_a_fused_export_keeps_rows_joining_over_the_standard_cache(llama, tmp_pa
     from tfspec.backends.onnx.decoding import OnnxDecoder
     from tfspec.backends.onnx.inplace import InPlaceDecoder
     from tfspec.cli import main
-    from tfspec.serve.app import ServeConfig, Service
+    from tfspec.serve.service import ServeConfig, Service
 
     assert main(["export", str(llama.parent / "ours"), "-o", str(tmp_path / "fused"), "--fused", "--no-check"]) == 0
     assert "decoder_inplace" in json.loads((tmp_path / "fused" / "tfspec.json").read_text())["graphs"]

@@ -51,7 +51,7 @@ def test_two_workers_answer_as_translate_does_and_drain_on_sigterm(tiny, cli, tm
     assert code == 0, err
     want = [[int(t) for t in line.split()] for line in out.splitlines()]
 
-    server = Server(tiny, "--workers", 2, "--grace", 60, tmp=tmp_path)
+    server = Server(tiny, "--workers", 2, "--grace", 60, "--max-queue", 1024, tmp=tmp_path)  # 8 x 64 lines at once
     try:
         for _ in range(300):  # the first answers once loaded; the second loads after it
             if "2 workers listening" in server.log.read_text():

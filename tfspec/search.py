@@ -94,7 +94,11 @@ def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
     ragged = prefix_mask is not None and not prefix_mask.all()
     if ragged and not getattr(decoder, "takes_masks", False):
         raise TfspecError(f"{type(decoder).__name__} decodes prompts of one length: give each its own batch")
+<<<<<<< HEAD
     limits = _limits(decoder, src, prefix, options, src_mask, prefix_mask)
+=======
+    limits = output_limits(decoder, src, prefix, options, src_mask)
+>>>>>>> serve
     # told only what the pad id does not say: decoders written before masks (``start(src)``) keep working
     told = src_mask is not None and not np.array_equal(src_mask, implied_mask(src, decoder.pad))
     state = decoder.start(src, mask=src_mask) if told else decoder.start(src)
@@ -103,7 +107,7 @@ def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
     if ragged:  # from here on the mask's rows follow the search's reorderings
         decoder = _Prompted(decoder, np.asarray(prefix_mask, dtype=bool))
     if options.beam == 1:
-        pick = _Picker(options.sampling) if options.sampling is not None else None
+        pick = Picker(options.sampling) if options.sampling is not None else None
         return _greedy(decoder, state, prefix, limits, options.min_length, pick)
     return _beam(decoder, state, prefix, limits, options)
 
@@ -128,9 +132,14 @@ class _Prompted:
         return self.decoder.select(state, rows, cross)
 
 
+<<<<<<< HEAD
 def _limits(decoder, src, prefix, options, src_mask=None, prefix_mask=None) -> np.ndarray:
     """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra,
     within what the model's positions leave after each row's prefix (``Positional.room``)."""
+=======
+def output_limits(decoder, src, prefix, options, src_mask=None) -> np.ndarray:
+    """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra."""
+>>>>>>> serve
     if src is not None:
         limits = np.asarray(implied_mask(src, decoder.pad) if src_mask is None else src_mask).sum(1) + options.max_extra
     else:
@@ -162,7 +171,7 @@ def among(tokens: np.ndarray, ids) -> np.ndarray:
     return (tokens[..., None] == np.asarray(ids, dtype=tokens.dtype)).any(-1)
 
 
-def _banned(decoder, stops: np.ndarray, t: int, min_length: int) -> list[int]:
+def banned_tokens(decoder, stops: np.ndarray, t: int, min_length: int) -> list[int]:
     """Tokens step ``t`` may not choose: the end-of-sequence ids before ``min_length``, and the
     padding token when decoding starts from it (Marian, T5: it is never a word; Marian's
     configurations forbid it with bad_words_ids, its embedding being a row added at conversion)."""
@@ -179,7 +188,7 @@ def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[
     batch, stops = len(prefix), stop_ids(decoder)
     out, lengths = np.zeros((batch, int(limits.max())), dtype=np.int64), np.zeros(batch, dtype=np.int64)
     alive, tokens, limit = np.arange(batch), prefix, limits
-    bans = _banned(decoder, stops, 0, min_length), _banned(decoder, stops, min_length, min_length)
+    bans = banned_tokens(decoder, stops, 0, min_length), banned_tokens(decoder, stops, min_length, min_length)
     first_limit = int(limit.min())
     for t in range(int(limits.max())):
         banned = bans[t >= min_length]
@@ -205,7 +214,7 @@ def _greedy(decoder, state, prefix, limits, min_length, pick=None) -> list[list[
     return [row[:n].tolist() for row, n in zip(out, lengths)]
 
 
-class _Picker:
+class Picker:
     """Draws one token per row from top-k log-probabilities (``Sampling``)."""
 
     def __init__(self, sampling: Sampling):
@@ -291,7 +300,7 @@ def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     results: list[list[int]] = [[] for _ in range(batch)]
     alive = np.arange(batch)
     for t in range(int(limits.max())):
-        banned = _banned(decoder, stops, t, options.min_length)
+        banned = banned_tokens(decoder, stops, t, options.min_length)
         values, ids, state = decoder.step(state, tokens, 2 * k + len(banned))  # 2k always leave k words
         if banned:
             values = np.where(among(ids, banned), -np.inf, values)

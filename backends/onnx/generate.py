@@ -23,7 +23,7 @@ Interface (the names of onnxruntime's retired ``BeamSearch`` op, so users recogn
     sequences_lengths int64 (batch,)          its tokens before the end of sentence: what
                                               ``tfspec translate`` prints
 
-It mirrors ``tfspec.search.search`` (``_limits``, ``_banned``, ``beam_step``, ``_beam``), so it
+It mirrors ``tfspec.search.search`` (``outputoutput_limits``, ``_banned``, ``beam_step``, ``_beam``), so it
 gives the Python search's tokens. Greedy search is ``beam_step`` with k = 1 (the likeliest
 allowed token ends or extends the one hypothesis, as ``_greedy`` decides), so one search serves
 both and ``num_beams`` stays a runtime input. The graph is built from what ``emit`` writes: the
@@ -117,7 +117,7 @@ class _Setup:
     def __init__(self, b: Builder, spec, encoder: bool, ragged: bool = False):
         vocab = spec.vocab
         self.encoder, self.vocab, self.ragged = encoder, vocab, ragged
-        self.pad_banned = vocab.bos_id == vocab.pad_id != vocab.eos_id  # as tfspec.search._banned
+        self.pad_banned = vocab.bos_id == vocab.pad_id != vocab.eos_id  # as tfspec.search.banned_tokens
         i64, unsq = (lambda v: b.const(np.int64(v))), (lambda x: b.op("Unsqueeze", x, b.ints(0)))
         size = vocab.size if self.encoder else vocab.tgt_size
         outside = b.op("Or", b.op("Less", "input_ids", i64(0)), b.op("GreaterOrEqual", "input_ids", i64(size)))
@@ -138,7 +138,7 @@ class _Setup:
             bos = b.op("Expand", b.const(np.full((1, 1), vocab.bos_id, np.int64)),
                        b.op("Concat", unsq(self.n), b.ints(1), axis=0))
             self.prompt = b.op("Concat", bos, ids, axis=1)
-        self.limits = self._limits(b, positions)
+        self.limits = self.output_limits(b, positions)
         self._tables(b, vocab.tgt_size)
 
     def _packed(self, b: Builder, positions: int | None) -> tuple[str, str]:
@@ -170,8 +170,8 @@ class _Setup:
             tokens, mask = b.op("Slice", tokens, *last), b.op("Slice", mask, *last)
         return tokens, mask
 
-    def _limits(self, b: Builder, positions: int | None) -> str:
-        """Each sentence's most output tokens (``tfspec.search._limits``), capped where positions
+    def output_limits(self, b: Builder, positions: int | None) -> str:
+        """Each sentence's most output tokens (``tfspec.search.output_limits``), capped where positions
         are bounded so that the sequence, its last token included, fits them
         (``Positional.room``); 0 for an empty source (such a sentence is never decoded)."""
         i64 = lambda v: b.const(np.int64(v))  # noqa: E731

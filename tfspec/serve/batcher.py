@@ -7,8 +7,8 @@ the oldest request and the queued ones of equal search options nearest it in len
 ``max_batch_tokens`` tokens counting the padding, as ``decode_all`` groups ``tfspec translate``'s
 sorted lines (a batch of mixed lengths steps as long as its longest line: taken in arrival
 order, served throughput was 64% of ``decode_all``'s on the same lines).
-A request that times out or whose client leaves is marked cancelled: it is dropped from the
-queue, and a running batch whose requests are all cancelled stops at its next step.
+A request that times out or whose client leaves is cancelled: it leaves the queue at once (its
+places free), and a running batch whose requests are all cancelled stops at its next step.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import numpy as np
 
 from tfspec.evaluate import decode_all
 from tfspec.search import SearchOptions, search
+from tfspec.serve.logits import Tweaks
+from tfspec.serve.watched import Watched
 
 
 class QueueFull(Exception):
@@ -32,6 +34,10 @@ class QueueFull(Exception):
 
 class Cancelled(Exception):
     """Every request of the running batch was cancelled: the search stops."""
+
+
+class Stopped(Exception):
+    """The decoding thread ended (stopped, or died of a bug) before this request was decoded."""
 
 
 @dataclass(eq=False)
@@ -43,8 +49,13 @@ class Job:
     options: SearchOptions
     key: tuple
     future: asyncio.Future
-    sink: Callable[[int], None] | None = None
-    """Told each new token as the search picks it (decoder-only, one prompt: streaming)."""
+    watch: Callable[[int], bool] | None = None
+    """Told each new token as the search picks it (decoder-only, one prompt): True ends the row
+    (a stop string appeared, ``detokenize``)."""
+    tweaks: Tweaks | None = None
+    """Penalties, biases and log-probabilities asked for."""
+    scores: list = field(default_factory=list)
+    """With ``tweaks.logprobs``: each token's ``logits.score``, appended as it is taken."""
     cancelled: bool = False
     arrived: float = field(default_factory=time.perf_counter)
 
@@ -68,40 +79,76 @@ class Batcher:
         self.queue: deque[Job] = deque()
         self.ready = threading.Condition()
         self.running: list[Job] = []
+        self.waiting = 0
+        """Prompts (lines) in ``queue``: what ``max_queue`` bounds."""
         self.stopping = False
-        self.thread = threading.Thread(target=self._work, name="tfspec-serve-decode", daemon=True)
+        self.thread = threading.Thread(target=self._run, name="tfspec-serve-decode", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
     def stop(self) -> None:
-        """End the worker once its current batch is done; queued jobs are left unanswered (the
-        server drains before stopping, so none are queued then)."""
+        """End the worker once its current batch is done; queued jobs are answered ``Stopped``
+        (the server drains before stopping, so none are queued then)."""
         with self.ready:
             self.stopping = True
             self.ready.notify()
         self.thread.join(timeout=5)
 
     def submit(self, job: Job) -> None:
+        """Queue ``job``, or raise ``QueueFull``: the queue counts prompts (lines), so a request
+        of many takes as many places."""
         with self.ready:
-            if len(self.queue) >= self.max_queue:
+            if self.waiting + len(job.sources) > self.max_queue:
                 raise QueueFull
             self.queue.append(job)
+            self.waiting += len(job.sources)
             self.ready.notify()
+
+    def cancel(self, job: Job) -> None:
+        """Mark ``job`` cancelled; if it still waits, its places in the queue are free at once."""
+        with self.ready:
+            job.cancelled = True
+            if job in self.queue:
+                self.queue.remove(job)
+                self.waiting -= len(job.sources)
+
+    def _taken(self, jobs) -> None:
+        """``jobs`` leave the queue for decoding (the lock held)."""
+        taken = set(jobs)
+        self.queue = deque(job for job in self.queue if job not in taken)
+        self.waiting -= sum(len(job.sources) for job in jobs)
 
     @property
     def depth(self) -> int:
-        return len(self.queue)
+        """Prompts (lines) waiting."""
+        return self.waiting
+
+    @property
+    def alive(self) -> bool:
+        """Whether the decoding thread runs (before ``start``: whether it will)."""
+        return not self.stopping and (self.thread.is_alive() or self.thread.ident is None)
+
+    def _run(self) -> None:
+        """The decoding thread: ``_work`` until stopped. Should it ever die of a bug, ``alive``
+        turns false (the probes fail) and what waits is answered at once, not at its deadline."""
+        try:
+            self._work()
+        finally:
+            with self.ready:
+                self.stopping = True
+                left, self.queue, self.waiting = list(self.queue), deque(), 0
+            for job in left + self.running:
+                settle(job, error=Stopped())
 
     def _next(self) -> list[Job]:
         """The oldest live job and the queued ones that may join it, nearest in length first,
         while rows x longest row (the padded batch) fits the token budget."""
         with self.ready:
-            while not self.stopping and not any(not j.cancelled for j in self.queue):
+            while not self.stopping and not self.queue:
                 self.ready.wait()
             if self.stopping:
                 return []
-            self.queue = deque(job for job in self.queue if not job.cancelled)
             first, jobs, rows, width = self.queue[0], [], 0, 0
             peers = sorted((job for job in self.queue if job.key == first.key),
                            key=lambda job: abs(job.width - first.width))  # stable: the oldest first at a tie
@@ -110,8 +157,7 @@ class Batcher:
                 if not jobs or grown[0] * grown[1] <= self.max_batch_tokens:
                     jobs.append(job)
                     rows, width = grown
-            taken = set(jobs)
-            self.queue = deque(job for job in self.queue if job not in taken)
+            self._taken(jobs)
             return jobs
 
     def _work(self) -> None:
@@ -123,7 +169,7 @@ class Batcher:
                 outputs = None
             except Exception as e:  # a bug in decoding: each waiting request gets its error, not a hang
                 for job in jobs:
-                    _settle(job, error=e)
+                    settle(job, error=e)
                 continue
             finally:
                 self.running = []
@@ -131,7 +177,7 @@ class Batcher:
                 self.on_batch(jobs)
             for job in jobs:
                 n = len(job.sources)
-                _settle(job, result=outputs[:n] if outputs is not None else None)
+                settle(job, result=outputs[:n] if outputs is not None else None)
                 outputs = outputs[n:] if outputs is not None else None
 
     def _decode(self, jobs: list[Job]) -> list[list[int]]:
@@ -140,9 +186,12 @@ class Batcher:
         options = jobs[0].options
         if not self.decoder_only:
             return decode_all(decoder, sources, options, self.max_batch_tokens, batch_type="tokens")
-        if any(job.sink for job in jobs):
-            decoder = _Streamed(decoder, [job.sink for job in jobs])
-        return prompts(decoder, sources, options)
+        if not any(job.watch or job.tweaks for job in jobs):
+            return prompts(decoder, sources, options)
+        watched = Watched(decoder, jobs)
+        outputs = prompts(watched, sources, options)
+        watched.finish(outputs)
+        return outputs
 
 
 def prompts(decoder, sources: list[list[int]], options: SearchOptions) -> list[list[int]]:
@@ -171,32 +220,7 @@ class _Cancellable:
         return self.decoder.step(state, tokens, k, **kw)
 
 
-class _Streamed:
-    """``decoder`` that hands each row's tokens to its sink as the greedy search feeds them
-    back, following the rows as finished ones leave. The last token of a row is never fed
-    back: the final result carries it."""
-
-    def __init__(self, decoder, sinks: list):
-        self.decoder, self.sinks, self.rows, self.stepped = decoder, sinks, list(range(len(sinks))), False
-
-    def __getattr__(self, name):
-        return getattr(self.decoder, name)
-
-    def step(self, state, tokens, k, **kw):
-        if self.stepped:  # the first step reads the prompts; each later one the last step's picks
-            for row, token in zip(self.rows, tokens[:, 0].tolist()):
-                if self.sinks[row] is not None:
-                    self.sinks[row](token)
-        self.stepped = True
-        return self.decoder.step(state, tokens, k, **kw)
-
-    def select(self, state, rows, cross):
-        if self.stepped:  # before it, decoder-only search copies one empty state per prompt
-            self.rows = [self.rows[r] for r in rows]
-        return self.decoder.select(state, rows, cross)
-
-
-def _settle(job: Job, result=None, error: Exception | None = None) -> None:
+def settle(job: Job, result=None, error: Exception | None = None) -> None:
     """Hand the outcome to the job's event loop (a cancelled job's None is never read)."""
     def settle():
         if job.future.done():

@@ -1,92 +1,22 @@
-"""OpenAI's ``POST /v1/chat/completions``, served where the export's tokenizer has a chat
-template: an imported Hugging Face directory's ``chat_template.jinja`` (transformers >= 4.43
-saves it so) or the ``chat_template`` of its ``tokenizer_config.json`` (Llama 3, Qwen2,
-Mistral Instruct, Gemma ship one). The messages are rendered as transformers'
-``apply_chat_template(..., add_generation_prompt=True)`` renders them: jinja2's
-``ImmutableSandboxedEnvironment`` with transformers' options, filters and globals, the
-tokenizer's special tokens (``bos_token``, ...) as variables. The text is tokenized without
-adding special tokens (the template writes them) and continued as a completion is.
-
-The template is untrusted input: it runs sandboxed and off the event loop; one that does not
-compile stops ``tfspec serve`` at start (an ``error:`` line), and one that fails on a request's
-messages (``raise_exception``, a missing field) answers that request with one JSON error.
-"""
+"""OpenAI's ``POST /v1/chat/completions``, where the export's tokenizer has a chat template
+(``chat_template``): the messages rendered as transformers renders them, tokenized without
+adding special tokens (the template writes them) and continued as a completion is."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
-from datetime import datetime
-from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from tfspec.errors import TfspecError
-from tfspec.serve.app import ApiError, Service
-from tfspec.serve.openai import Completion, _one, room, stream
+from tfspec.serve.errors import ApiError
+from tfspec.serve.generation import Generation, room, usage
+from tfspec.serve.logits import chat_logprobs
 from tfspec.serve.schemas import ChatRequest
-from tfspec.untrusted import read_json
-
-MAX_TEMPLATE_BYTES = 2**20
-"""A chat template's size at most (published ones are a few kB; Qwen3's is 4 kB)."""
-
-
-class ChatTemplate:
-    """A compiled chat template and the special tokens it is rendered with."""
-
-    def __init__(self, source: str, tokens: dict[str, str], where: Path):
-        import jinja2
-        from jinja2.ext import loopcontrols
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=[_generation_tag(), loopcontrols])
-        env.filters["tojson"] = _tojson
-        env.globals |= {"raise_exception": _raise, "strftime_now": lambda f: datetime.now().strftime(f),
-                        "namespace": _namespace()}
-        try:
-            self.template = env.from_string(source)
-        except jinja2.TemplateError as e:
-            raise TfspecError(f"{where}: the chat template does not compile: {e}") from None
-        self.tokens = tokens
-
-    def render(self, messages: list[dict]) -> str:
-        """The prompt text of ``messages``, ending where the assistant's answer starts."""
-        try:
-            return self.template.render(messages=messages, tools=None, documents=None, add_generation_prompt=True,
-                                        **self.tokens)
-        except Exception as e:  # the template is code from the checkpoint: whatever it raises, the request fails
-            raise ApiError(422, f"the model's chat template refused the messages: {e}", "messages") from None
-
-
-def read_chat_template(directory: Path) -> ChatTemplate | None:
-    """``directory``'s chat template (module docstring), or None when it has none."""
-    config, tokens, source = directory / "tokenizer_config.json", {}, None
-    try:
-        if config.is_file():
-            data = read_json(config)
-            data = data if isinstance(data, dict) else {}
-            source = data.get("chat_template")
-            if isinstance(source, list):  # named templates: the default one
-                source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"),
-                              None)
-            for name, value in data.items():
-                value = value.get("content") if isinstance(value, dict) else value
-                if name.endswith("_token") and isinstance(value, str):
-                    tokens[name] = value
-        jinja = directory / "chat_template.jinja"
-        if jinja.is_file():
-            if jinja.stat().st_size > MAX_TEMPLATE_BYTES:
-                raise ValueError(f"over {MAX_TEMPLATE_BYTES:,} bytes")
-            source = jinja.read_text(encoding="utf-8")
-    except (OSError, ValueError) as e:  # UnicodeDecodeError is a ValueError
-        raise TfspecError(f"{directory}: its chat template cannot be read: {e}") from None
-    if source is not None and not isinstance(source, str):
-        raise TfspecError(f"{config}: chat_template: a string or a list of {{name, template}} expected")
-    return None if source is None else ChatTemplate(source, tokens, directory)
+from tfspec.serve.service import Service
+from tfspec.serve.streaming import stream
 
 
 async def chat(service: Service, request: Request, started: float) -> Response:
@@ -94,81 +24,38 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     if service.chat is None:
         raise ApiError(400, f"{service.spec.name}: no chat template in {service.config.directory} "
                        "(chat_template.jinja or tokenizer_config.json); POST /v1/completions", "messages")
-    text = await asyncio.to_thread(service.chat.render, [m.model_dump(exclude_none=True) for m in body.messages])
-    ids = service.codec.tokenizer.encode(text, add_special_tokens=False).ids
+    ids = await asyncio.to_thread(_prompt, service, body.messages)  # both may take long: off the event loop
     if any(i >= service.spec.vocab.size for i in ids):
         raise ApiError(422, f"the tokenizer gave id {max(ids)}, outside the model's vocabulary", "messages")
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise ApiError(422, "top_logprobs: only with logprobs: true", "top_logprobs")
+    scored = (lambda scores, offset: chat_logprobs(service.codec.decode, scores)) if body.logprobs else None
     if body.stream:
-        return await stream(service, request, body, ids, new, started, _chunk)
-    out = await _one(service, request, body, ids, new, started)
-    done = Completion(service, ids, body.stops)
-    answer = done.text(out)
+        return await stream(service, request, body, ids, new, started, _chunk, scored)
+    gen = Generation(service, body, ids, new)
+    out = await gen.result(service, request, started)
     return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                          "created": int(time.time()), "model": service.spec.name,
-                         "choices": [{"index": 0, "message": {"role": "assistant", "content": answer}, "logprobs": None,
-                                      "finish_reason": "stop" if done.stopped or len(out) < new else "length"}],
-                         "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out),
-                                   "total_tokens": len(ids) + len(out)}})
+                         "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text.text},
+                                      "logprobs": scored and scored(gen.job.scores, 0),
+                                      "finish_reason": gen.finish_reason}],
+                         "usage": usage(len(ids), len(out))})
 
 
-def _chunk(text: str, reason: str | None, first: bool) -> tuple[str, dict]:
+def _prompt(service: Service, messages) -> list[int]:
+    """The ids of ``messages`` rendered by the template, typed special tokens kept as text."""
+    text = service.chat.render([m.model_dump(exclude_none=True) for m in messages])
+    contents = [part for m in messages for part in ([m.content] if isinstance(m.content, str) else
+                                                    [p.text for p in m.content])]
+    return service.chat_encoder.encode(text, contents)
+
+
+def _chunk(text: str, reason: str | None, first: bool, logprobs: dict | None) -> tuple[str, dict]:
     """(id prefix, fields) of one streamed chat chunk: the role first, then the text."""
     delta = ({"role": "assistant"} if first else {}) | ({"content": text} if text or reason is None else {})
     return "chatcmpl", {"object": "chat.completion.chunk",
-                        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]}
+                        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
 
 
-def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
-    """transformers' ``tojson``: plain JSON (jinja2's own escapes HTML characters)."""
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-
-def _raise(message):
-    """What templates call to refuse a conversation (roles that do not alternate, ...)."""
-    import jinja2
-
-    raise jinja2.TemplateError(message)
-
-
-def _namespace():
-    """jinja2's ``namespace`` refusing underscore names, as transformers' does (no way to CPython internals)."""
-    import jinja2
-
-    class Namespace(jinja2.utils.Namespace):
-        def __init__(*args, **kwargs):
-            for name in dict(*args[1:], **kwargs):
-                Namespace.check(name)
-            jinja2.utils.Namespace.__init__(*args, **kwargs)
-
-        def __setitem__(self, name, value):
-            Namespace.check(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-        @staticmethod
-        def check(name):
-            if isinstance(name, str) and name.startswith("_"):
-                raise jinja2.exceptions.SecurityError(f"a namespace attribute may not start with '_': {name!r}")
-    return Namespace
-
-
-def _generation_tag():
-    """transformers' ``{% generation %}`` block (it marks the assistant's text for training
-    masks; SmolLM3's and some Qwen templates use it): rendered as its body."""
-    from jinja2 import nodes
-    from jinja2.ext import Extension
-
-    class Generation(Extension):
-        tags = {"generation"}
-
-        def parse(self, parser):
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
-
-        def _body(self, caller):
-            return caller()
-    return Generation
-
-
-routes = [("/v1/chat/completions", "POST", chat)]
+routes = [("/v1/chat/completions", "POST", chat, True)]

@@ -18,7 +18,8 @@ class Metrics:
                                 registry=self.registry)
         self.latency = Histogram("tfspec_request_seconds", "time from arrival to answer", ["route"],
                                  buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.queue = Gauge("tfspec_queue_depth", "requests waiting for the decoding thread", registry=self.registry)
+        self.queue = Gauge("tfspec_queue_depth", "prompts (or lines) waiting for the decoding thread",
+                           registry=self.registry)
         self.batch_requests = Histogram("tfspec_batch_requests", "requests decoded together",
                                         buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=self.registry)
         self.batch_tokens = Histogram("tfspec_batch_tokens", "source or prompt tokens decoded together",

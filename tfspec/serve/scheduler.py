@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from tfspec.search import _banned, _limits, _Picker, among, stop_ids
-from tfspec.serve.batcher import Batcher, Job, _settle
+from tfspec.search import Picker, among, banned_tokens, output_limits, stop_ids
+from tfspec.serve.batcher import Batcher, Job, settle
+from tfspec.serve.logits import Shaper, score
 
 
 def continuous(decoder) -> bool:
@@ -39,31 +40,49 @@ class Row:
     job: Job
     limit: int
     """Tokens it may produce (``max_tokens``, within the model's positions)."""
-    pick: _Picker | None
+    pick: Picker | None
     """Its own sampler (None: greedy)."""
+    shaper: Shaper | None = None
+    """Its penalties and biases (``logits``), None without."""
     out: list[int] = field(default_factory=list)
+    step: tuple | None = None
+    """The last step's (values, ids) of this row, kept while log-probabilities are reported."""
 
     @property
     def reserved(self) -> int:
         """Cache columns it may come to hold: its prompt and every token it may produce."""
         return self.job.tokens + self.limit
 
+    @property
+    def candidates(self) -> int:
+        """Candidates a step must return for it, banned tokens aside."""
+        picking = 1 if self.pick is None else self.pick.k
+        return max(picking, self.job.tweaks.candidates) if self.job.tweaks else picking
+
     def banned(self, decoder, stops) -> list[int]:
-        return _banned(decoder, stops, len(self.out), self.job.options.min_length)
+        return banned_tokens(decoder, stops, len(self.out), self.job.options.min_length)
 
     def choose(self, values: np.ndarray, ids: np.ndarray, banned: list[int]) -> int:
-        """The row's next token from its top-k ``values``/``ids`` (k,), as ``search`` picks."""
+        """The row's next token from its top-k ``values``/``ids`` (k,), as ``search`` picks,
+        after its penalties and biases."""
+        if self.job.tweaks is not None and self.job.tweaks.logprobs is not None:
+            self.step = values, ids
+        shaped = np.where(among(ids, banned), -np.inf, values if self.shaper is None else self.shaper(values, ids))
         if self.pick is None:
-            return int(ids[np.argmax(~among(ids, banned))])
-        return int(self.pick(np.where(among(ids, banned), -np.inf, values)[None], ids[None])[0])
+            return int(ids[np.argmax(shaped)])
+        return int(self.pick(shaped[None], ids[None])[0])
 
     def take(self, token: int, stops) -> bool:
-        """Record ``token``; whether the row goes on (not at end of sequence nor its limit)."""
+        """Record ``token``; whether the row goes on (not at end of sequence, a stop string nor its limit)."""
         if token in stops:
             return False
         self.out.append(token)
-        if self.job.sink is not None:
-            self.job.sink(token)
+        if self.shaper is not None:
+            self.shaper.took(token)
+        if self.step is not None:
+            self.job.scores.append(score(token, *self.step, self.job.tweaks.logprobs))
+        if self.job.watch is not None and self.job.watch(token):
+            return False  # a stop string
         return len(self.out) < self.limit
 
 
@@ -85,6 +104,7 @@ class ContinuousBatcher(Batcher):
         self.waited = 0
         """Steps the queue has waited while rows ran."""
         self.stops = stop_ids(decoder)
+        self.vocab = decoder.model.spec.vocab.size
         self.axes = {name: i.shape.index("past_len") for name, i in decoder.inputs.items()
                      if name.startswith("past.")}
 
@@ -101,7 +121,7 @@ class ContinuousBatcher(Batcher):
                     rows, state, tokens = self._advance(rows, state, values, ids)
             except Exception as e:  # a bug in decoding: each running request gets its error, not a hang
                 for row in rows + fresh:
-                    _settle(row.job, error=e)
+                    settle(row.job, error=e)
                 rows, state, tokens = [], None, None
 
     def _admit(self, rows: list[Row]) -> list[Row] | None:
@@ -109,16 +129,15 @@ class ContinuousBatcher(Batcher):
         oldest waited long enough (``WAITING_SERVED_RATIO``); waits while nothing runs or
         waits; None once stopping with nothing running."""
         with self.ready:
-            while not self.stopping and not rows and not any(not j.cancelled for j in self.queue):
+            while not self.stopping and not rows and not self.queue:
                 self.ready.wait()
             if self.stopping:
                 return [] if rows else None
-            for job in [job for job in self.queue if job.cancelled]:
-                self.queue.remove(job)
             room, fresh = self.max_batch_tokens - sum(row.reserved for row in rows), []
             for job in self.queue:
-                row = Row(job, int(_limits(self.decoder, None, job.sources, job.options)[0]),
-                          None if job.options.sampling is None else _Picker(job.options.sampling))
+                row = Row(job, int(output_limits(self.decoder, None, job.sources, job.options)[0]),
+                          None if job.options.sampling is None else Picker(job.options.sampling),
+                          Shaper(job.tweaks, self.vocab) if job.tweaks and job.tweaks.reshapes else None)
                 if row.reserved > room and (rows or fresh):
                     break  # first come, first served: later ones wait behind it
                 fresh.append(row)
@@ -127,8 +146,7 @@ class ContinuousBatcher(Batcher):
                 self.waited += bool(self.queue)
                 return []
             self.waited = 0
-            for _ in fresh:
-                self.queue.popleft()
+            self._taken([row.job for row in fresh])
             return fresh
 
     def _join(self, rows, state, tokens, fresh: list[Row]):
@@ -153,7 +171,7 @@ class ContinuousBatcher(Batcher):
         going = [row.take(token, self.stops) for row, token in zip(rows, picks)]
         for row, on in zip(rows, going):
             if not on:
-                _settle(row.job, result=[row.out])
+                settle(row.job, result=[row.out])
         return self._keep(rows, state, np.array(picks, dtype=np.int64)[:, None], going)
 
     def _keep(self, rows, state, tokens, going: list[bool]):
@@ -166,8 +184,7 @@ class ContinuousBatcher(Batcher):
 
     def _k(self, rows: list[Row]) -> int:
         """Candidates one step returns: enough for the greediest and the sampled rows alike."""
-        return max((1 if row.pick is None else row.pick.k) + len(row.banned(self.decoder, self.stops))
-                   for row in rows)
+        return max(row.candidates + len(row.banned(self.decoder, self.stops)) for row in rows)
 
     def _splice(self, a, b):
         """One decoding state of ``a``'s rows then ``b``'s: caches cut to their live columns,

@@ -4,20 +4,25 @@ seconds in all) and the process exits 0, as a rolling update or a scale-down exp
 
 from __future__ import annotations
 
-import os
 import signal
 import time
-from dataclasses import replace
 
 import uvicorn
 
-from tfspec.serve.app import ServeConfig, Service, create_app
+from tfspec.serve.app import create_app
+from tfspec.serve.service import ServeConfig, Service
 
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, service: Service, grace: float):
+    def __init__(self, config: uvicorn.Config, service: Service, grace: float, announce=None):
         super().__init__(config)
-        self.service, self.grace, self.deadline = service, grace, None
+        self.service, self.grace, self.deadline, self.announce = service, grace, None, announce
+
+    async def startup(self, sockets=None) -> None:
+        """uvicorn's, then ``announce(port)`` with the port bound (``--port 0``: the one the kernel picked)."""
+        await super().startup(sockets)
+        if self.announce is not None and self.servers:
+            self.announce(self.servers[0].sockets[0].getsockname()[1])
 
     def handle_exit(self, sig, frame) -> None:
         if sig != signal.SIGTERM or self.deadline is not None:
@@ -35,25 +40,12 @@ class _Server(uvicorn.Server):
 
 
 def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int = 8000,
-          log_level: str = "warning") -> _Server:
+          log_level: str = "warning", announce=None) -> _Server:
     """The server over ``config`` with its model loaded. uvicorn picks httptools and uvloop
     (the ``serve`` extra) over h11 and asyncio: they took a third off the event loop's time
     per request under load (BENCHMARKS.md)."""
     service = Service(config)
     app = create_app(config, service)
     return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                                  timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on"), service, grace)
-
-
-def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, grace: float = 30.0,
-          log_level: str = "warning", workers: int = 1) -> int:
-    """Serve until SIGTERM has drained (exit status 0), in this process or in ``workers``
-    processes sharing the port (``workers.supervise``), each with ``config.threads`` threads
-    (default: its share of the cores)."""
-    if workers == 1:
-        build(config, grace, host, port, log_level).run()
-        return 0
-    from tfspec.serve.workers import supervise
-
-    threads = config.threads or max(1, (os.cpu_count() or 1) // workers)
-    return supervise(replace(config, threads=threads), host, port, grace, workers, log_level)
+                                  timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on"), service, grace,
+                   announce)

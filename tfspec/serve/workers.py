@@ -24,15 +24,21 @@ import sys
 import time
 from multiprocessing.connection import wait
 
+from tfspec.serve.server import build
+
 LOAD_SECONDS = 600
 """How long a worker may take to load its model before the supervisor gives up on it."""
 
 
-def supervise(config, host: str, port: int, grace: float, workers: int, log_level: str) -> int:
+def supervise(config, host: str, port: int, grace: float, workers: int, log_level: str, guard,
+              announce=None) -> int:
     """Serve with ``workers`` processes until SIGTERM or SIGINT; the exit status of the whole:
-    0 after a clean drain, a worker's own status if one could not start."""
+    0 after a clean drain, a worker's own status if one could not start. ``guard(fn, *args)``
+    runs each worker, ``announce(port)`` is told the port once bound (``launch.serve``)."""
     held = _bind(host, port)  # bound, never listening: keeps the port (0: picks one) between restarts
     address = (host, held.getsockname()[1])
+    if announce is not None:
+        announce(address[1])
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of this one's threads
     stopping: list[int] = []
     running: list = []
@@ -46,7 +52,7 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
     for _ in range(workers):
-        process, status = _start(context, config, address, grace, log_level, stopping)
+        process, status = _start(context, config, address, grace, log_level, stopping, guard)
         if process is None:
             forward(signal.SIGTERM, None)
             return _join(running, grace) or status
@@ -59,7 +65,7 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
             if not process.is_alive() and not stopping:
                 print(f"tfspec serve: worker {process.pid} exited ({process.exitcode}); starting another",
                       file=sys.stderr)
-                replacement, status = _start(context, config, address, grace, log_level, stopping)
+                replacement, status = _start(context, config, address, grace, log_level, stopping, guard)
                 if replacement is None:
                     forward(signal.SIGTERM, None)
                     return _join(running, grace) or status
@@ -67,11 +73,11 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
     return _join(running, grace)
 
 
-def _start(context, config, address: tuple, grace: float, log_level: str, stopping: list):
+def _start(context, config, address: tuple, grace: float, log_level: str, stopping: list, guard):
     """(a worker that has loaded its model, 0), or (None, the status to exit with) if it could
     not (it printed its ``error:`` line) or a signal came first (0)."""
     loaded = context.Event()
-    process = context.Process(target=_worker, args=(config, address, grace, log_level, loaded), daemon=False)
+    process = context.Process(target=_worker, args=(guard, config, address, grace, log_level, loaded), daemon=False)
     process.start()
     deadline = time.monotonic() + LOAD_SECONDS
     while not loaded.wait(0.1):
@@ -106,16 +112,17 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _worker(config, address: tuple, grace: float, log_level: str, loaded) -> None:
-    """One worker process: load, tell the supervisor, serve its own socket until drained."""
-    from tfspec.cli import guarded
+def unguarded(fn, *args) -> int:
+    """A worker's exception boundary when its caller gives none: whatever is raised shows."""
+    return fn(*args)
 
-    sys.exit(guarded(_serve, config, address, grace, log_level, loaded))
+
+def _worker(guard, config, address: tuple, grace: float, log_level: str, loaded) -> None:
+    """One worker process: load, tell the supervisor, serve its own socket until drained."""
+    sys.exit(guard(_serve, config, address, grace, log_level, loaded))
 
 
 def _serve(config, address: tuple, grace: float, log_level: str, loaded) -> int:
-    from tfspec.serve.server import build
-
     server = build(config, grace, log_level=log_level)
     sock = _bind(*address)
     sock.listen(2048)  # uvicorn's backlog

@@ -1,0 +1,74 @@
+"""`tfspec serve`'s application in this process, on 127.0.0.1 and a port the kernel picks, over
+a decoder whose steps can be slowed: a test sees the service's state (``inflight``, queue,
+metrics) while its requests are open, and a slow step makes a full queue certain."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+
+class Slowed:
+    """``decoder`` whose steps take at least ``delay`` seconds (set it to 0 to stop slowing),
+    counted in ``steps``."""
+
+    def __init__(self, decoder, delay: float = 0.0):
+        self.decoder, self.delay, self.steps = decoder, delay, 0
+
+    def __getattr__(self, name):
+        return getattr(self.decoder, name)
+
+    def step(self, *args, **kwargs):
+        self.steps += 1
+        time.sleep(self.delay)
+        return self.decoder.step(*args, **kwargs)
+
+
+class InProcess:
+    """``tfspec serve``'s server (``server.build``: its drain included) in a thread;
+    ``service.batcher.decoder`` is ``Slowed``. ``drain()`` is what SIGTERM does."""
+
+    def __init__(self, config, grace: float = 10.0):
+        from tfspec.serve.server import build
+
+        ports = []
+        self.server = build(config, grace, "127.0.0.1", 0, announce=ports.append)
+        self.service = self.server.service
+        self.slowed = self.service.batcher.decoder = Slowed(self.service.batcher.decoder)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        for _ in range(600):
+            if ports:
+                break
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{ports[0]}"
+
+    def drain(self) -> None:
+        self.server.handle_exit(signal.SIGTERM, None)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+def chat_export(tmp):
+    """(ONNX export of an imported random GPT-2 of 256 positions whose tokenizer has a ChatML
+    template, transformers' tokenizer): ``test_serve_chat``'s model."""
+    import transformers
+    from test_generate_cli import bpe
+    from test_serve_chat import CHATML
+
+    from hf_checkpoints import save_random
+    from tfspec.cli import main
+
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe("gpt2"), bos_token="<|endoftext|>",
+                                               eos_token="<|endoftext|>")
+    tok.chat_template = CHATML
+    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    save_random("GPT2LMHeadModel", config, tmp / "hf")
+    tok.save_pretrained(tmp / "hf")
+    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
+    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
+    return tmp / "onnx", tok

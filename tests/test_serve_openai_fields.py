@@ -1,0 +1,144 @@
+"""The OpenAI request fields common clients send, honoured (tfspec/serve/logits.py and the
+routes): stream_options.include_usage (a last chunk of usage and no choices, as OpenAI sends),
+top_k, min_tokens, ignore_eos, presence and frequency penalties, logit_bias, echo, logprobs;
+what cannot be honoured is a 422 naming the field; continuous and static batching alike. The
+official `openai` client where it can."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("starlette")
+pytest.importorskip("transformers")
+openai = pytest.importorskip("openai")
+
+PROMPT = "Select the cell and click"
+
+
+@pytest.fixture(scope="module")
+def export(tmp_path_factory):
+    from serve_inprocess import chat_export
+
+    return chat_export(tmp_path_factory.mktemp("fields"))
+
+
+@pytest.fixture(scope="module", params=["continuous", "static"])
+def served(request, export):
+    from serve_inprocess import InProcess
+    from tfspec.serve.service import ServeConfig
+
+    directory, tok = export
+    s = InProcess(ServeConfig(directory, threads=1, batching=request.param))
+    assert s.service.continuous == (request.param == "continuous")
+    s.client = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0)
+    s.tok = tok
+    yield s
+    s.stop()
+
+
+def test_stream_options_include_usage_ends_with_a_usage_chunk(served):
+    chunks = list(served.client.completions.create(model="m", prompt=PROMPT, max_tokens=12, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 12
+    assert chunks[-1].usage.prompt_tokens > 3 and all(c.usage is None for c in chunks[:-1])
+    whole = served.client.completions.create(model="m", prompt=PROMPT, max_tokens=12, temperature=0)
+    assert text == whole.choices[0].text and whole.usage.total_tokens == whole.usage.prompt_tokens + 12
+
+
+def test_logit_bias_min_tokens_and_ignore_eos(served):
+    eos = str(served.service.spec.vocab.eos_id)
+    ask = dict(model="m", prompt=PROMPT, max_tokens=9, temperature=0)
+    ended = served.client.completions.create(**ask, logit_bias={eos: 100})
+    assert ended.usage.completion_tokens == 0 and ended.choices[0].finish_reason == "stop"
+    assert served.client.completions.create(**ask, logit_bias={eos: 100}, extra_body={"min_tokens": 3}) \
+        .usage.completion_tokens == 3
+    ignored = served.client.completions.create(**ask, logit_bias={eos: 100}, extra_body={"ignore_eos": True})
+    assert ignored.usage.completion_tokens == 9 and ignored.choices[0].finish_reason == "length"
+
+
+def penalized(decoder, prompt: list[int], n: int, presence: float, frequency: float) -> list[int]:
+    """Greedy tokens with OpenAI's penalties taken from the whole vocabulary's log-probabilities."""
+    state = decoder.select(decoder.start(None), np.zeros(1, dtype=np.int64), cross=True)
+    tokens, out, used = np.array([prompt]), [], {}
+    for _ in range(n):
+        values, ids, state = decoder.step(state, tokens, 10**6)
+        shaped = [v - frequency * used.get(i, 0) - presence * (i in used) for v, i in zip(values[0], ids[0].tolist())]
+        out.append(int(ids[0][int(np.argmax(shaped))]))
+        used[out[-1]] = used.get(out[-1], 0) + 1
+        tokens = np.array([[out[-1]]])
+    return out
+
+
+def test_penalties_and_top_k(served):
+    decoder, prompt = served.service.batcher.decoder.decoder, served.service.codec.prompt(PROMPT)
+    ask = dict(model="m", prompt=PROMPT, max_tokens=12, temperature=0, extra_body={"ignore_eos": True})
+    plain = served.client.completions.create(**ask).choices[0].text
+    for presence, frequency in ((2, 0), (0, 2), (0.5, -1)):
+        want = served.tok.decode(penalized(decoder, prompt, 12, presence, frequency))
+        got = served.client.completions.create(**ask, presence_penalty=presence, frequency_penalty=frequency)
+        assert got.choices[0].text == want != plain
+    greedy = served.client.completions.create(model="m", prompt=PROMPT, max_tokens=8, temperature=0)
+    drawn = served.client.completions.create(model="m", prompt=PROMPT, max_tokens=8, temperature=1.5, seed=3,
+                                             extra_body={"top_k": 1})
+    assert drawn.choices[0].text == greedy.choices[0].text
+
+
+def test_logprobs_and_echo(served):
+    got = served.client.completions.create(model="m", prompt=PROMPT, max_tokens=6, temperature=0, logprobs=2)
+    echoed = served.client.completions.create(model="m", prompt=PROMPT, max_tokens=6, temperature=0, echo=True)
+    choice = got.choices[0]
+    assert echoed.choices[0].text == PROMPT + choice.text and len(choice.logprobs.tokens) == 6
+    for lp, top in zip(choice.logprobs.token_logprobs, choice.logprobs.top_logprobs):
+        # greedy: the likeliest (two alternatives may read alike: parts of one UTF-8 character)
+        assert 1 <= len(top) <= 2 and lp == pytest.approx(max(top.values())) and lp < 0
+    chat = served.client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}],
+                                                 max_tokens=4, temperature=0, logprobs=True, top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens == 4 and all(len(t.top_logprobs) == 3 for t in content)
+    assert "".join(t.token for t in content) == chat.choices[0].message.content
+
+
+@pytest.mark.parametrize("fields,param", [
+    ({"logit_bias": {"abc": 1}}, "logit_bias.abc"),
+    ({"logit_bias": {"99999999": 1}}, "logit_bias.99999999"),
+    ({"logit_bias": {"5": 101}}, "logit_bias.5"),
+    ({"min_tokens": 20, "max_tokens": 5}, "min_tokens"),
+    ({"echo": True, "logprobs": 1}, "echo"),
+    ({"best_of": 2}, "best_of"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
+])
+def test_what_cannot_be_honoured_is_a_422_naming_the_field(served, fields, param):
+    from test_serve import request
+
+    status, answer, _ = request(served.url + "/v1/completions", {"model": "m", "prompt": PROMPT} | fields)
+    assert status == 422 and answer["error"]["param"] == param, answer
+
+
+
+def fuzzed_fields():
+    from test_serve import JSON
+
+    number = st.integers(-3, 30) | st.floats(-3, 3) | JSON
+    return st.fixed_dictionaries({}, optional={
+        "logit_bias": JSON | st.dictionaries(st.sampled_from(["0", "5", "x", "-1", "99999"]), number, max_size=2),
+        "stream_options": JSON | st.fixed_dictionaries({"include_usage": JSON}), "stream": st.booleans(),
+        "logprobs": number, "top_logprobs": number, "echo": JSON, "min_tokens": number, "top_k": number,
+        "presence_penalty": number, "frequency_penalty": number, "ignore_eos": JSON, "stop": JSON,
+        "temperature": number, "seed": number})
+
+
+def test_fuzzed_openai_fields_never_500(served):
+    from test_serve import request
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(fields=fuzzed_fields(), chat=st.booleans())
+    def check(fields, chat):
+        route, base = ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}) if chat else \
+            ("/v1/completions", {"prompt": PROMPT})
+        status, answer, _ = request(served.url + route, {"model": "m", "max_tokens": 3} | base | fields, timeout=30)
+        assert status in (200, 400, 413, 422), (fields, answer)
+    check()

@@ -1,0 +1,89 @@
+"""What a request asks of each step beyond ``SearchOptions``: OpenAI's presence and frequency
+penalties and ``logit_bias`` reshape a row's log-probabilities before it picks, and ``logprobs``
+reports each picked token's log-probability with the likeliest alternatives (the model's own,
+before any reshaping, as vLLM reports them by default).
+
+A penalty is subtracted from a token's logit; the step gives log-probabilities, which differ
+from the logits by one constant per row, so picking (greedy or drawn after a softmax) is the
+same either way."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+WHOLE_VOCABULARY = np.iinfo(np.int32).max
+"""Candidates a reshaping row asks each step for: all of them (decoders clamp k)."""
+
+
+@dataclass(frozen=True)
+class Tweaks:
+    presence: float = 0.0
+    """Taken from a token's logit once it appears in the continuation (OpenAI's presence_penalty)."""
+    frequency: float = 0.0
+    """Taken from a token's logit per appearance (OpenAI's frequency_penalty)."""
+    bias: tuple[tuple[int, float], ...] = ()
+    """(token id, added to its logit) (OpenAI's logit_bias)."""
+    logprobs: int | None = None
+    """Alternatives reported with each token's log-probability; None: none reported."""
+
+    @property
+    def reshapes(self) -> bool:
+        return bool(self.presence or self.frequency or self.bias)
+
+    @property
+    def candidates(self) -> int:
+        """Candidates one step must return for this row beyond what picking needs."""
+        return WHOLE_VOCABULARY if self.reshapes else self.logprobs or 0
+
+
+class Shaper:
+    """One row's running adjustment of the vocabulary's log-probabilities, updated per token
+    taken, so a step costs one gather of the candidates' entries."""
+
+    def __init__(self, tweaks: Tweaks, vocab: int):
+        self.tweaks, self.adjust, self.seen = tweaks, np.zeros(vocab, np.float32), set()
+        for token, bias in tweaks.bias:
+            self.adjust[token] += bias
+
+    def __call__(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """``values`` (k,) of candidates ``ids`` (k,), reshaped."""
+        return values + self.adjust[ids]
+
+    def took(self, token: int) -> None:
+        self.adjust[token] -= self.tweaks.frequency + (self.tweaks.presence if token not in self.seen else 0.0)
+        self.seen.add(token)
+
+
+def score(token: int, values: np.ndarray, ids: np.ndarray, top: int) -> tuple:
+    """(token, its log-probability, the ``top`` likeliest as (id, log-probability)) of one step."""
+    where = np.flatnonzero(ids == token)
+    own = float(values[where[0]]) if where.size else float("-inf")
+    return token, own, [(int(i), float(v)) for i, v in zip(ids[:top], values[:top])]
+
+
+def completion_logprobs(decode, scores: list, offset: int) -> dict:
+    """``/v1/completions``' ``logprobs`` object; text offsets counted from ``offset``."""
+    tokens = [decode([token]) for token, _, _ in scores]
+    offsets = np.cumsum([offset] + [len(t) for t in tokens])[:-1].tolist()
+    return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in scores],
+            "top_logprobs": [_by_text(decode, top) for _, _, top in scores], "text_offset": offsets}
+
+
+def _by_text(decode, top: list) -> dict:
+    """{text: log-probability} of ``top`` (likeliest first); two tokens that read alike (parts of
+    one UTF-8 character) keep the likelier's."""
+    out = {}
+    for token, logprob in top:
+        out.setdefault(decode([token]), logprob)
+    return out
+
+
+def chat_logprobs(decode, scores: list) -> dict:
+    """``/v1/chat/completions``' ``logprobs`` object."""
+    def entry(token: int, logprob: float) -> dict:
+        text = decode([token])
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+    return {"content": [entry(token, lp) | {"top_logprobs": [entry(i, v) for i, v in top]}
+                        for token, lp, top in scores]}
