@@ -23,7 +23,7 @@ Interface (the names of onnxruntime's retired ``BeamSearch`` op, so users recogn
     sequences_lengths int64 (batch,)          its tokens before the end of sentence: what
                                               ``tfspec translate`` prints
 
-It mirrors ``tfspec.search.search`` (``outputoutput_limits``, ``_banned``, ``beam_step``, ``_beam``), so it
+It mirrors ``tfspec.search.search`` (``output_limits``, ``banned_tokens``, ``beam_step``, ``_beam``), so it
 gives the Python search's tokens. Greedy search is ``beam_step`` with k = 1 (the likeliest
 allowed token ends or extends the one hypothesis, as ``_greedy`` decides), so one search serves
 both and ``num_beams`` stays a runtime input. The graph is built from what ``emit`` writes: the
@@ -138,7 +138,7 @@ class _Setup:
             bos = b.op("Expand", b.const(np.full((1, 1), vocab.bos_id, np.int64)),
                        b.op("Concat", unsq(self.n), b.ints(1), axis=0))
             self.prompt = b.op("Concat", bos, ids, axis=1)
-        self.limits = self.output_limits(b, positions)
+        self.limits = self._limits(b, positions)
         self._tables(b, vocab.tgt_size)
 
     def _packed(self, b: Builder, positions: int | None) -> tuple[str, str]:
@@ -170,7 +170,7 @@ class _Setup:
             tokens, mask = b.op("Slice", tokens, *last), b.op("Slice", mask, *last)
         return tokens, mask
 
-    def output_limits(self, b: Builder, positions: int | None) -> str:
+    def _limits(self, b: Builder, positions: int | None) -> str:
         """Each sentence's most output tokens (``tfspec.search.output_limits``), capped where positions
         are bounded so that the sequence, its last token included, fits them
         (``Positional.room``); 0 for an empty source (such a sentence is never decoded)."""
