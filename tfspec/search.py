@@ -94,11 +94,7 @@ def search(decoder: Decoder, src: np.ndarray | None, options: SearchOptions,
     ragged = prefix_mask is not None and not prefix_mask.all()
     if ragged and not getattr(decoder, "takes_masks", False):
         raise TfspecError(f"{type(decoder).__name__} decodes prompts of one length: give each its own batch")
-<<<<<<< HEAD
-    limits = _limits(decoder, src, prefix, options, src_mask, prefix_mask)
-=======
-    limits = output_limits(decoder, src, prefix, options, src_mask)
->>>>>>> serve
+    limits = output_limits(decoder, src, prefix, options, src_mask, prefix_mask)
     # told only what the pad id does not say: decoders written before masks (``start(src)``) keep working
     told = src_mask is not None and not np.array_equal(src_mask, implied_mask(src, decoder.pad))
     state = decoder.start(src, mask=src_mask) if told else decoder.start(src)
@@ -132,14 +128,9 @@ class _Prompted:
         return self.decoder.select(state, rows, cross)
 
 
-<<<<<<< HEAD
-def _limits(decoder, src, prefix, options, src_mask=None, prefix_mask=None) -> np.ndarray:
+def output_limits(decoder, src, prefix, options, src_mask=None, prefix_mask=None) -> np.ndarray:
     """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra,
     within what the model's positions leave after each row's prefix (``Positional.room``)."""
-=======
-def output_limits(decoder, src, prefix, options, src_mask=None) -> np.ndarray:
-    """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra."""
->>>>>>> serve
     if src is not None:
         limits = np.asarray(implied_mask(src, decoder.pad) if src_mask is None else src_mask).sum(1) + options.max_extra
     else:
