@@ -21,6 +21,7 @@ from tfspec.padding import implied_mask
 from tfspec.registry import discover
 from tfspec.spec import Spec
 
+from .frames import frame_padding
 from .registry import LOWERINGS
 
 
@@ -225,7 +226,7 @@ class TorchModel(nn.Module):
         ports = self.graph.ports
         padding, positions = {}, {}
         if "frames" in feeds:
-            padding["S"] = frames.frame_padding(feeds["lengths"], feeds["frames"].shape[1])
+            padding["S"] = frame_padding(feeds["lengths"], feeds["frames"].shape[1])
             feeds = {k: v for k, v in feeds.items() if k != "lengths"}
         masks = {seq: feeds[f"{port}_mask"].bool() for port, seq in (("src", "S"), ("tgt", "T"))
                  if f"{port}_mask" in feeds}
