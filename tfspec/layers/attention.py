@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
 from tfspec.layers.base import Sublayer, linear, register
+from tfspec import modifiers
 from tfspec.layers import disentangled
 from tfspec.layers.relative_bias import table_param
 from tfspec.spec.base import field_error
@@ -30,27 +31,16 @@ from tfspec.spec.positions import Positional
 
 INHERITED = ("heads", "kv_heads", "d_k", "d_v", "positions")
 """Fields a layer may set for itself and otherwise takes from the spec (``resolved``)."""
-SCORE_MODIFIERS: dict[str, frozenset[str]] = {}
+SCORE_MODIFIERS: dict[str, frozenset[str]] = {m.field: frozenset(m.ops) for m in modifiers.ordered()}
 """Fields that transform a layer's logits after its position terms and before the mask, in
-the order applied, each with the IR ops whose lowerings apply it; each backend registers one
-module per field (``backends/*/modifiers``)."""
+the order applied, each with the IR ops whose lowerings apply it: one module each in
+``tfspec/modifiers``, whose fields ``Attention`` takes; each backend registers one module per
+field (``backends/*/modifiers``)."""
 
 
-def score_modifier(field: str, ops: tuple[str, ...] = ("attention",)) -> None:
-    """Declare attention field ``field`` a score modifier honoured by the lowerings of ``ops``
-    (by default the ``attention`` op, whose stages apply ``backends/*/modifiers``). A kind
-    lowering to another op refuses the field (``Attention._modifiers_honoured``) instead of
-    silently ignoring it."""
-    if field in SCORE_MODIFIERS:
-        raise ValueError(f"two score modifiers {field!r}")
-    SCORE_MODIFIERS[field] = frozenset(ops)
-
-
-score_modifier("softcap")
-
-
-class Attention(Sublayer):
-    """softmax(Q K^T / sqrt(d_k)) V over h heads, concatenated and projected by W^O (eq. 1)."""
+class AttentionCore(Sublayer):
+    """softmax(Q K^T / sqrt(d_k)) V over h heads, concatenated and projected by W^O (eq. 1);
+    ``Attention`` is this with the score modifiers' fields."""
 
     component: ClassVar[str] = "attention"
     score: Literal["dot", "additive"] = "dot"
@@ -82,9 +72,6 @@ class Attention(Sublayer):
     """Queries, keys and values clamped to [-c, c] as they leave their projections, before any
     qk_norm (OLMo-7B-0424's and DBRX's clip_qkv: 8), which bounds them in low precision; None:
     no clamp."""
-    softcap: Annotated[float, Field(gt=0, le=1e6)] | None = None
-    """Scores squashed to c * tanh(s / c) after any position terms, before the mask and softmax
-    (Gemma 2's attn_logit_softcapping: 50), so the cap bounds every logit; None: no cap."""
     plain_causal: ClassVar[bool] = False
     op: ClassVar[str] = "attention"
     """The IR op this kind lowers to: what score modifiers ask (``SCORE_MODIFIERS``)."""
@@ -94,10 +81,9 @@ class Attention(Sublayer):
 
     @model_validator(mode="after")
     def _scale_needs_dot(self):
-        for field, value, verb in (("scale", self.scale, "multiplies"), ("softcap", self.softcap, "caps")):
-            if value is not None and self.score != "dot":
-                raise field_error(field, f"{field} ({value}) {verb} dot-product scores, but score is "
-                                  f"{self.score}: remove {field} or use score: dot")
+        if self.scale is not None and self.score != "dot":
+            raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
+                              f"{self.score}: remove scale or use score: dot")
         self._modifiers_honoured()
         if self.positions is not None and not (self.positions.in_attention or self.positions.kind == "none"):
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
@@ -110,10 +96,15 @@ class Attention(Sublayer):
 
     def _modifiers_honoured(self) -> None:
         for field, ops in SCORE_MODIFIERS.items():
-            if getattr(self, field, None) is not None and self.op not in ops:
+            value = getattr(self, field, None)
+            if value is None:
+                continue
+            if self.op not in ops:
                 raise field_error(field, f"{self.kind} lowers to the IR op {self.op!r}, which does not apply "
                                   f"{field}: remove {field} or use an attention kind whose op does "
                                   f"({', '.join(sorted(ops))})")
+            if field in modifiers.MODIFIERS and (problem := modifiers.MODIFIERS[field].problem(self, value)):
+                raise field_error(field, problem)
 
     def resolved(self, spec) -> Attention:
         """This layer with every size and its positions filled in from ``spec`` where it sets
@@ -252,7 +243,12 @@ class Attention(Sublayer):
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)
 
 
-def qk_norm_params(layer: Attention, spec) -> dict:
+
+Attention = create_model("Attention", __base__=AttentionCore, __module__=__name__, __doc__=AttentionCore.__doc__,
+                         **modifiers.fields())
+"""Attention with a field per registered score modifier (``tfspec/modifiers``), after the core's
+fields: every attention kind subclasses this."""
+def qk_norm_params(layer: AttentionCore, spec) -> dict:
     """The gains (and LayerNorm biases) of ``qk_norm``: one d_k vector shared by the heads
     (``head``), one per head (``per_head``), or one per feature of the whole projection (``all``)."""
     if layer.qk_norm == "none":
