@@ -2,8 +2,8 @@
 a throwaway module into the packages under a temporary name, runs tfspec in a fresh process
 that finds it by scanning (``tfspec.registry.discover``), and removes it. Nothing else of the
 tree changes, so passing shows that no list needs the new name. References: transformers'
-GPT-2 for the family; for the layer kind, the layer written out in numpy beside PyTorch and
-onnxruntime."""
+GPT-2 for the family; for the layer kind and the score modifier, onnxruntime beside PyTorch,
+and the same spec without the new part, to show that it is computed."""
 
 from __future__ import annotations
 
@@ -64,6 +64,33 @@ from tfspec.interop.hf.gpt2 import GPT2
 class Throwaway(GPT2):
     """GPT-2 under another model_type: what a family module subclassing its parent states."""
     model_type = "{name}"
+'''
+
+MODIFIER = '''
+from typing import Annotated
+from pydantic import Field
+from tfspec.modifiers import ScoreModifier, register
+
+@register
+class Clamp(ScoreModifier):
+    """Scores clamped to [-c, c]."""
+    field = "{name}"
+    annotation = Annotated[float, Field(gt=0)] | None
+    description = "Scores clamped to [-c, c]; None: no clamp."
+'''
+MODIFIER_TORCH = '''
+from tfspec.backends.torch.modifiers import score_modifier
+
+@score_modifier("{name}")
+def clamp(c):
+    return lambda scores: scores.clamp(-c, c)
+'''
+MODIFIER_ONNX = '''
+from tfspec.backends.onnx.modifiers import score_modifier
+
+@score_modifier("{name}")
+def clamp(c):
+    return lambda b, scores: b.op("Max", b.op("Min", scores, b.const(float(c))), b.const(-float(c)))
 '''
 
 
@@ -159,3 +186,52 @@ def test_a_family_is_one_new_file(tmp_path):
     with torch.no_grad():
         want = reference(tmp_path / "hf", "gpt2")(input_ids=tokens).logits.numpy()
     np.testing.assert_allclose(np.load(tmp_path / "ours" / "logits.npy"), want, atol=1e-4, rtol=0)
+
+
+MODIFIER_RUN = '''
+import json, sys, numpy as np, torch
+from pydantic import ValidationError
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.torch import build_module
+from tfspec.spec import Spec
+name, out = sys.argv[1], sys.argv[2]
+
+def spec(attention):
+    return Spec.model_validate({"name": "m", "family": "decoder-only", "vocab": 50, "d_model": 16, "heads": 2,
+                                "d_ff": 32, "dropout": 0.0, "positional": {"kind": "rotary", "max_len": 32},
+                                "decoder": {"layers": 2, "block": [attention, "ffn"]}})
+
+tokens = torch.randint(4, 50, (2, 7))
+logits = {}
+for key, attention in (("clamped", {"kind": "causal_self_attention", name: 0.05}),
+                       ("plain", {"kind": "causal_self_attention"})):
+    torch.manual_seed(0)
+    model = build_module(spec(attention)).eval()
+    with torch.no_grad():
+        logits[key] = model(tokens).numpy()
+    if key == "clamped":
+        export(model, out, parity=False)
+try:  # the field's own bounds, as its module declares them
+    spec({"kind": "causal_self_attention", name: -1.0})
+    refused = ""
+except ValidationError as error:
+    refused = str(error)
+listed = name in json.dumps(Spec.model_json_schema())
+onnx = OnnxModel(out, device="cpu").logits(tgt=tokens.numpy())
+np.savez(out + "/logits.npz", onnx=onnx, listed=listed, refused=refused, **logits)
+'''
+
+
+def test_a_score_modifier_is_three_new_files(tmp_path):
+    """A clamp of the scores: a field of every attention kind, listed by the schema, computed
+    alike by both backends, and changing the logits against the same spec without it."""
+    name = f"clamp_{uuid.uuid4().hex[:8]}"
+    with modules({f"tfspec/modifiers/zz_{name}.py": MODIFIER.format(name=name),
+                  f"backends/torch/modifiers/zz_{name}.py": MODIFIER_TORCH.format(name=name),
+                  f"backends/onnx/modifiers/zz_{name}.py": MODIFIER_ONNX.format(name=name)}):
+        run(MODIFIER_RUN, name, str(tmp_path / "onnx"))
+    found = np.load(tmp_path / "onnx" / "logits.npz")
+    assert found["listed"]  # tfspec schema shows the field
+    assert "greater than 0" in str(found["refused"])  # and validates it
+    assert np.abs(found["clamped"] - found["plain"]).max() > 1e-3  # the clamp is applied, not skipped
+    np.testing.assert_allclose(found["onnx"], found["clamped"], atol=1e-4, rtol=0)
