@@ -24,7 +24,6 @@ from pydantic import Field, create_model, model_validator
 from tfspec.layers.base import Sublayer, linear, register
 from tfspec import modifiers
 from tfspec.layers import disentangled
-from tfspec.layers.relative_bias import table_param
 from tfspec.spec.base import field_error
 from tfspec.spec.bounds import Heads, Width
 from tfspec.spec.positions import Positional
@@ -85,11 +84,11 @@ class AttentionCore(Sublayer):
             raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
                               f"{self.score}: remove scale or use score: dot")
         self._modifiers_honoured()
-        if self.positions is not None and not (self.positions.in_attention or self.positions.kind == "none"):
+        if self.positions is not None and self.positions.definition.embedded:
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
                               f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
                               "set them in the spec's positional")
-        if self.positions is not None and self.positions.kind in ("relative_bias", "disentangled"):
+        if self.positions is not None and self.positions.definition.per_stack:
             raise field_error("positions", f"{self.positions.kind} tables are one per stack: set it in the spec's "
                               "positional")
         return self
@@ -125,15 +124,7 @@ class AttentionCore(Sublayer):
         if layer.heads % layer.kv_heads:
             return (f"heads ({layer.heads}) must be a multiple of kv_heads ({layer.kv_heads}): each key/value head "
                     "serves an equal group of query heads")
-        positions = layer.positions
-        rotated = positions.rotated(layer.d_k)
-        if positions.kind == "rotary" and (rotated % 2 or rotated == 0):
-            return (f"rotary positions rotate pairs of query/key features: int(d_k ({layer.d_k}) x fraction "
-                    f"({positions.fraction})) = {rotated} must be even and positive; pick an even d_k or another "
-                    "fraction")
-        if positions.kind == "disentangled":
-            return disentangled.check(layer)
-        return positions.scaling_problem(rotated) if positions.kind == "rotary" else None
+        return layer.positions.definition.layer_problem(layer)
 
     def score_scale(self, d_k: int) -> float | None:
         """The factor of q·k: ``scale``, else 1 / sqrt(d_k); None for additive scores."""
@@ -192,9 +183,9 @@ class AttentionCore(Sublayer):
         w, before, after = block_plan(self.band())
         return Piecewise((dense, s.n <= 3 * w), (ceiling(s.n / w) * w * (before + 1 + after) * w, True))
 
-    def flops(self, s, dense=False, relative: int | None = None):
-        """``relative``: the number of clipped distances (2 max_distance + 1) when relative
-        position embeddings enter the scores and values."""
+    def flops(self, s, dense=False):
+        """The position kind's own terms (relative embeddings) are added by ``op_flops``, which
+        asks the kind (``PositionKind.attention_flops``)."""
         n, d, h, g, d_k, d_v = s.n, s.d, s.h, s.g, s.d_k, s.d_v
         pairs = self.computed_pairs(s) if dense else self.pairs(s)
         if self.needs_memory:
@@ -204,8 +195,6 @@ class AttentionCore(Sublayer):
         # Q K^T (pairs x d_k per head; additive scores w·tanh(q + k) cost the same products),
         # then the weighted sum of values (pairs x d_v per head).
         terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
-        if relative:  # q·a_K for each query and distance, then the weights bucketed by distance x a_V
-            terms |= {"relative": 2 * n * h * relative * (d_k + d_v)}
         return terms
 
     def lower(self, b, name, x):
@@ -223,16 +212,9 @@ class AttentionCore(Sublayer):
         params |= linear("o", d, h * d_v, s.has_bias("o"))
         if self.score == "additive":
             params["w_score"] = ((h, d_k), "xavier_uniform")
-        positions = layer.positions if layer.positions.kind != "none" else None
+        positions = layer.positions if layer.positions.in_attention else None
         params |= qk_norm_params(layer, s)
-        if positions is not None and positions.kind == "relative":
-            # One table of clipped distances for keys and one for values, shared by the heads.
-            rows = 2 * positions.max_distance + 1
-            params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
-        if positions is not None and positions.kind == "relative_bias":  # T5: one table per stack
-            params |= table_param(b, name, positions, h)
-        if positions is not None and positions.kind == "disentangled":  # DeBERTa: one table per stack
-            params |= disentangled.table_params(b, name, positions)
+        params |= layer.positions.definition.attention_params(b, name, layer)  # relative tables, T5's, DeBERTa's
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
                  "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "clip": layer.clip,
