@@ -11,7 +11,6 @@ from pydantic import Field, create_model, model_validator
 from tfspec import positions as kinds
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import Positions
-from tfspec.spec.scalings import SCALINGS, RotaryScaling  # noqa: F401 (their home before tfspec.spec.scalings)
 
 
 class PositionalCore(SpecModel):
@@ -99,8 +98,8 @@ def _kind_field() -> tuple[Any, Any]:
     return Literal[names], Field("sinusoidal", description=described)
 
 
-Positional = create_model("Positional", __base__=PositionalCore, __module__=__name__, __doc__="How positions enter the model (§3.5).",
-                          kind=_kind_field(), **{name: spec for kind in kinds.ordered()
-                                                 for name, spec in kind.fields.items()})
+Positional = create_model("Positional", __base__=PositionalCore, __module__=__name__,
+                          __doc__="How positions enter the model (§3.5).", kind=_kind_field(),
+                          **{name: spec for kind in kinds.ordered() for name, spec in kind.fields.items()})
 """The spec's ``positional`` (and a layer's ``positions``): the core's fields, ``kind`` and the
 fields of every registered kind (``tfspec.positions``)."""
