@@ -24,6 +24,7 @@ import sympy
 
 from tfspec.errors import TfspecError
 from tfspec.ir import Graph, Node
+from tfspec.positions import KINDS
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,10 @@ def layer_values(spec, layer=None) -> dict:
 def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
     """Forward FLOPs of one IR op over one sequence, by term (empty: no matrix products)."""
     if node.layer is not None:
-        positions = node.attrs.get("positions") or {}
-        extra = {"relative": 2 * positions["max_distance"] + 1} if positions.get("kind") == "relative" else {}
+        positions = node.attrs.get("positions")
+        extra = KINDS[positions["kind"]].attention_flops(SYMBOLS, positions) if positions else {}
         try:
-            return node.layer.flops(SYMBOLS, dense, **extra)
+            return node.layer.flops(SYMBOLS, dense) | extra
         except NotImplementedError:
             raise TfspecError(f"{node.name}: layer kind {node.layer.kind!r} states no FLOP formula; define "
                               "`flops` in its module (tfspec/layers) to analyse it") from None

@@ -126,10 +126,8 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
     norm_on = own.embed_norm_on if s.embed_norm else None
     if norm_on == "tokens":  # BlenderbotSmall's decoder: the positions join after the norm
         x = b.norm(f"{stack}.embed_norm", x, width)
-    if s.positional.kind in ("sinusoidal", "learned"):
-        params = {}
-        if s.positional.kind == "learned":
-            params["weight"] = ((s.positional.rows, width), "normal:0.02")
+    if s.positional.definition.embedded:
+        params = s.positional.definition.embedding_params(s.positional, width)  # a learned table
         x = b.wise(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
                  component="positional", shape=("B", b.seq, width))
     if s.image is not None:  # the Image Transformer's row + column + channel embeddings

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tfspec.spec.positions import SCALINGS
+from tfspec.spec.scalings import SCALINGS
 
 
 def scaled(frequencies: np.ndarray, positional: Mapping[str, Any], length: int | None = None) -> np.ndarray:

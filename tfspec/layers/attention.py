@@ -19,38 +19,27 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
 from tfspec.layers.base import Sublayer, linear, register
+from tfspec import modifiers
 from tfspec.layers import disentangled
-from tfspec.layers.relative_bias import table_param
 from tfspec.spec.base import field_error
 from tfspec.spec.bounds import Heads, Width
 from tfspec.spec.positions import Positional
 
 INHERITED = ("heads", "kv_heads", "d_k", "d_v", "positions")
 """Fields a layer may set for itself and otherwise takes from the spec (``resolved``)."""
-SCORE_MODIFIERS: dict[str, frozenset[str]] = {}
+SCORE_MODIFIERS: dict[str, frozenset[str]] = {m.field: frozenset(m.ops) for m in modifiers.ordered()}
 """Fields that transform a layer's logits after its position terms and before the mask, in
-the order applied, each with the IR ops whose lowerings apply it; each backend registers one
-module per field (``backends/*/modifiers``)."""
+the order applied, each with the IR ops whose lowerings apply it: one module each in
+``tfspec/modifiers``, whose fields ``Attention`` takes; each backend registers one module per
+field (``backends/*/modifiers``)."""
 
 
-def score_modifier(field: str, ops: tuple[str, ...] = ("attention",)) -> None:
-    """Declare attention field ``field`` a score modifier honoured by the lowerings of ``ops``
-    (by default the ``attention`` op, whose stages apply ``backends/*/modifiers``). A kind
-    lowering to another op refuses the field (``Attention._modifiers_honoured``) instead of
-    silently ignoring it."""
-    if field in SCORE_MODIFIERS:
-        raise ValueError(f"two score modifiers {field!r}")
-    SCORE_MODIFIERS[field] = frozenset(ops)
-
-
-score_modifier("softcap")
-
-
-class Attention(Sublayer):
-    """softmax(Q K^T / sqrt(d_k)) V over h heads, concatenated and projected by W^O (eq. 1)."""
+class AttentionCore(Sublayer):
+    """softmax(Q K^T / sqrt(d_k)) V over h heads, concatenated and projected by W^O (eq. 1);
+    ``Attention`` is this with the score modifiers' fields."""
 
     component: ClassVar[str] = "attention"
     score: Literal["dot", "additive"] = "dot"
@@ -82,9 +71,6 @@ class Attention(Sublayer):
     """Queries, keys and values clamped to [-c, c] as they leave their projections, before any
     qk_norm (OLMo-7B-0424's and DBRX's clip_qkv: 8), which bounds them in low precision; None:
     no clamp."""
-    softcap: Annotated[float, Field(gt=0, le=1e6)] | None = None
-    """Scores squashed to c * tanh(s / c) after any position terms, before the mask and softmax
-    (Gemma 2's attn_logit_softcapping: 50), so the cap bounds every logit; None: no cap."""
     plain_causal: ClassVar[bool] = False
     op: ClassVar[str] = "attention"
     """The IR op this kind lowers to: what score modifiers ask (``SCORE_MODIFIERS``)."""
@@ -94,26 +80,30 @@ class Attention(Sublayer):
 
     @model_validator(mode="after")
     def _scale_needs_dot(self):
-        for field, value, verb in (("scale", self.scale, "multiplies"), ("softcap", self.softcap, "caps")):
-            if value is not None and self.score != "dot":
-                raise field_error(field, f"{field} ({value}) {verb} dot-product scores, but score is "
-                                  f"{self.score}: remove {field} or use score: dot")
+        if self.scale is not None and self.score != "dot":
+            raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
+                              f"{self.score}: remove scale or use score: dot")
         self._modifiers_honoured()
-        if self.positions is not None and not (self.positions.in_attention or self.positions.kind == "none"):
+        if self.positions is not None and self.positions.definition.embedded:
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
                               f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
                               "set them in the spec's positional")
-        if self.positions is not None and self.positions.kind in ("relative_bias", "disentangled"):
+        if self.positions is not None and self.positions.definition.per_stack:
             raise field_error("positions", f"{self.positions.kind} tables are one per stack: set it in the spec's "
                               "positional")
         return self
 
     def _modifiers_honoured(self) -> None:
         for field, ops in SCORE_MODIFIERS.items():
-            if getattr(self, field, None) is not None and self.op not in ops:
+            value = getattr(self, field, None)
+            if value is None:
+                continue
+            if self.op not in ops:
                 raise field_error(field, f"{self.kind} lowers to the IR op {self.op!r}, which does not apply "
                                   f"{field}: remove {field} or use an attention kind whose op does "
                                   f"({', '.join(sorted(ops))})")
+            if field in modifiers.MODIFIERS and (problem := modifiers.MODIFIERS[field].problem(self, value)):
+                raise field_error(field, problem)
 
     def resolved(self, spec) -> Attention:
         """This layer with every size and its positions filled in from ``spec`` where it sets
@@ -134,15 +124,7 @@ class Attention(Sublayer):
         if layer.heads % layer.kv_heads:
             return (f"heads ({layer.heads}) must be a multiple of kv_heads ({layer.kv_heads}): each key/value head "
                     "serves an equal group of query heads")
-        positions = layer.positions
-        rotated = positions.rotated(layer.d_k)
-        if positions.kind == "rotary" and (rotated % 2 or rotated == 0):
-            return (f"rotary positions rotate pairs of query/key features: int(d_k ({layer.d_k}) x fraction "
-                    f"({positions.fraction})) = {rotated} must be even and positive; pick an even d_k or another "
-                    "fraction")
-        if positions.kind == "disentangled":
-            return disentangled.check(layer)
-        return positions.scaling_problem(rotated) if positions.kind == "rotary" else None
+        return layer.positions.definition.layer_problem(layer)
 
     def score_scale(self, d_k: int) -> float | None:
         """The factor of q·k: ``scale``, else 1 / sqrt(d_k); None for additive scores."""
@@ -201,9 +183,9 @@ class Attention(Sublayer):
         w, before, after = block_plan(self.band())
         return Piecewise((dense, s.n <= 3 * w), (ceiling(s.n / w) * w * (before + 1 + after) * w, True))
 
-    def flops(self, s, dense=False, relative: int | None = None):
-        """``relative``: the number of clipped distances (2 max_distance + 1) when relative
-        position embeddings enter the scores and values."""
+    def flops(self, s, dense=False):
+        """The position kind's own terms (relative embeddings) are added by ``op_flops``, which
+        asks the kind (``PositionKind.attention_flops``)."""
         n, d, h, g, d_k, d_v = s.n, s.d, s.h, s.g, s.d_k, s.d_v
         pairs = self.computed_pairs(s) if dense else self.pairs(s)
         if self.needs_memory:
@@ -213,8 +195,6 @@ class Attention(Sublayer):
         # Q K^T (pairs x d_k per head; additive scores w·tanh(q + k) cost the same products),
         # then the weighted sum of values (pairs x d_v per head).
         terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
-        if relative:  # q·a_K for each query and distance, then the weights bucketed by distance x a_V
-            terms |= {"relative": 2 * n * h * relative * (d_k + d_v)}
         return terms
 
     def lower(self, b, name, x):
@@ -232,16 +212,9 @@ class Attention(Sublayer):
         params |= linear("o", d, h * d_v, s.has_bias("o"))
         if self.score == "additive":
             params["w_score"] = ((h, d_k), "xavier_uniform")
-        positions = layer.positions if layer.positions.kind != "none" else None
+        positions = layer.positions if layer.positions.in_attention else None
         params |= qk_norm_params(layer, s)
-        if positions is not None and positions.kind == "relative":
-            # One table of clipped distances for keys and one for values, shared by the heads.
-            rows = 2 * positions.max_distance + 1
-            params |= {"rel_k": ((rows, d_k), f"normal:{d_k ** -0.5}"), "rel_v": ((rows, d_v), f"normal:{d_v ** -0.5}")}
-        if positions is not None and positions.kind == "relative_bias":  # T5: one table per stack
-            params |= table_param(b, name, positions, h)
-        if positions is not None and positions.kind == "disentangled":  # DeBERTa: one table per stack
-            params |= disentangled.table_params(b, name, positions)
+        params |= layer.positions.definition.attention_params(b, name, layer)  # relative tables, T5's, DeBERTa's
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
                  "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "clip": layer.clip,
@@ -252,7 +225,12 @@ class Attention(Sublayer):
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)
 
 
-def qk_norm_params(layer: Attention, spec) -> dict:
+
+Attention = create_model("Attention", __base__=AttentionCore, __module__=__name__, __doc__=AttentionCore.__doc__,
+                         **modifiers.fields())
+"""Attention with a field per registered score modifier (``tfspec/modifiers``), after the core's
+fields: every attention kind subclasses this."""
+def qk_norm_params(layer: AttentionCore, spec) -> dict:
     """The gains (and LayerNorm biases) of ``qk_norm``: one d_k vector shared by the heads
     (``head``), one per head (``per_head``), or one per feature of the whole projection (``all``)."""
     if layer.qk_norm == "none":

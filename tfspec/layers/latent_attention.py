@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 
 from tfspec.layers.attention import Attention
 from tfspec.layers.base import linear, register
+from tfspec.positions import rotary
 from tfspec.spec.base import field_error
 from tfspec.spec.bounds import Width
 
@@ -81,7 +82,7 @@ class LatentAttention(Attention):
         if positions.kind == "rotary" and (positions.fraction != 1.0 or self.qk_rope_head_dim % 2):
             return (f"latent attention rotates all qk_rope_head_dim ({self.qk_rope_head_dim}) features in pairs: it "
                     "must be even and the rotary fraction 1")
-        return positions.scaling_problem(self.qk_rope_head_dim) if positions.kind == "rotary" else None
+        return rotary.scaling_problem(positions, self.qk_rope_head_dim) if positions.kind == "rotary" else None
 
     def visible(self, q, k):
         return k <= q
@@ -118,7 +119,7 @@ class LatentAttention(Attention):
         params |= linear("kva", layer.cached_width, d, False) | {"kv_norm": ((layer.kv_lora_rank,), "ones")}
         params |= linear("kvb", h * (layer.qk_nope_head_dim + layer.v_head_dim), layer.kv_lora_rank, False)
         params |= linear("o", d, h * layer.v_head_dim, False)
-        positions = layer.positions if layer.positions.kind != "none" else None
+        positions = layer.positions if layer.positions.in_attention else None
         attrs = {"kind": self.kind, "heads": h, "kv_heads": h, "d_k": layer.d_k, "d_v": layer.d_v,
                  "q_lora_rank": layer.q_lora_rank, "kv_lora_rank": layer.kv_lora_rank,
                  "qk_nope_head_dim": layer.qk_nope_head_dim, "qk_rope_head_dim": layer.qk_rope_head_dim,

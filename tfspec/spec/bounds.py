@@ -67,3 +67,6 @@ RopeFactor = Annotated[float, Field(gt=0.0, le=1e6)]
 Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
 """A share of features, e.g. the rotated part of each head (GPT-NeoX: 0.25)."""
 Text = Annotated[str, Field(max_length=MAX_TEXT)]
+
+MAX_BUCKETS = 2**16
+"""Distance buckets of a relative attention bias: T5 uses 32."""

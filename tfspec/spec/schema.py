@@ -13,6 +13,7 @@ from pydantic import BeforeValidator, Field, field_validator, model_validator
 
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
+from tfspec.positions import rotary
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, MIN_VOCAB, Channels, Epsilon, Heads, Layers, Positions,
                                 Segments, Steps, Text, TokenId, VocabSize, Width)
@@ -454,7 +455,7 @@ class Spec(SpecModel):
         positional = self.positional
         if positional.kind != "rotary":
             return
-        rotated = positional.rotated(self.d_k)
+        rotated = rotary.rotated(positional, self.d_k)
         if positional.fraction == 1.0 and rotated % 2:
             raise field_error("positional", f"rotary positions rotate pairs of query/key features: d_k "
                               f"({self.d_k}) must be even")

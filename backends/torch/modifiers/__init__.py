@@ -5,8 +5,8 @@ order applied), one module per field (``softcap.py``; the ONNX twins are in
 
 A modifier is a function registered with ``@score_modifier(field)``: ``fn(value)`` for the
 field's value on an attention node returns ``modify(scores)`` over (B, h, Lq, Lk) logits. A node
-with any modifier has its scores spelled out (no fused kernel). Adding one: the field on
-``Attention`` and ``score_modifier(field, ops)`` beside it, then one module here and its ONNX twin.
+with any modifier has its scores spelled out (no fused kernel). Adding one: its core module in
+``tfspec/modifiers`` (the field and its checks), then one module here and its ONNX twin.
 Every module of this package is imported here.
 """
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from tfspec.interop.hf.family import Rule, Source, flag, number, register
 from tfspec.interop.hf.llama import Llama
+from tfspec.positions import rotary
 
 
 @dataclass(frozen=True)
@@ -75,10 +76,10 @@ def interleaved(rules: list[Rule], spec) -> list[Rule]:
         if kind in ("w_qkv", "b_qkv"):
             a = plans[name]
             rule = InterleavedRotary(rule.ir, rule.hf, "concat", rule.rows, width=a.d_k,
-                                     rotary=a.positions.rotated(a.d_k), rotated=(a.heads + a.kv_heads) * a.d_k)
+                                     rotary=rotary.rotated(a.positions, a.d_k), rotated=(a.heads + a.kv_heads) * a.d_k)
         elif kind in ("q_norm", "k_norm") and plans[name].qk_norm == "per_head":
             a = plans[name]
-            rule = InterleavedGains(rule.ir, rule.hf, width=a.d_k, rotary=a.positions.rotated(a.d_k), rotated=a.d_k)
+            rule = InterleavedGains(rule.ir, rule.hf, width=a.d_k, rotary=rotary.rotated(a.positions, a.d_k), rotated=a.d_k)
         out.append(rule)
     return out
 

@@ -26,6 +26,7 @@ from tfspec.interop.hf.family import Rule, Source, _show, norm_rules, number, re
 from tfspec.interop.hf.gpt2 import GPT2
 from tfspec.interop.hf.phi import _linear
 from tfspec.interop.hf.t5 import _flag
+from tfspec.positions import rotary
 
 
 @register
@@ -94,5 +95,5 @@ class GPTJ(GPT2):
         attention = repeated_layer(spec, "decoder")[0]
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures",)}
         return shared | {"model_type": self.model_type, "n_positions": attention.positions.max_len,
-                         "rotary_dim": attention.positions.rotated(attention.d_k),
+                         "rotary_dim": rotary.rotated(attention.positions, attention.d_k),
                          "tie_word_embeddings": spec.tie_embeddings == "output"}
