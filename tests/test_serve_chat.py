@@ -12,7 +12,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hf_checkpoints import save_random
 from tfspec.errors import TfspecError
 
 pytest.importorskip("starlette")
@@ -31,20 +30,9 @@ MESSAGES = [{"role": "system", "content": "You help."}, {"role": "user", "conten
 @pytest.fixture(scope="module")
 def chat_model(tmp_path_factory):
     """(ONNX export of an imported random GPT-2 of 256 positions, transformers' tokenizer)."""
-    from test_generate_cli import bpe
-    from tfspec.cli import main
+    from serve_inprocess import chat_export
 
-    tmp = tmp_path_factory.mktemp("chat")
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe("gpt2"), bos_token="<|endoftext|>",
-                                               eos_token="<|endoftext|>")
-    tok.chat_template = CHATML
-    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=2, n_head=4,
-                                     bos_token_id=0, eos_token_id=0)
-    save_random("GPT2LMHeadModel", config, tmp / "hf")
-    tok.save_pretrained(tmp / "hf")
-    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
-    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
-    return tmp / "onnx", tok
+    return chat_export(tmp_path_factory.mktemp("chat"))
 
 
 @pytest.fixture(scope="module")
