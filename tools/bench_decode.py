@@ -34,7 +34,7 @@ go faster there.
 CTranslate2 is a benchmark-only dependency (`pip install ctranslate2`); without it that
 engine is skipped.
 
-    python tools/bench_decode.py                  # everything, ~10-15 minutes on 2 quiet cores (estimated)
+    python tools/bench_decode.py                  # every engine, base, 5 rounds: ~10 minutes on 2 quiet cores
     python tools/bench_decode.py --quick          # batch 1 greedy, 3 rounds: a smoke test
     python tools/bench_decode.py --engines ort23,ct2 --no-int8 --rounds 3
     python tools/bench_decode.py --engines ort18,static --rounds 3   # the static step graph on CPU

@@ -19,7 +19,7 @@ tfspec is faster. The table shows the bytes of weights one step reads (tfspec's 
 every engine reads the same matrices) and the fraction of the machine's read bandwidth,
 measured once per round (tools/bandwidth.py), each engine reaches.
 
-    python tools/bench_generate.py                      # ~6-8 minutes on 2 quiet cores (estimated)
+    python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores (3 rounds)
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
     python tools/bench_generate.py --experts 8 --top-k 2  # Mixtral-shaped: 8 experts of d_ff, 2 per token
 
