@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from tfspec.registry import discover
+from tfspec.registry import discover, registrar
 
 MODIFIERS: dict[str, type[ScoreModifier]] = {}
 """Each registered modifier by its field."""
@@ -45,10 +45,7 @@ class ScoreModifier:
 
 def register(modifier: type[ScoreModifier]) -> type[ScoreModifier]:
     """Class decorator: record ``modifier`` under its field, refusing a second one for it."""
-    if modifier.field in MODIFIERS:
-        raise ValueError(f"two score modifiers {modifier.field!r}")
-    MODIFIERS[modifier.field] = modifier
-    return modifier
+    return registrar(MODIFIERS, "score modifiers")(modifier.field)(modifier)
 
 
 def ordered() -> list[type[ScoreModifier]]:

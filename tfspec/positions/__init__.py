@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tfspec.registry import discover
+from tfspec.registry import discover, registrar
 
 KINDS: dict[str, type[PositionKind]] = {}
 """Each registered kind by its name."""
@@ -79,10 +79,7 @@ class PositionKind:
 
 def register(kind: type[PositionKind]) -> type[PositionKind]:
     """Class decorator: record ``kind`` under its name, refusing a second one for it."""
-    if kind.name in KINDS:
-        raise ValueError(f"two position kinds {kind.name!r}")
-    KINDS[kind.name] = kind
-    return kind
+    return registrar(KINDS, "position kinds")(kind.name)(kind)
 
 
 def ordered() -> list[type[PositionKind]]:
