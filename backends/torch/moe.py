@@ -22,6 +22,7 @@ class MixtureOfExperts(OpModule):
         self.balance, self.z_loss, self.seq = a.get("balance", 0.0), a.get("z_loss", 0.0), node.shape[1]
         self.scoring, self.groups, self.top_groups = a["scoring"], a["groups"], a["top_groups"]
         self.routed_scale, self.capacity = a["routed_scale"], a.get("capacity")
+        self.input_weighted = a.get("input_weighted", False)
 
     def forward(self, ctx, x):
         B, L, d = x.shape
@@ -41,9 +42,12 @@ class MixtureOfExperts(OpModule):
         for expert in range(self.experts):
             rows, slot = (chosen == expert).nonzero(as_tuple=True)
             if rows.numel():
-                y = self._ffn(ctx, flat[rows], self.w_1[expert], self.w_3[expert] if self.gated else None,
+                weight, routed = weights[rows, slot, None], flat[rows]
+                if self.input_weighted:  # Llama 4: expert(p x)
+                    routed = routed * weight
+                y = self._ffn(ctx, routed, self.w_1[expert], self.w_3[expert] if self.gated else None,
                               self.w_2[expert], *self._biases(expert))
-                out.index_add_(0, rows, y * weights[rows, slot, None])
+                out.index_add_(0, rows, y if self.input_weighted else y * weight)
         if getattr(self, "w_shared_1", None) is not None:
             y = self._ffn(ctx, flat, self.w_shared_1, getattr(self, "w_shared_3", None), self.w_shared_2)
             if getattr(self, "w_shared_gate", None) is not None:  # Qwen2-MoE: sigmoid(x w_gate) scales it

@@ -135,7 +135,8 @@ def export_checkpoint(spec: Spec, weights: dict[str, np.ndarray], output: str | 
         for name, value in rule.to_hf(weights[rule.ir]).items():
             key = name if name.startswith(family.heads) else prefix + name
             # a tensor split into several IR parameters (layout split) is their blocks, in the rules' order
-            tensors[key] = np.concatenate([tensors[key], value]) if rule.layout == "split" and key in tensors else value
+            split = rule.layout == "split" and key in tensors
+            tensors[key] = np.concatenate([tensors[key], value], axis=rule.axis) if split else value
     config = family.config(spec) | {"dtype": dtype}
     with staged_directory(Path(output)) as staging:
         (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
