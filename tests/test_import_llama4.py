@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_config_refused, assert_decoder_import_matches,
-                            assert_hf_round_trip, right_padded, save_random)
+                            assert_hf_round_trip, assert_pytorch_import_matches, right_padded, save_random)
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -69,6 +69,16 @@ def test_layers_are_what_transformers_builds(cli, tmp_path):
              "chunked_attention" if layer.attention.kind == "local_1d_self_attention" else "full_attention")
             for layer in load_spec(tmp_path / "ours").plan("decoder")]
     assert ours == theirs
+
+
+def test_a_field_transformers_ignores_changes_nothing(cli, tmp_path):
+    """router_jitter_noise, which transformers' Llama 4 never reads, set in a checkpoint's config:
+    the import (which lists it as ignored) still computes transformers' logits."""
+    save("scout", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text()) | {"router_jitter_noise": 0.5}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    ref = transformers.Llama4ForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert_pytorch_import_matches(cli, tmp_path / "hf", ref, *right_padded(VOCAB, PAD))
 
 
 def test_default_config_counts_as_transformers(cli, tmp_path):

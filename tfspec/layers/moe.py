@@ -15,8 +15,8 @@ expert (``score_bias``: DeepSeek-V3's e_score_correction_bias, which moves choic
 weights), among the ``top_groups`` best of ``groups`` equal groups of experts (a group's score
 the sum of its two best; DeepSeek-V3's n_group, topk_group); the top_k chosen keep their
 scores p, divided by their sum with ``normalize`` (Mixtral; Qwen2-MoE, OLMoE and DeepSeek-V3's
-``norm_topk_prob``), then multiplied by ``routed_scale`` (DeepSeek-V3's routed_scaling_factor), and weigh the expert's output, or its
-input (``input_weighted``: Llama 4).
+``norm_topk_prob``), then multiplied by ``routed_scale`` (DeepSeek-V3's routed_scaling_factor),
+weigh the expert's output, or its input (``input_weighted``: Llama 4).
 ``shared`` experts run on every token beside the routed ones (Qwen2-MoE: one, its output
 scaled by sigmoid(x w_gate) with ``shared_gate``; DeepSeek: ungated). A top-1 router may
 bound the positions of a sequence an expert takes (``capacity``: Switch Transformers).
@@ -174,7 +174,8 @@ class MixtureOfExperts(Sublayer):
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
                  "scoring": layer.scoring, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
-                 "routed_scale": layer.routed_scale, "input_weighted": layer.input_weighted, "capacity": layer.capacity,
+                 "routed_scale": layer.routed_scale, "input_weighted": layer.input_weighted,
+                 "capacity": layer.capacity,
                  "balance": layer.balance, "z_loss": layer.z_loss,
                  "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout}
         return b.op(name, "moe", [x], attrs=attrs, params=params, layer=layer)

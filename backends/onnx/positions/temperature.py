@@ -19,6 +19,7 @@ class Temperature(PositionStage):
         steps = b.op("Div", b.op("Add", at, b.const(np.int64(1))), b.const(np.int64(positions["temperature_floor"])))
         one = b.const(np.float32(1), dtype=np.float32)
         log = b.op("Log", b.op("Add", b.op("Cast", steps, to=TensorProto.FLOAT), one))
-        factor = b.op("Add", b.op("Mul", log, b.const(np.float32(positions["temperature_scale"]), dtype=np.float32)), one)
+        scale = b.const(np.float32(positions["temperature_scale"]), dtype=np.float32)
+        factor = b.op("Add", b.op("Mul", log, scale), one)
         factor = b.op("Unsqueeze", b.op("Cast", factor, to=b.elem_type), b.ints(-1))  # (L, 1) or (B, L, 1)
         return b.op("Mul", b.op("Reshape", q, b.batched(-1, width)), factor), k

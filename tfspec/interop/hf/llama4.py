@@ -129,7 +129,8 @@ class Llama4Text(Experts, Llama):
         types = c.get("layer_types")
         if types is None:
             chunked = c.get("attention_chunk_size") is not None
-            return ["chunked_attention" if r and chunked else "full_attention" for r in _rotated_layers(c, where, layers)]
+            rotated = _rotated_layers(c, where, layers)
+            return ["chunked_attention" if r and chunked else "full_attention" for r in rotated]
         if not isinstance(types, list) or len(types) < layers or any(t not in LAYER_TYPES for t in types[:layers]):
             raise TfspecError(f"{where}: layer_types: {_show(types)} is not supported; tfspec reads "
                               f"{' or '.join(LAYER_TYPES)} for each of the {layers} layers")
@@ -213,9 +214,9 @@ class Llama4Text(Experts, Llama):
                   "num_key_value_heads": a.kv_heads, "hidden_act": ACTIVATION_NAMES.get(moe.activation, moe.activation),
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
-                  "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout,
-                  "attention_bias": spec.has_bias("q"), "num_local_experts": moe.experts,
-                  "num_experts_per_tok": moe.top_k}
+                  "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id,
+                  "attention_dropout": spec.attention_dropout, "attention_bias": spec.has_bias("q"),
+                  "num_local_experts": moe.experts, "num_experts_per_tok": moe.top_k}
         return config | scaling_config(pos) | self._layer_config(layers)
 
     def _layer_config(self, layers) -> dict:
@@ -231,5 +232,6 @@ class Llama4Text(Experts, Llama):
                 "attention_chunk_size": chunked[0].block if chunked else None,
                 "use_qk_norm": any(a.qk_norm == "l2" for a in attentions),
                 "attn_temperature_tuning": bool(tuned),
-                **({"floor_scale": tuned[0].temperature_floor, "attn_scale": tuned[0].temperature_scale} if tuned else {}),
+                **({"floor_scale": tuned[0].temperature_floor, "attn_scale": tuned[0].temperature_scale}
+                   if tuned else {}),
                 "moe_layers": [layer.index for layer in layers if any(s.kind == "moe" for s in layer.sublayers)]}
