@@ -15,7 +15,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 from hf_checkpoints import (assert_config_refused, assert_decoder_import_matches, assert_hf_round_trip,
                             right_padded, save_random, transformers_count)
@@ -93,3 +92,14 @@ def test_unsupported_or_malformed_configs_are_refused_by_name(change, needle, cl
     config = json.loads(transformers.NemotronHConfig(**SHAPE | CASES["hybrid"]).to_json_string()) | change
     assert_config_refused(cli, tmp_path, config, needle)
 
+
+
+def test_mamba2_has_table1s_recurrent_row():
+    """Each Mamba-2 step reads the state the previous one wrote: Table 1's recurrent row, O(n)
+    sequential operations and O(n) maximum path length (paper, Table 1), measured on the IR."""
+    from tfspec.analysis.complexity import NS, layer_facts
+    from tfspec.layers.mamba2 import Mamba2
+
+    facts = layer_facts(Mamba2(heads=4, head_dim=8, state=16))
+    assert (facts.sequential_ops, facts.max_path_length) == ("O(n)", "O(n)")
+    assert list(facts.sequential_measured) == list(NS)

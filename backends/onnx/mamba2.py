@@ -1,6 +1,8 @@
 """The ONNX lowering of the IR ``mamba2`` op (``tfspec.layers.mamba2``), as the PyTorch backend's
 ``backends/torch/mamba2.py`` computes it: the scan over a call's L positions in its matrix form
-(Einsum over (L, L) decays masked by Trilu), plus the carried state's share. A step graph
+(Einsum over (L, L) decays masked by Trilu), plus the carried state's share, in one chunk: a
+prompt of L positions holds heads x L^2 decays (the PyTorch backend goes 128 positions at a
+time; an ONNX Loop over chunks would bound this too). A step graph
 takes and returns the convolution's last k - 1 inputs (``past.<node>.window``) and the state
 (``past.<node>.state``, (batch, heads, head_dim, state)); heads are kept as (groups, heads per
 group), so B and C broadcast over each group's heads without copies."""
@@ -28,12 +30,11 @@ def mamba2(e, node: Node, x: str) -> str:
     xs, Bm, Cm = b.split(xbc, H * P, G * N, G * N)
     dt = b.op("Max", b.op("Softplus", b.op("Add", _f32(b, dt), b.const(b.weights[p["dt_bias"]], np.float32))),
               b.const(np.float32(a["dt_min"]), np.float32))  # (B, L, H)
-    rates = -np.exp(b.weights[p["A_log"]].astype(np.float32))
-    log_decay = b.op("CumSum", b.op("Mul", dt, b.const(rates, np.float32)), b.const(np.int64(1)))
     grouped = (lambda t, *dims: b.op("Reshape", t, b.batched(-1, *dims)))
-    x5, dt4, decay4 = grouped(xs, G, R, P), grouped(dt, G, R), grouped(log_decay, G, R)  # (B, L, G, R, ...)
-    B4, C4 = grouped(Bm, G, N), grouped(Cm, G, N)
-    y, h = _scan(b, x5, dt4, decay4, B4, C4, b.op("Reshape", h0, b.batched(G, R, P, N)) if h0 else None)
+    decay = b.const(-np.exp(b.weights[p["A_log"]].astype(np.float32)), np.float32)  # a = -exp(A_log) per head
+    rates = grouped(b.op("Mul", dt, decay), G, R)
+    x5, dt4, B4, C4 = grouped(xs, G, R, P), grouped(dt, G, R), grouped(Bm, G, N), grouped(Cm, G, N)  # (B, L, G, ...)
+    y, h = _scan(b, x5, dt4, rates, B4, C4, b.op("Reshape", h0, b.batched(G, R, P, N)) if h0 else None)
     y = b.op("Add", y, b.op("Mul", x5, b.const(b.weights[p["D"]].reshape(G, R, 1), np.float32)))
     if e.carries(node):
         e.present(node, "state", b.op("Reshape", _typed(b, h), b.batched(H, P, N)), ["batch", H, P, N])
@@ -65,26 +66,34 @@ def _convolved(e, node: Node, xbc: str, width: int, k: int, pad: str | None) -> 
     return conv, h0 and _f32(b, h0)
 
 
-def _scan(b, x, dt, decay, B, C, h0: str | None) -> tuple[str, str]:
-    """x (b, L, G, R, p), dt and decay (b, L, G, R: the cumulative log decay), B and C (b, L, G, N),
+def _scan(b, x, dt, rates, B, C, h0: str | None) -> tuple[str, str]:
+    """x (b, L, G, R, p), dt and rates (b, L, G, R: dt times the decay rate), B and C (b, L, G, N),
     h0 (b, G, R, p, N) or None -> y (b, L, G, R, p) and the final state (b, G, R, p, N)."""
-    heads = b.op("Transpose", decay, perm=[0, 2, 3, 1])  # (b, G, R, L)
-    span = b.op("Sub", b.op("Unsqueeze", heads, b.ints(-1)), b.op("Unsqueeze", heads, b.ints(-2)))  # (b, G, R, t, s)
-    length = b.op("Shape", decay, start=1, end=2)
-    causal = b.op("Cast", b.op("Trilu", b.op("ConstantOfShape", b.op("Concat", length, length, axis=0),
-                                             value=_ones()), upper=0), to=TensorProto.BOOL)
-    weights = b.op("Exp", b.op("Where", causal, span, b.const(np.float32(-np.inf), np.float32)))
-    weights = b.op("Mul", weights, b.op("Unsqueeze", b.op("Einsum", C, B, equation="btgn,bsgn->bgts"), b.ints(2)))
-    scaled = b.op("Mul", x, b.op("Unsqueeze", dt, b.ints(-1)))
-    y = b.op("Einsum", weights, scaled, equation="bgrts,bsgrp->btgrp")
-    last = b.op("Gather", decay, b.const(np.int64(-1)), axis=1)  # (b, G, R)
-    tail = b.op("Mul", b.op("Exp", b.op("Sub", b.op("Unsqueeze", last, b.ints(1)), decay)), dt)  # (b, L, G, R)
-    h = b.op("Einsum", tail, x, B, equation="bsgr,bsgrp,bsgn->bgrpn")
+    spans = _segment_sums(b, b.op("Transpose", rates, perm=[0, 2, 3, 1]))  # (b, G, R, t, s)
+    weights = b.op("Mul", b.op("Exp", spans),
+                   b.op("Unsqueeze", b.op("Einsum", C, B, equation="btgn,bsgn->bgts"), b.ints(2)))
+    y = b.op("Einsum", weights, b.op("Mul", x, b.op("Unsqueeze", dt, b.ints(-1))), equation="bgrts,bsgrp->btgrp")
+    last = b.op("Exp", b.op("Gather", spans, b.const(np.int64(-1)), axis=3))  # (b, G, R, s): decay after s to the end
+    h = b.op("Einsum", last, dt, x, B, equation="bgrs,bsgr,bsgrp,bsgn->bgrpn")
     if h0 is not None:
+        decay = b.op("Exp", b.op("CumSum", rates, b.const(np.int64(1))))  # (b, L, G, R): from the start to t
         y = b.op("Add", y, b.op("Mul", b.op("Einsum", C, h0, equation="btgn,bgrpn->btgrp"),
-                                b.op("Unsqueeze", b.op("Exp", decay), b.ints(-1))))
-        h = b.op("Add", h, b.op("Mul", h0, b.op("Unsqueeze", b.op("Exp", last), b.ints(-1, -2))))
+                                b.op("Unsqueeze", decay, b.ints(-1))))
+        total = b.op("Exp", b.op("ReduceSum", rates, b.ints(1), keepdims=0))  # (b, G, R)
+        h = b.op("Add", h, b.op("Mul", h0, b.op("Unsqueeze", total, b.ints(-1, -2))))
     return y, h
+
+
+def _segment_sums(b, rates: str) -> str:
+    """(..., L) -> (..., t, s): the sum of rates s + 1 .. t, -inf where s > t, as cumulative sums of
+    masked copies (the PyTorch backend's ``segment_sums``)."""
+    length = b.op("Shape", rates, start=-1)
+    ones = b.op("ConstantOfShape", b.op("Concat", length, length, axis=0), value=_ones())  # (L, L)
+    below = b.op("Cast", b.op("Trilu", ones, b.const(np.int64(-1)), upper=0), to=TensorProto.BOOL)
+    causal = b.op("Cast", b.op("Trilu", ones, upper=0), to=TensorProto.BOOL)
+    copies = b.op("Mul", b.op("Unsqueeze", rates, b.ints(-1)), ones)  # [.., i, j] = rate i
+    sums = b.op("CumSum", b.op("Where", below, copies, b.const(np.float32(0), np.float32)), b.const(np.int64(-2)))
+    return b.op("Where", causal, sums, b.const(np.float32(-np.inf), np.float32))
 
 
 def _ones():

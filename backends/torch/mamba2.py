@@ -1,7 +1,7 @@
 """The PyTorch lowering of the IR ``mamba2`` op (``tfspec.layers.mamba2``). A call runs the
-scan over its L positions in the state space duality's matrix form (Dao and Gu 2024, §6: one
-chunk the length of the call), y_t = sum_{s<=t} exp(a_s+1 + .. + a_t) (C_t . B_s) dt_s x_s, plus
-the carried state's share exp(a_1 + .. + a_t) h_0 C_t: exact, loop-free, O(L^2) like attention.
+scan over its positions in the state space duality's matrix form (Dao and Gu 2024, §6), chunk
+by chunk: y_t = sum_{s<=t} exp(a_s+1 + .. + a_t) (C_t . B_s) dt_s x_s plus the chunk's starting
+state's share exp(a_1 + .. + a_t) h_0 C_t, exact, O(L x CHUNK) like banded attention.
 Decoding carries each row's state (heads, head_dim, state) and its convolution's last k - 1
 inputs, so a step of one position costs O(1) in the length; the ONNX twin is
 ``backends/onnx/mamba2.py``."""
@@ -14,18 +14,40 @@ import torch.nn.functional as F
 from .registry import OpModule, lowering
 
 
+CHUNK = 128
+"""Positions a call scans at once (as transformers' chunk_size): memory O(L x CHUNK), not O(L^2)."""
+
+
+def segment_sums(rates: torch.Tensor) -> torch.Tensor:
+    """(b, H, L) log decays -> (b, H, t, s): the sum of those of positions s + 1 .. t, -inf where
+    s > t; cumulative sums of masked copies rather than differences of cumulative sums, which
+    lose the small ones to rounding over a long sequence (transformers' segment_sum)."""
+    L = rates.shape[-1]
+    below = torch.ones(L, L, dtype=torch.bool, device=rates.device).tril(-1)
+    sums = rates[..., :, None].expand(*rates.shape, L).masked_fill(~below, 0).cumsum(-2)
+    return sums.masked_fill(~below.logical_or(torch.eye(L, dtype=torch.bool, device=rates.device)), float("-inf"))
+
+
 def scan(x, dt, a, B, C, h0):
     """x (b, L, H, p), dt (b, L, H), a (H,) the decay rates (negative), B and C (b, L, H, N),
     h0 (b, H, p, N) -> y (b, L, H, p) and the state after the last position (b, H, p, N)."""
-    log_decay = (dt * a).cumsum(1)  # (b, L, H): log of the decay from before position 0 to t
-    span = log_decay.transpose(1, 2)[..., :, None] - log_decay.transpose(1, 2)[..., None, :]  # (b, H, t, s)
-    causal = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()
-    weights = torch.exp(span.masked_fill(~causal, float("-inf"))) * torch.einsum("bthn,bshn->bhts", C, B)
-    y = torch.einsum("bhts,bshp->bthp", weights, x * dt[..., None])
-    y = y + torch.einsum("bthn,bhpn->bthp", C, h0) * log_decay.exp()[..., None]
-    last = torch.exp(log_decay[:, -1:] - log_decay)  # (b, L, H): decay from each position to the last
-    h = h0 * log_decay[:, -1].exp()[..., None, None] + torch.einsum("bsh,bshp,bshn->bhpn", last * dt, x, B)
+    rates = (dt * a).transpose(1, 2)  # (b, H, L)
+    spans = segment_sums(rates)  # (b, H, t, s)
+    y = torch.einsum("bhts,bthn,bshn,bshp->bthp", spans.exp(), C, B, x * dt[..., None])
+    y = y + torch.einsum("bthn,bhpn->bthp", C, h0) * rates.cumsum(-1).transpose(1, 2).exp()[..., None]
+    last = spans[:, :, -1].exp()  # (b, H, s): the decay after position s to the last
+    h = h0 * rates.sum(-1).exp()[..., None, None] + torch.einsum("bhs,bsh,bshp,bshn->bhpn", last, dt, x, B)
     return y, h
+
+
+def chunked_scan(x, dt, a, B, C, h):
+    """``scan`` CHUNK positions at a time, each chunk starting from the state the last one left."""
+    ys = []
+    for start in range(0, x.shape[1], CHUNK):
+        part = slice(start, start + CHUNK)
+        y, h = scan(x[:, part], dt[:, part], a, B[:, part], C[:, part], h)
+        ys.append(y)
+    return torch.cat(ys, 1), h
 
 
 @lowering("mamba2")
@@ -50,13 +72,14 @@ class Mamba2(OpModule):
         conv = F.silu(F.conv1d(xbc.transpose(1, 2), self.w_conv, getattr(self, "b_conv", None), groups=xbc.shape[-1]))
         if pad is not None:
             conv = conv.masked_fill(pad[:, None, :], 0.0)
-        xs, B_, C_ = conv.transpose(1, 2).float().split([H * p, G * N, G * N], -1)
-        dt = F.softplus(dt.float() + self.dt_bias.float()).clamp(min=self.dt_min)
+        wide = torch.promote_types(x.dtype, torch.float32)  # the scan in float32 at least
+        xs, B_, C_ = conv.transpose(1, 2).to(wide).split([H * p, G * N, G * N], -1)
+        dt = F.softplus(dt.to(wide) + self.dt_bias.to(wide)).clamp(min=self.dt_min)
         B_, C_ = (t.view(b, L, G, N).repeat_interleave(H // G, 2) for t in (B_, C_))
-        y, h = scan(xs.view(b, L, H, p), dt, -torch.exp(self.A_log.float()), B_, C_, h0.float())
+        y, h = chunked_scan(xs.view(b, L, H, p), dt, -torch.exp(self.A_log.to(wide)), B_, C_, h0.to(wide))
         if carried:
             ctx.state.cache[self.node_name] = (xbc[:, xbc.shape[1] - (self.k - 1):], h.to(x.dtype))
-        y = (y + self.D.float()[:, None] * xs.view(b, L, H, p)).reshape(b, L, H * p)
+        y = (y + self.D.to(wide)[:, None] * xs.view(b, L, H, p)).reshape(b, L, H * p)
         return F.linear(self._gated_norm(y, z).to(x.dtype), self.w_out, getattr(self, "b_out", None))
 
     def _past(self, ctx, x, width: int):
@@ -66,7 +89,7 @@ class Mamba2(OpModule):
 
     def _gated_norm(self, y, z):
         """y silu(z) RMS-normalised over each of ``groups`` groups of channels, times the learned gain."""
-        h = y * F.silu(z.float())
+        h = y * F.silu(z.to(y.dtype))
         grouped = h.view(*h.shape[:-1], self.G, -1)
         grouped = grouped * torch.rsqrt(grouped.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.norm * grouped.view_as(h)

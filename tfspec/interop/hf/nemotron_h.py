@@ -60,7 +60,8 @@ class NemotronH(Family):
         "n_shared_experts": "the shared expert's width is moe_shared_expert_intermediate_size alone",
         "mtp_layers_block_type": "read only with num_nextn_predict_layers, which must be 0",
         "hidden_dropout": "dropout while training only",
-        "residual_in_fp32": "transformers' Nemotron-H never reads it (its residual stream keeps the model's type)", "sliding_window": "transformers' Nemotron-H never reads it"}
+        "residual_in_fp32": "transformers' Nemotron-H never reads it (its residual stream keeps the model's type)",
+        "sliding_window": "transformers' Nemotron-H never reads it"}
     defaults = {"vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 21504, "num_attention_heads": 32,
                 "num_key_value_heads": 8, "head_dim": 128, "mlp_hidden_act": "relu2", "layer_norm_epsilon": 1e-5,
                 "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,
@@ -121,6 +122,11 @@ class NemotronH(Family):
                 "d_ff": number(c, "moe_intermediate_size", where), "shared": 1,
                 "shared_d_ff": number(c, "moe_shared_expert_intermediate_size", where)}
 
+    def rename(self, name: str) -> str:
+        """transformers' own names for the base model (``model.``, as it holds them in memory and
+        renames ``backbone.`` to on loading) read as the published ``backbone.`` ones."""
+        return name.removeprefix("model.")
+
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("decoder.embed.weight", ("embeddings.weight",)), Rule("decoder.norm.weight", ("norm_f.weight",))]
         if architecture.endswith("ForCausalLM"):
@@ -162,7 +168,7 @@ class NemotronH(Family):
                   "layer_norm_epsilon": spec.norm_eps, "max_position_embeddings": spec.positional.max_len,
                   "attention_dropout": spec.attention_dropout, "bos_token_id": v.bos_id, "eos_token_id": v.eos_id,
                   "pad_token_id": v.pad_id, "tie_word_embeddings": False,
-                  "layers_block_type": [kinds.get(layer.sublayers[0].kind, layer.sublayers[0].kind) for layer in layers]}
+                  "layers_block_type": [kinds.get(layer.sublayers[0].kind, "?") for layer in layers]}
         for layer in layers:
             config |= _sublayer_config(layer.sublayers[0])
         return config
