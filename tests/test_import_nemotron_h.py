@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from hf_checkpoints import (assert_config_refused, assert_decoder_import_matches, assert_hf_round_trip,
-                            right_padded, save_random, transformers_count)
+                            assert_pytorch_import_matches, right_padded, save_random, transformers_count)
 
 transformers = pytest.importorskip("transformers")
 
@@ -63,6 +63,17 @@ def test_a_step_after_the_prompt_gives_the_full_sequence_logits(cli, tmp_path):
     _, _, state = decoder.step(state, tokens[:, :9], 1)
     values, ids, _ = decoder.step(state, tokens[:, 9:], 5)
     np.testing.assert_allclose(np.asarray(values)[0], full[np.asarray(ids)[0]], atol=1e-4)
+
+
+def test_fields_transformers_ignores_change_nothing(cli, tmp_path):
+    """expand and time_step_limit, which transformers' Nemotron-H never reads (its inner width is
+    heads x head_dim; the step is floored at time_step_min), set in a checkpoint's config: the import
+    still computes transformers' logits."""
+    save("hybrid", tmp_path / "hf")
+    config = json.loads((tmp_path / "hf" / "config.json").read_text()) | {"expand": 7, "time_step_limit": [0.5, 0.6]}
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
+    ref = transformers.NemotronHForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    assert_pytorch_import_matches(cli, tmp_path / "hf", ref, *right_padded(VOCAB, PAD))
 
 
 def test_default_config_counts_as_transformers(cli, tmp_path):
