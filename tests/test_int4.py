@@ -212,3 +212,26 @@ def test_calibrated_int4_export_end_to_end(cli, tmp_path):
     assert "calibration: 4 lines" in err
     names = [t.name for t in onnx.load(str(tmp_path / "awq" / "model.onnx"), load_external_data=False).graph.initializer]
     assert any(n.endswith(".awq") for n in names)
+
+
+def test_model_too_large_for_float32_is_checked_on_its_first_layer(cli, tmp_path, monkeypatch):
+    """Where the float32 model does not fit, the export says so and checks the model cut to
+    one layer, exported from the same weights the same way."""
+    from tfspec.backends.onnx import streamed
+
+    _, ours = imported("llama", tmp_path, cli)
+    monkeypatch.setattr(streamed, "needs", lambda graph, written: streamed.Needs(1 << 50, 1 << 20, "w"))
+    code, out, err = cli("export", ours, "-o", tmp_path / "q4", "--int4")
+    assert code == 0 and "parity: ok" in out, out + err
+    assert "checking its first layer" in err and out.count("first layer only: ") >= 9
+    assert json.loads((tmp_path / "q4" / "tfspec.json").read_text())["spec"]["decoder"]["layers"] == 2
+
+
+def test_export_that_cannot_fit_even_streamed_is_refused_by_name(cli, tmp_path, monkeypatch):
+    from tfspec.backends.onnx import streamed
+
+    _, ours = imported("llama", tmp_path, cli)
+    monkeypatch.setattr(streamed, "available", lambda: 1 << 20)
+    code, out, err = cli("export", ours, "-o", tmp_path / "q4", "--int4")
+    assert code == 2 and "even streamed" in err and "self_attn.w_qkv in float32" in err, err  # its largest tensor
+    assert not (tmp_path / "q4").exists() or not any((tmp_path / "q4").iterdir())
