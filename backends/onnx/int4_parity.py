@@ -20,9 +20,10 @@ from .int4 import dequantize
 from .parity import check_parity
 from .runtime import OnnxModel
 
-SAME_WEIGHTS = 2e-2
+SAME_WEIGHTS = 3e-2
 """Largest |diff| against the dequantised model, relative to the largest |logit|: onnxruntime's
-accuracy_level 4 quantises activations to int8 per block inside MatMulNBits."""
+accuracy_level 4 quantises activations to int8 per block inside MatMulNBits (measured: 1.4% on tiny
+models, 1.8% on Llama-2-7B's first layer)."""
 FLOAT_RMS = {32: 0.35, 64: 0.4, 128: 0.45}
 """Largest RMS difference of the logits from float32's, relative to their RMS, per block size:
 the 4-bit error of random weights (trained models' perplexity tells more: BENCHMARKS.md)."""
