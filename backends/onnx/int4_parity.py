@@ -33,11 +33,10 @@ QUANTISED = re.compile(r"^(?P<weight>.+)\.q(?P<bits>[48])b\d+(?P<zero>z?)(?P<awa
 def check_int4(onnx_model: OnnxModel, model, block: int, seed: int = 0) -> list[Check]:
     """Both checks of the module docstring, on the parity inputs (``parity.check_parity``).
     ``model`` is changed in place to hold the graphs' weights (no second copy in memory)."""
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(4, model.graph.spec.vocab.tgt_size, (3, 9))
+    feeds = _tokens(model, seed)
     with torch.no_grad():
-        want = model.eval()(torch.from_numpy(tokens)).numpy()
-    got = onnx_model.logits(tgt=tokens)
+        want = model.eval()(*map(torch.from_numpy, feeds.values())).numpy()
+    got = onnx_model.logits(**feeds)
     rms = float(np.linalg.norm(got - want) / np.linalg.norm(want))
     same = dequantised(model, onnx_model.directory / onnx_model.manifest["graphs"]["model"])
     tolerance = SAME_WEIGHTS * logit_scale(same, seed)
@@ -70,6 +69,12 @@ def dequantised(model, path) -> torch.nn.Module:
 
 def logit_scale(model, seed: int = 0) -> float:
     """The largest |logit| of ``model`` on random tokens: what SAME_WEIGHTS is relative to."""
-    tokens = np.random.default_rng(seed).integers(4, model.graph.spec.vocab.tgt_size, (3, 9))
     with torch.no_grad():
-        return float(model(torch.from_numpy(tokens)).abs().max())
+        return float(model(*map(torch.from_numpy, _tokens(model, seed).values())).abs().max())
+
+
+def _tokens(model, seed: int) -> dict[str, np.ndarray]:
+    """Random unpadded token inputs for the model's ports (src and/or tgt), in that order."""
+    rng, vocab, ports = np.random.default_rng(seed), model.graph.spec.vocab, model.graph.ports
+    sizes = {"src": vocab.size, "tgt": vocab.tgt_size}
+    return {port: rng.integers(4, size, (3, 9)) for port, size in sizes.items() if port in ports}
