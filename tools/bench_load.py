@@ -71,3 +71,116 @@ def convert(hf: Path, gguf: Path, llama_src: Path) -> None:
     env = os.environ | {"PYTHONPATH": str(llama_src / "gguf-py")}
     subprocess.run([sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(gguf),
                     "--outtype", "f32"], check=True, capture_output=True, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(engine: str, args, paths: dict, cores: set[int] | None):
+    """The ``engine``'s server (``tfspec`` or ``llama.cpp``) on ``cores``, its URL once it answers."""
+    port, log = free_port(), Path(tempfile.mkdtemp()) / f"{engine}.log"
+    if engine == "tfspec":
+        command = [sys.executable, "-m", "tfspec", "serve", str(paths["onnx"]), "--port", str(port),
+                   "--threads", str(args.threads)]
+    else:  # one request at a time (llama-cpp-python's server), the model's context for the longest
+        command = [args.llama_python, "-m", "llama_cpp.server", "--model", str(paths["gguf"]), "--port", str(port),
+                   "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
+                   "--n_ctx", str(args.positions), "--model_alias", "hf"]
+    with pinned(cores):
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    try:
+        for _ in range(1200):
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).status == 200:
+                    break
+            if process.poll() is not None:
+                raise SystemExit(f"{engine} exited:\n{log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def guidellm(args, url: str, profile: list[str], hf: Path, out: Path, cores: set[int] | None) -> list[dict]:
+    """guidellm's benchmarks of ``profile`` against ``url`` (its JSON report's ``benchmarks``)."""
+    data = f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}"
+    command = [args.guidellm, "run", "--backend",
+               f"kind=openai_http,target={url},request_format=/v1/completions,validate_backend=false",
+               "--profile", *profile, "--constraint", f"kind=max_duration,seconds={args.seconds}",
+               "--data", data, "--tokenizer", f"kind=huggingface_auto,model={hf}",
+               "--output", f"kind=json,path={out}", "--disable-progress"]
+    with pinned(cores):
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"guidellm failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return json.loads(out.read_text())["benchmarks"]
+
+
+def row(engine: str, bench: dict) -> dict:
+    """One table row of a guidellm benchmark: output tokens/s, TTFT and ITL p50/p99 (ms), requests."""
+    m, strategy = bench["metrics"], bench["config"]["strategy"]
+    pct = lambda name, p: m[name]["successful"]["percentiles"][p]  # noqa: E731
+    label = strategy["type_"] + (f"@{strategy['rate']:g}/s" if strategy.get("rate") else "")
+    made = bench["scheduler_metrics"]["requests_made"]
+    return {"engine": engine, "load": label, "tok_s": m["output_tokens_per_second"]["successful"]["mean"],
+            "ttft_p50": pct("time_to_first_token_ms", "p50"), "ttft_p99": pct("time_to_first_token_ms", "p99"),
+            "itl_p50": pct("inter_token_latency_ms", "p50"), "itl_p99": pct("inter_token_latency_ms", "p99"),
+            "ok": made["successful"], "errors": made["errored"], "incomplete": made["incomplete"]}
+
+
+def table(rows: list[dict]) -> str:
+    head = "| engine | load | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | ok / errors / cut |"
+    lines = [head, "|" + " --- |" * 6]
+    for r in rows:
+        lines.append(f"| {r['engine']} | {r['load']} | {r['tok_s']:.1f} | {r['ttft_p50']:.0f} / {r['ttft_p99']:.0f} "
+                     f"| {r['itl_p50']:.1f} / {r['itl_p99']:.1f} | {r['ok']} / {r['errors']} / {r['incomplete']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--guidellm", required=True, help="the guidellm executable (a venv of its own)")
+    p.add_argument("--llama-python", help="the python of a venv with llama-cpp-python[server] (omit: tfspec only)")
+    p.add_argument("--llama-src", type=Path, help="llama.cpp's sources (convert_hf_to_gguf.py, gguf-py)")
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--positions", type=int, default=1024)
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--rates", default="1,2,4,8", help="Poisson request rates (requests/s)")
+    p.add_argument("--seconds", type=float, default=30, help="each benchmark's duration")
+    p.add_argument("--threads", type=int, default=1, help="each server's threads (and pinned cores)")
+    p.add_argument("--out", type=Path, help="where the model and reports go (default: a temporary directory)")
+    args = p.parse_args()
+    out = args.out or Path(tempfile.mkdtemp())
+    onnx, gguf, hf = build(out / "model", args.hidden, args.layers, args.positions)
+    engines = ["tfspec"]
+    if args.llama_python:
+        convert(hf, gguf, args.llama_src)
+        engines.append("llama.cpp")
+    servers, loader = split_cores(args.threads)
+    print(f"server cores {sorted(servers) if servers else 'any'}, guidellm {sorted(loader) if loader else 'any'}; "
+          f"{args.prompt_tokens} prompt + {args.output_tokens} output tokens, {args.seconds:g} s per load",
+          file=sys.stderr)
+    rows = []
+    for engine in engines:
+        with server(engine, args, {"onnx": onnx, "gguf": gguf}, servers) as url:
+            for profile, name in ((["kind=throughput"], "throughput"),
+                                  (["kind=poisson,rate=1", "--override", "profile.rate", args.rates], "poisson")):
+                report = out / f"{engine}-{name}.json"
+                rows += [row(engine, b) for b in guidellm(args, url, profile, hf, report, loader)]
+        print(table([r for r in rows if r["engine"] == engine]), file=sys.stderr)
+    print(table(rows))
+    (out / "rows.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -186,10 +186,10 @@ class Batcher:
         options = jobs[0].options
         if not self.decoder_only:
             return decode_all(decoder, sources, options, self.max_batch_tokens, batch_type="tokens")
-        if not any(job.watch or job.tweaks for job in jobs):
+        if not any(job.watch or job.tweaks or job.options.sampling for job in jobs):
             return prompts(decoder, sources, options)
-        watched = Watched(decoder, jobs)
-        outputs = prompts(watched, sources, options)
+        watched = Watched(decoder, jobs)  # each row draws its own tokens there (sampled requests share a batch)
+        outputs = prompts(watched, sources, replace(options, sampling=None))
         watched.finish(outputs)
         return outputs
 
