@@ -173,7 +173,7 @@ def main() -> None:
     rows = []
     for engine in engines:
         with server(engine, args, {"onnx": onnx, "gguf": gguf}, servers) as url:
-            for profile, name in ((["kind=throughput"], "throughput"),
+            for profile, name in ((["kind=throughput,max_concurrency=32"], "throughput"),
                                   (["kind=poisson,rate=1", "--override", "profile.rate", args.rates], "poisson")):
                 report = out / f"{engine}-{name}.json"
                 rows += [row(engine, b) for b in guidellm(args, url, profile, hf, report, loader)]
