@@ -11,9 +11,16 @@ import math
 
 import numpy as np
 import pytest
-from test_serve_continuous import llama  # noqa: F401  (the module's fixture)
+from serve_inprocess import answered
 
 pytest.importorskip("starlette")
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from serve_inprocess import llama_export
+
+    return llama_export(tmp_path_factory.mktemp("llama"))
 
 
 class Measured:
@@ -45,7 +52,7 @@ class Measured:
         return values, ids, after
 
 
-def test_a_long_request_among_short_ones_holds_no_more_cache_than_the_budget(llama):  # noqa: F811
+def test_a_long_request_among_short_ones_holds_no_more_cache_than_the_budget(llama):
     """One request of 30 prompt tokens and 30 new ones runs; 24 short ones (3 prompt tokens, 4
     new) arrive at its third step. Counted by prompt + max_tokens (60 + 24 x 7 = 228 columns),
     all would join, and the cache would hold 25 rows padded to the long row: ~1,500 columns."""
@@ -69,12 +76,7 @@ def test_a_long_request_among_short_ones_holds_no_more_cache_than_the_budget(lla
     measured = Measured(model.decoder(), {2: arrive})
     batcher = ContinuousBatcher(measured, budget, 64)
     batcher.submit(jobs[0])
-    batcher.start()
-    try:
-        got = loop.run_until_complete(asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 60))
-    finally:
-        batcher.stop()
-        loop.close()
+    got = answered(batcher, jobs, loop)
     want = [search(model.decoder(), None, o, prefix=np.array([p]))[0] for p, o in zip([long] + shorts, options)]
     assert [g[0] for g in got] == want
     assert max(measured.held) <= budget, measured.held

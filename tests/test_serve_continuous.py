@@ -24,16 +24,9 @@ openai = pytest.importorskip("openai")
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory):
-    """The ONNX export of an imported random tiny Llama (64 positions) with its tokenizer.json."""
-    from test_generate_cli import saved_model
-    from tfspec.cli import main
+    from serve_inprocess import llama_export
 
-    tmp = tmp_path_factory.mktemp("llama")
-    _, tok = saved_model("llama", tmp / "hf")
-    tok.save(str(tmp / "hf" / "tokenizer.json"))
-    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
-    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
-    return tmp / "onnx"
+    return llama_export(tmp_path_factory.mktemp("llama"))
 
 
 def requests(count: int) -> list[dict]:

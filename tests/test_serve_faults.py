@@ -18,12 +18,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from test_serve import Server, request
-from test_serve_continuous import llama  # noqa: F401  (the module's fixture)
 
 pytest.importorskip("starlette")
 
 PROMPT = "Select the cell and click"
 STREAM = {"model": "m", "prompt": PROMPT, "max_tokens": 50, "ignore_eos": True, "temperature": 0, "stream": True}
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from serve_inprocess import llama_export
+
+    return llama_export(tmp_path_factory.mktemp("llama"))
 
 
 def started(pid: int) -> float:
@@ -43,7 +49,7 @@ def worker_of(conn: http.client.HTTPConnection, pids: list[int]) -> int:
     return min(pids, key=lambda pid: abs(started(pid) - start))
 
 
-def test_a_worker_killed_mid_stream_cuts_only_its_streams(llama, tmp_path):  # noqa: F811
+def test_a_worker_killed_mid_stream_cuts_only_its_streams(llama, tmp_path):
     server = Server(llama, "--workers", 2, tmp=tmp_path)
     try:
         for _ in range(600):  # the first answers once loaded; the second loads after it
@@ -83,7 +89,7 @@ def test_a_worker_killed_mid_stream_cuts_only_its_streams(llama, tmp_path):  # n
 
 
 @pytest.fixture(scope="module")
-def served(llama, tmp_path_factory):  # noqa: F811
+def served(llama, tmp_path_factory):
     s = Server(llama, tmp=tmp_path_factory.mktemp("faults"))
     yield s
     assert s.stop() == 0

@@ -11,7 +11,7 @@ import asyncio
 
 import numpy as np
 import pytest
-from test_serve_continuous import llama  # noqa: F401  (the module's fixture)
+from serve_inprocess import answered
 
 pytest.importorskip("starlette")
 scipy_stats = pytest.importorskip("scipy.stats")
@@ -21,6 +21,13 @@ transformers = pytest.importorskip("transformers")
 PROMPT = [1, 40, 41, 42, 43]
 TEMPERATURE = 0.8
 DRAWS = 2000
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    from serve_inprocess import llama_export
+
+    return llama_export(tmp_path_factory.mktemp("llama"))
 
 
 def reference(hf, top: int | None) -> np.ndarray:
@@ -66,12 +73,7 @@ def drawn(batcher, cap: int) -> np.ndarray:
         jobs.append(Job([PROMPT], options, ("complete", replace(options, sampling=None), None), loop.create_future()))
     for job in jobs:
         batcher.submit(job)
-    batcher.start()
-    try:
-        got = loop.run_until_complete(asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), 120))
-    finally:
-        batcher.stop()
-        loop.close()
+    got = answered(batcher, jobs, loop)
     eos = batcher.decoder.eos
     return np.array([out[0][0] if out[0] else eos for out in got])  # an end of sequence is not output
 
@@ -91,7 +93,7 @@ def fits(tokens: np.ndarray, probs: np.ndarray) -> float:
     return scipy_stats.chisquare(observed, wanted).pvalue
 
 
-def test_continuous_draws_follow_softmax_cut_to_the_cap(llama):  # noqa: F811
+def test_continuous_draws_follow_softmax_cut_to_the_cap(llama):
     from tfspec.backends.onnx import OnnxModel
     from tfspec.serve.scheduler import ContinuousBatcher
 
@@ -102,7 +104,7 @@ def test_continuous_draws_follow_softmax_cut_to_the_cap(llama):  # noqa: F811
     assert len(set(tokens.tolist())) > 10 and fits(tokens, reference(llama.parent / "hf", cap)) > 1e-3
 
 
-def test_static_batches_sampled_requests_together_and_draws_follow_softmax(llama):  # noqa: F811
+def test_static_batches_sampled_requests_together_and_draws_follow_softmax(llama):
     from tfspec.backends.onnx import OnnxModel
     from tfspec.serve.batcher import Batcher
 
