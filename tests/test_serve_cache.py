@@ -81,3 +81,26 @@ def test_a_long_request_among_short_ones_holds_no_more_cache_than_the_budget(lla
     assert [g[0] for g in got] == want
     assert max(measured.held) <= budget, measured.held
     assert max(measured.held) > budget // 2  # shorts did join the long row: the budget is used, not idle
+
+
+def test_a_static_batch_counts_the_columns_its_cache_will_gain(llama):
+    """Static batching (``--batching static``): 40 prompts of 3 tokens that may each get 20
+    more. Counted by prompt width alone (40 x 3 = 120 columns) all would share one batch, whose
+    cache grows to 40 x 22; counted with its growth, batches stay within the budget."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.search import SearchOptions, search
+    from tfspec.serve.batcher import Batcher, Job
+
+    budget, model = 240, OnnxModel(llama, threads=1)
+    options = SearchOptions(beam=1, max_extra=20, max_length=20, min_length=20)
+    prompts = [[1, 50 + i % 30, 60 + i % 7] for i in range(40)]
+    loop = asyncio.new_event_loop()
+    jobs = [Job([p], options, ("same",), loop.create_future()) for p in prompts]
+    measured = Measured(model.decoder(), {})
+    batcher = Batcher(measured, True, budget, 64)
+    for job in jobs:
+        batcher.submit(job)
+    got = answered(batcher, jobs, loop)
+    assert [g[0] for g in got[:3]] == [search(model.decoder(), None, options, prefix=np.array([p]))[0]
+                                       for p in prompts[:3]]
+    assert max(measured.held) <= budget, measured.held

@@ -143,7 +143,8 @@ class Batcher:
 
     def _next(self) -> list[Job]:
         """The oldest live job and the queued ones that may join it, nearest in length first,
-        while rows x longest row (the padded batch) fits the token budget."""
+        while rows x longest row (the padded batch; a decoder-only one with the columns its
+        cache will gain, ``_grows``) fits the token budget."""
         with self.ready:
             while not self.stopping and not self.queue:
                 self.ready.wait()
@@ -153,12 +154,17 @@ class Batcher:
             peers = sorted((job for job in self.queue if job.key == first.key),
                            key=lambda job: abs(job.width - first.width))  # stable: the oldest first at a tie
             for job in peers:
-                grown = (rows + len(job.sources), max(width, job.width))
+                grown = (rows + len(job.sources), max(width, job.width + self._grows(job)))
                 if not jobs or grown[0] * grown[1] <= self.max_batch_tokens:
                     jobs.append(job)
                     rows, width = grown
             self._taken(jobs)
             return jobs
+
+    def _grows(self, job: Job) -> int:
+        """Columns a decoder-only batch's cache gains beyond its prompts: all but the last of the
+        tokens it may produce (peers share options). A translation's budget counts its sources."""
+        return max(job.options.max_length - 1, 0) if self.decoder_only and job.options.max_length else 0
 
     def _work(self) -> None:
         while jobs := self._next():
