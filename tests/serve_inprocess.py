@@ -72,3 +72,30 @@ def chat_export(tmp):
     assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
     assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
     return tmp / "onnx", tok
+
+
+def answered(batcher, jobs, loop, timeout: float = 120) -> list:
+    """Start ``batcher`` (its first jobs submitted) and wait on ``loop`` for every one of
+    ``jobs``' outputs; the batcher is stopped and the loop closed either way."""
+    import asyncio
+
+    batcher.start()
+    try:
+        return loop.run_until_complete(asyncio.wait_for(asyncio.gather(*(job.future for job in jobs)), timeout))
+    finally:
+        batcher.stop()
+        loop.close()
+
+
+def llama_export(tmp):
+    """The ONNX export (``tmp``/onnx, beside the transformers checkpoint in ``tmp``/hf) of an
+    imported random tiny Llama (64 positions) with its tokenizer.json."""
+    from test_generate_cli import saved_model
+
+    from tfspec.cli import main
+
+    _, tok = saved_model("llama", tmp / "hf")
+    tok.save(str(tmp / "hf" / "tokenizer.json"))
+    assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
+    assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
+    return tmp / "onnx"

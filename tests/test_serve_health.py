@@ -135,3 +135,24 @@ def test_port_0_prints_the_port_it_bound(export, tmp_path):
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
+
+
+def test_connections_over_max_connections_are_refused_at_once(export, tmp_path):
+    """Idle connections (a client that opens sockets and sends nothing) hold no more than
+    ``--max-connections``: a request on one more is answered 503 at once, and once they close
+    requests are served again."""
+    from test_serve import Server, request
+
+    server = Server(export, "--max-connections", 3, tmp=tmp_path)
+    host, port = server.url.removeprefix("http://").split(":")
+    try:
+        idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+        time.sleep(0.3)  # accepted by the server's event loop
+        refused = request(server.url + "/v1/completions", {"model": "m", "prompt": PROMPT, "max_tokens": 2})
+        for s in idle:
+            s.close()
+        time.sleep(0.3)
+        served = request(server.url + "/v1/completions", {"model": "m", "prompt": PROMPT, "max_tokens": 2})
+    finally:
+        assert server.stop() == 0
+    assert refused[0] == 503 and served[0] == 200

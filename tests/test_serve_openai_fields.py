@@ -49,6 +49,18 @@ def test_stream_options_include_usage_ends_with_a_usage_chunk(served):
     assert text == whole.choices[0].text and whole.usage.total_tokens == whole.usage.prompt_tokens + 12
 
 
+def test_continuous_usage_stats_count_the_tokens_so_far_in_every_chunk(served):
+    """vLLM's ``stream_options.continuous_usage_stats`` (guidellm sends it): each chunk carries
+    the usage so far, never decreasing, the finishing chunk the whole answer's."""
+    chunks = list(served.client.completions.create(
+        model="m", prompt=PROMPT, max_tokens=12, temperature=0, stream=True,
+        stream_options={"include_usage": True, "continuous_usage_stats": True}))
+    counts = [c.usage.completion_tokens for c in chunks]
+    assert all(c.usage is not None for c in chunks) and counts == sorted(counts) and counts[-1] == 12
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert {c.usage.prompt_tokens for c in chunks} == {chunks[-1].usage.total_tokens - 12}
+
+
 def test_logit_bias_min_tokens_and_ignore_eos(served):
     eos = str(served.service.spec.vocab.eos_id)
     ask = dict(model="m", prompt=PROMPT, max_tokens=9, temperature=0)

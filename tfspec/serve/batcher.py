@@ -17,7 +17,7 @@ import asyncio
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -143,7 +143,8 @@ class Batcher:
 
     def _next(self) -> list[Job]:
         """The oldest live job and the queued ones that may join it, nearest in length first,
-        while rows x longest row (the padded batch) fits the token budget."""
+        while rows x longest row (the padded batch; a decoder-only one with the columns its
+        cache will gain, ``_grows``) fits the token budget."""
         with self.ready:
             while not self.stopping and not self.queue:
                 self.ready.wait()
@@ -153,12 +154,17 @@ class Batcher:
             peers = sorted((job for job in self.queue if job.key == first.key),
                            key=lambda job: abs(job.width - first.width))  # stable: the oldest first at a tie
             for job in peers:
-                grown = (rows + len(job.sources), max(width, job.width))
+                grown = (rows + len(job.sources), max(width, job.width + self._grows(job)))
                 if not jobs or grown[0] * grown[1] <= self.max_batch_tokens:
                     jobs.append(job)
                     rows, width = grown
             self._taken(jobs)
             return jobs
+
+    def _grows(self, job: Job) -> int:
+        """Columns a decoder-only batch's cache gains beyond its prompts: all but the last of the
+        tokens it may produce (peers share options). A translation's budget counts its sources."""
+        return max(job.options.max_length - 1, 0) if self.decoder_only and job.options.max_length else 0
 
     def _work(self) -> None:
         while jobs := self._next():
@@ -186,10 +192,10 @@ class Batcher:
         options = jobs[0].options
         if not self.decoder_only:
             return decode_all(decoder, sources, options, self.max_batch_tokens, batch_type="tokens")
-        if not any(job.watch or job.tweaks for job in jobs):
+        if not any(job.watch or job.tweaks or job.options.sampling for job in jobs):
             return prompts(decoder, sources, options)
-        watched = Watched(decoder, jobs)
-        outputs = prompts(watched, sources, options)
+        watched = Watched(decoder, jobs)  # each row draws its own tokens there (sampled requests share a batch)
+        outputs = prompts(watched, sources, replace(options, sampling=None))
         watched.finish(outputs)
         return outputs
 

@@ -43,7 +43,8 @@ async def completions(service: Service, request: Request, started: float) -> Res
         raise ApiError(400, f"{service.config.directory}: no tokenizer to read prompts with", "prompt")
     many = isinstance(body.prompt, list)
     service.fits(len(body.prompts), "prompt")
-    prompts = [_prompt(service, text, i if many else None, body.max_tokens) for i, text in enumerate(body.prompts)]
+    prompts = await asyncio.to_thread(  # up to 256 prompts of 100,000 characters: off the event loop
+        lambda: [_prompt(service, text, i if many else None, body.max_tokens) for i, text in enumerate(body.prompts)])
     if body.echo and body.logprobs is not None:  # the step graph gives the last position's log-probabilities only
         raise ApiError(422, "echo with logprobs: the prompt's own log-probabilities are not computed; "
                        "ask for one of them", "echo")

@@ -1,12 +1,14 @@
 """What the OpenAI routes share: a prompt's room in the model's positions, a request's search
 options, one prompt queued, awaited and read as text. With continuous batching
 (``scheduler``) every request shares the running batch and picks its own tokens; with static
-batching greedy requests are batched with each other and sampled ones decode alone. Either way a
-``seed`` gives the tokens ``tfspec generate --sample --seed`` gives."""
+batching too, greedy and sampled requests share a batch, each row drawing with its own
+generator (``watched``). Either way a ``seed`` gives the tokens ``tfspec generate --sample
+--seed`` gives with the same top-k (a request's ``top_k``, by default ``--max-top-k``)."""
 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 from tfspec.search import Sampling, SearchOptions
 from tfspec.serve.detokenize import Detokenizer
@@ -25,9 +27,15 @@ def room(service: Service, ids: list[int], max_tokens: int | None, field: str) -
     return min(left, max_tokens or MAX_NEW_TOKENS)
 
 
-def options_of(body, new: int) -> SearchOptions:
+def options_of(body, new: int, max_top_k: int) -> SearchOptions:
+    """The request's search options. A draw is among the ``max_top_k`` likeliest tokens at most
+    (``ServeConfig.max_top_k``): asking the step for the whole vocabulary sorted it and copied it
+    to the host per row per step, for tokens a draw almost never reaches; a larger ``top_k`` is
+    refused (422), as it cannot be honoured."""
+    if body.top_k > max_top_k:
+        raise ApiError(422, f"top_k {body.top_k} is more than this server's --max-top-k ({max_top_k})", "top_k")
     sampling = None if body.temperature == 0 else Sampling(
-        temperature=body.temperature, top_p=body.top_p, top_k=max(body.top_k, 0),
+        temperature=body.temperature, top_p=body.top_p, top_k=body.top_k if body.top_k > 0 else max_top_k,
         seed=body.seed if body.seed is not None else uuid.uuid4().int % 2**32)
     return SearchOptions(beam=1, max_extra=new, max_length=new, sampling=sampling,
                          min_length=new if body.ignore_eos else min(body.min_tokens, new))
@@ -69,10 +77,10 @@ class Generation:
         self.ids, self.new, self.on_text, self.out = ids, new, on_text, []
         check(body, new)
         self.text = Detokenizer(service.codec.decode, ids, body.stops, body.min_tokens)
-        options, tweaks = options_of(body, new), tweaks_of(service, body)
-        # without masks in the step graph, only prompts of one length share a batch
-        key = ("complete", options, None if service.ragged else len(ids)) if options.sampling is None else \
-            ("alone", uuid.uuid4())
+        options, tweaks = options_of(body, new, service.config.max_top_k), tweaks_of(service, body)
+        # without masks in the step graph, only prompts of one length share a batch; each row
+        # draws with its own generator (``Watched``), so greedy and sampled rows share one
+        key = ("complete", replace(options, sampling=None), None if service.ragged else len(ids))
         self.job = service.admit([ids], options, key, self._watch, tweaks)
 
     def _watch(self, token: int) -> bool:

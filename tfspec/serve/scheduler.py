@@ -3,9 +3,11 @@ step and leaves it when done (iteration-level scheduling, Orca, Yu et al. OSDI 2
 and TGI do), instead of waiting for the whole batch before it to finish.
 
 Each step feeds every running row its last token. Newcomers are prefilled together, their
-prompts left-padded (``prefix_mask``, docs/decoding.md), then spliced into the running batch:
-both caches are cut to their live columns, left-padded with masked zeros to one width and
-stacked, and each row's ``position_offset`` keeps its positions its own. A masked key's weight
+prompts left-padded (``prefix_mask``, docs/decoding.md), then spliced into the running batch
+on the device (``backends.onnx.splice``): both caches are cut to their live columns, left-padded
+with masked zeros to one width and stacked, and each row's ``position_offset`` keeps its
+positions its own. The cache is thus one rectangle, rows x its widest row: admission counts
+that rectangle, never the rows' own lengths summed (``_cache``). A masked key's weight
 is exactly zero (``exp`` of the graph's large negative underflows), so a row's tokens are the
 ones it gets alone (``tfspec generate``) whatever shares its steps. Each row picks its own
 token: the likeliest, or one drawn by its own generator, so a seed repeats its draws in any
@@ -15,10 +17,11 @@ whose cache keeps only its band): ``continuous`` says whether an export qualifie
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from tfspec.backends.onnx.splice import Splicer, live
 from tfspec.search import Picker, among, banned_tokens, output_limits, stop_ids
 from tfspec.serve.batcher import Batcher, Job, settle
 from tfspec.serve.logits import Shaper, score
@@ -49,9 +52,10 @@ class Row:
     """The last step's (values, ids) of this row, kept while log-probabilities are reported."""
 
     @property
-    def reserved(self) -> int:
-        """Cache columns it may come to hold: its prompt and every token it may produce."""
-        return self.job.tokens + self.limit
+    def steps(self) -> int:
+        """Columns its steps may still add to the cache: every token it may yet produce but the
+        last (never fed back); a newcomer's prompt and first token come from its prefill."""
+        return self.limit - max(len(self.out), 1)
 
     @property
     def candidates(self) -> int:
@@ -96,8 +100,8 @@ MAX_WAITING_STEPS = 8
 class ContinuousBatcher(Batcher):
     """The queue of ``Batcher`` drained step by step: between two steps, finished and cancelled
     rows leave and queued prompts join (``WAITING_SERVED_RATIO``, ``MAX_WAITING_STEPS``) while
-    their reserved cache columns (``Row.reserved``) fit in ``max_batch_tokens`` (one larger
-    prompt runs alone)."""
+    the cache they would all come to hold, padded (``_cache``), fits in ``max_batch_tokens``
+    (one larger prompt runs alone)."""
 
     def __init__(self, decoder, *args, **kwargs):
         super().__init__(decoder, True, *args, **kwargs)
@@ -105,12 +109,12 @@ class ContinuousBatcher(Batcher):
         """Steps the queue has waited while rows ran."""
         self.stops = stop_ids(decoder)
         self.vocab = decoder.model.spec.vocab.size
-        self.axes = {name: i.shape.index("past_len") for name, i in decoder.inputs.items()
-                     if name.startswith("past.")}
+        self.splicer = None
+        """Joins two decoding states on the device (``backends.onnx.splice``), made on first use."""
 
     def _work(self) -> None:
         rows, state, tokens = [], None, None
-        while (fresh := self._admit(rows)) is not None:
+        while (fresh := self._admit(rows, state)) is not None:
             try:
                 if rows and any(row.job.cancelled for row in rows):
                     rows, state, tokens = self._keep(rows, state, tokens, [not r.job.cancelled for r in rows])
@@ -124,24 +128,23 @@ class ContinuousBatcher(Batcher):
                     settle(row.job, error=e)
                 rows, state, tokens = [], None, None
 
-    def _admit(self, rows: list[Row]) -> list[Row] | None:
-        """Queued jobs that fit beside ``rows``, oldest first, when enough of them wait or the
-        oldest waited long enough (``WAITING_SERVED_RATIO``); waits while nothing runs or
-        waits; None once stopping with nothing running."""
+    def _admit(self, rows: list[Row], state) -> list[Row] | None:
+        """Queued jobs that fit beside ``rows`` (``_cache``), oldest first, when enough of them
+        wait or the oldest waited long enough (``WAITING_SERVED_RATIO``); waits while nothing
+        runs or waits; None once stopping with nothing running."""
         with self.ready:
             while not self.stopping and not rows and not self.queue:
                 self.ready.wait()
             if self.stopping:
                 return [] if rows else None
-            room, fresh = self.max_batch_tokens - sum(row.reserved for row in rows), []
+            fresh = []
             for job in self.queue:
                 row = Row(job, int(output_limits(self.decoder, None, job.sources, job.options)[0]),
                           None if job.options.sampling is None else Picker(job.options.sampling),
                           Shaper(job.tweaks, self.vocab) if job.tweaks and job.tweaks.reshapes else None)
-                if row.reserved > room and (rows or fresh):
+                if (rows or fresh) and _cache(rows, state, fresh + [row]) > self.max_batch_tokens:
                     break  # first come, first served: later ones wait behind it
                 fresh.append(row)
-                room -= row.reserved
             if rows and len(fresh) < WAITING_SERVED_RATIO * len(rows) and self.waited < MAX_WAITING_STEPS:
                 self.waited += bool(self.queue)
                 return []
@@ -187,38 +190,17 @@ class ContinuousBatcher(Batcher):
         return max(row.candidates + len(row.banned(self.decoder, self.stops)) for row in rows)
 
     def _splice(self, a, b):
-        """One decoding state of ``a``'s rows then ``b``'s: caches cut to their live columns,
-        left-padded with masked zeros to one width, stacked (docstring of the module). Each
-        cache is copied once from the device and once into place: the join's whole cost."""
-        parts = [(state, *self._live(state)) for state in (a, b)]  # (state, dead columns, live width)
-        width, n = max(w for _, _, w in parts), len(a.rows) + len(b.rows)
-        values = {}
-        for name, axis in self.axes.items():
-            arrays = [state.values[name].numpy() for state, _, _ in parts]
-            shape = list(arrays[0].shape)
-            shape[0], shape[axis] = n, width
-            out, first = np.zeros(shape, arrays[0].dtype), 0
-            for (state, dead, w), array in zip(parts, arrays):
-                if not np.array_equal(state.rows, np.arange(len(array))):  # rows left since the last step
-                    array = array[state.rows]
-                to, part = [slice(first, first + len(state.rows))], [slice(None)]
-                to += [slice(width - w, None) if d == axis else slice(None) for d in range(1, len(shape))]
-                part += [slice(dead, None) if d == axis else slice(None) for d in range(1, len(shape))]
-                out[tuple(to)], first = array[tuple(part)], first + len(state.rows)
-            values[name] = self.decoder.model.on_device(out)
-        mask = np.zeros((n, width), np.int64)
-        shift, first = np.zeros(n, np.int64), 0
-        for state, dead, w in parts:
-            rows = slice(first, first + len(state.rows))
-            mask[rows, width - w:] = 1 if state.key_mask is None else state.key_mask[:, dead:]
-            shift[rows] = width - w + (0 if state.position_offset is None else state.position_offset - dead)
-            first += len(state.rows)
-        rows = np.arange(n, dtype=np.int64)
-        return replace(a, values=a.values | values, rows=rows, sources=np.zeros_like(rows), offset=width,
-                       key_mask=mask, position_offset=shift)
+        """One decoding state of ``a``'s rows then ``b``'s, joined on the device (``splice``)."""
+        if self.splicer is None:
+            self.splicer = Splicer(self.decoder)
+        return self.splicer.join(a, b)
 
-    @staticmethod
-    def _live(state) -> tuple[int, int]:
-        """(leading columns that are padding in every row, columns left) of ``state``."""
-        dead = 0 if state.position_offset is None else int(state.position_offset.min())
-        return dead, state.offset - dead
+
+def _cache(rows: list[Row], state, fresh: list[Row]) -> int:
+    """Cache columns x rows that ``rows`` (decoding ``state``) and ``fresh`` joining them come
+    to hold at most: the cache is one rectangle, every row padded to the widest, so a short
+    row beside a long one holds as many columns as it does. The join cuts the running cache to
+    its live columns and pads the narrower side to the wider; each step adds a column to all.
+    Rows only leave until the next join, which is counted again: this bounds the cache."""
+    width = max([live(state)[1] if rows else 0] + [row.job.tokens for row in fresh])
+    return (len(rows) + len(fresh)) * (width + max(row.steps for row in rows + fresh))

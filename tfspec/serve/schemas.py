@@ -42,6 +42,7 @@ class TranslateRequest(Body):
 
 class StreamOptions(Body):
     include_usage: bool = Field(False, description="a last chunk with the usage and no choices")
+    continuous_usage_stats: bool = Field(False, description="vLLM's: the usage so far in every chunk (guidellm sends it)")
 
 
 class Sampled(Body):

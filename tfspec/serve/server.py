@@ -4,6 +4,7 @@ seconds in all) and the process exits 0, as a rolling update or a scale-down exp
 
 from __future__ import annotations
 
+import resource
 import signal
 import time
 
@@ -39,6 +40,20 @@ class _Server(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+DEFAULT_CONNECTIONS = 1000
+"""``--max-connections``' default where the process may open that many files and more."""
+
+
+def connection_limit(config: ServeConfig) -> int:
+    """Connections served at once: ``config.max_connections``, by default 1000 or what the
+    open-file limit leaves (each connection is a file; the model and its threads take some):
+    past the limit, accepting would fail with EMFILE, which uvicorn only logs."""
+    if config.max_connections is not None:
+        return config.max_connections
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return DEFAULT_CONNECTIONS if files == resource.RLIM_INFINITY else max(min(DEFAULT_CONNECTIONS, files - 64), 1)
+
+
 def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int = 8000,
           log_level: str = "warning", announce=None) -> _Server:
     """The server over ``config`` with its model loaded. uvicorn picks httptools and uvloop
@@ -46,6 +61,7 @@ def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int 
     per request under load (BENCHMARKS.md)."""
     service = Service(config)
     app = create_app(config, service)
+    # uvicorn refuses a request once the open connections (this one counted) reach its limit
     return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                                  timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on"), service, grace,
-                   announce)
+                                  timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on",
+                                  limit_concurrency=connection_limit(config) + 1), service, grace, announce)

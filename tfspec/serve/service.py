@@ -41,6 +41,12 @@ class ServeConfig:
     """Bytes in one request body; more: 413."""
     body_timeout: float = 10.0
     """Seconds a request body may take to arrive; later: 408 (a slowloris client holds no connection)."""
+    max_connections: int | None = None
+    """Open connections at most; a request on one more is answered 503 and its connection
+    closed (None: ``server.connection_limit``'s default)."""
+    max_top_k: int = 256
+    """Candidates a sampled token is drawn from at most (``generation.options_of``; transformers'
+    ``generate`` draws from 50 by default, llama.cpp from 40)."""
     batching: str = "continuous"
     """Decoder-only exports: ``continuous`` (prompts join and leave the running batch between
     steps, where the step graph allows: ``scheduler.continuous``) or ``static`` (a batch runs to

@@ -42,6 +42,8 @@ class _Stream:
             logprobs, self.scores = self.scored(scores, self.chars), self.scores + len(scores)
         prefix, fields = self.chunk(text, reason, not self.chunks, logprobs)
         self.chunks, self.chars = self.chunks + 1, self.chars + len(text)
+        if self.body.stream_options is not None and self.body.stream_options.continuous_usage_stats:
+            fields["usage"] = usage(len(self.gen.ids), self.gen.text.tokens)  # vLLM's: the tokens read so far
         return self.data(prefix, fields)
 
     def data(self, prefix: str, fields: dict) -> str:

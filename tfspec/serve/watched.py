@@ -3,12 +3,16 @@ knows nothing of a request's stop strings, penalties or log-probabilities, so th
 steps is wrapped. Each step's input holds the last step's picks: each is handed to its row's
 watch (a stop string ends the row: it is given only end-of-sequence to pick next), counted for
 its penalties and scored from the last step's log-probabilities; each step's output is reshaped
-per row (penalties, biases) and re-sorted, as the search reads candidates best first."""
+per row (penalties, biases) and re-sorted, as the search reads candidates best first. A sampled
+row draws its token here with its own generator (``Picker``) and puts it first, so the greedy
+search takes it: sampled requests of any seeds share a batch with each other and with greedy
+ones, and each gets the tokens it gets alone."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from tfspec.search import Picker, among, banned_tokens, stop_ids
 from tfspec.serve.logits import WHOLE_VOCABULARY, Shaper, score
 
 
@@ -21,7 +25,12 @@ class Watched:
         reshaping = [job.tweaks is not None and job.tweaks.reshapes for job in jobs]
         vocab = decoder.model.spec.vocab.size if any(reshaping) else 0
         self.shapers = [Shaper(job.tweaks, vocab) if on else None for job, on in zip(jobs, reshaping)]
-        self.k = max((job.tweaks.candidates for job in jobs if job.tweaks), default=0)
+        self.pickers = [None if job.options.sampling is None else Picker(job.options.sampling) for job in jobs]
+        self.stops, self.min_length, self.t = stop_ids(decoder), jobs[0].options.min_length, 0
+        """End-of-sequence ids, banned before ``min_length`` (one for the batch: its jobs share
+        options), and the step (tokens produced so far)."""
+        self.k = max([job.tweaks.candidates for job in jobs if job.tweaks]
+                     + [p.k + len(self.stops) + 1 for p in self.pickers if p is not None], default=0)
         self.last: dict[int, tuple] = {}
         """Each row's last step (values, ids), before reshaping, where log-probabilities are reported."""
 
@@ -41,8 +50,18 @@ class Watched:
                 shaped = self.shapers[row](values[i], ids[i])
                 order = np.argsort(-shaped, kind="stable")
                 values[i], ids[i] = shaped[order], ids[i][order]
+            if self.pickers[row] is not None:
+                self._draw(row, values[i], ids[i])
         ids[ended] = self.decoder.eos
+        self.t += 1
         return values, ids, state
+
+    def _draw(self, row: int, values: np.ndarray, ids: np.ndarray) -> None:
+        """``row``'s drawn token moved first in ``ids`` (in place): what the greedy search takes."""
+        banned = banned_tokens(self.decoder, self.stops, self.t, self.min_length)
+        drawn = self.pickers[row](np.where(among(ids, banned), -np.inf, values)[None], ids[None])[0]
+        at = int(np.flatnonzero(ids == drawn)[0])
+        ids[[0, at]], values[[0, at]] = ids[[at, 0]], values[[at, 0]]
 
     def _took(self, picks: list[int]) -> list[int]:
         """Each row's last pick recorded; the rows (positions) a stop string ends."""

@@ -54,8 +54,7 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
     for _ in range(workers):
         process, status = _start(context, config, address, grace, log_level, stopping, guard)
         if process is None:
-            forward(signal.SIGTERM, None)
-            return _join(running, grace) or status
+            return _stop(running, grace, stopping, forward) or status
         running.append(process)
     print(f"tfspec serve: {workers} workers listening on port {address[1]} "
           f"(pids {', '.join(str(p.pid) for p in running)})", file=sys.stderr)
@@ -66,9 +65,9 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
                 print(f"tfspec serve: worker {process.pid} exited ({process.exitcode}); starting another",
                       file=sys.stderr)
                 replacement, status = _start(context, config, address, grace, log_level, stopping, guard)
-                if replacement is None:
-                    forward(signal.SIGTERM, None)
-                    return _join(running, grace) or status
+                if replacement is None:  # could not load, or a signal came while it loaded
+                    del running[i]  # the dead one's status is not the drain's
+                    return _stop(running, grace, stopping, forward) or status
                 running[i] = replacement
     return _join(running, grace)
 
@@ -89,6 +88,14 @@ def _start(context, config, address: tuple, grace: float, log_level: str, stoppi
                 print(f"error: a worker did not load {config.directory} within {LOAD_SECONDS} s", file=sys.stderr)
             return None, 0 if stopping else max(process.exitcode or 0, 1)
     return process, 0
+
+
+def _stop(running: list, grace: float, stopping: list, forward) -> int:
+    """Drain ``running`` (SIGTERM, unless a signal already went to them: a second one makes
+    uvicorn exit at once, by that signal) and wait for them (``_join``)."""
+    if not stopping:
+        forward(signal.SIGTERM, None)
+    return _join(running, grace)
 
 
 def _join(running: list, grace: float) -> int:

@@ -1,0 +1,186 @@
+"""`tfspec serve` beside llama.cpp's server (llama-cpp-python's ``llama_cpp.server``) under the
+same load from an outside load generator, guidellm, on the same model: throughput, time to first
+token and inter-token latency percentiles at several request rates, and the saturation point.
+
+    .venv/bin/python tools/bench_load.py --guidellm /path/to/venv/bin/guidellm \\
+        --llama-python /path/to/llama-venv/bin/python --llama-src /path/to/vendor/llama.cpp \\
+        [--hidden 512] [--layers 8] [--rates 1,2,4,8] [--seconds 30] [--threads 1] [--out DIR]
+
+The model is a random Llama (seed 0) with a sentencepiece tokenizer trained on the sample
+corpus (llama.cpp's converter refuses BPE tokenizers it does not know by their pre-tokenizer's
+hash), saved by transformers, then imported and exported by tfspec and converted to a float32
+GGUF by llama.cpp's own ``convert_hf_to_gguf.py``: the same weights at the same precision.
+Weights are random, so every request runs to its ``max_tokens`` (guidellm sends ``ignore_eos``
+too), as a load test wants.
+
+Each server runs in its own process on the first ``--threads`` cores and guidellm on the next
+(``os.sched_setaffinity``; on a machine with no core to spare, nothing is pinned). guidellm is
+installed in a venv of its own (it has many dependencies): ``python -m venv V && V/bin/pip
+install guidellm==0.8.1``. For each engine guidellm first runs its ``throughput`` profile (all
+requests at once: the saturation throughput), then Poisson arrivals at each of ``--rates``;
+the table holds output tokens per second, TTFT and ITL p50/p99 and guidellm's error count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from bench_serve import pinned, split_cores
+
+
+def build(directory: Path, hidden: int, layers: int, positions: int) -> tuple[Path, Path, Path]:
+    """(tfspec export, GGUF file, transformers directory) of one random Llama (module docstring)."""
+    import sentencepiece
+    import torch
+    import transformers
+
+    from tfspec.data import read_split, sample_dir
+
+    hf, directory = directory / "hf", directory
+    hf.mkdir(parents=True, exist_ok=True)
+    lines = [en for en, _ in read_split(sample_dir(), "train")]
+    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=str(hf / "tokenizer"),
+                                             vocab_size=2000, model_type="bpe", unk_id=0, bos_id=1, eos_id=2,
+                                             pad_id=-1, minloglevel=2)
+    (hf / "tokenizer.vocab").unlink()
+    transformers.LlamaTokenizer.from_pretrained(hf).save_pretrained(hf)  # tokenizer.json beside tokenizer.model
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=2000, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
+                                      num_hidden_layers=layers, num_attention_heads=max(hidden // 64, 1),
+                                      max_position_embeddings=positions, bos_token_id=1, eos_token_id=2)
+    transformers.LlamaForCausalLM(config).save_pretrained(hf)
+    for command in (["import", hf, "-o", directory / "ours", "--quiet"],
+                    ["export", directory / "ours", "-o", directory / "onnx", "--no-check"]):
+        subprocess.run([sys.executable, "-m", "tfspec", *map(str, command)], check=True, capture_output=True)
+    return directory / "onnx", directory / "model.gguf", hf
+
+
+def convert(hf: Path, gguf: Path, llama_src: Path) -> None:
+    """llama.cpp's converter, float32 (this interpreter has the torch and transformers it reads with)."""
+    env = os.environ | {"PYTHONPATH": str(llama_src / "gguf-py")}
+    subprocess.run([sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(gguf),
+                    "--outtype", "f32"], check=True, capture_output=True, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def server(engine: str, args, paths: dict, cores: set[int] | None):
+    """The ``engine``'s server (``tfspec`` or ``llama.cpp``) on ``cores``, its URL once it answers."""
+    port, log = free_port(), Path(tempfile.mkdtemp()) / f"{engine}.log"
+    if engine == "tfspec":
+        command = [sys.executable, "-m", "tfspec", "serve", str(paths["onnx"]), "--port", str(port),
+                   "--threads", str(args.threads)]
+    else:  # one request at a time (llama-cpp-python's server), the model's context for the longest
+        command = [args.llama_python, "-m", "llama_cpp.server", "--model", str(paths["gguf"]), "--port", str(port),
+                   "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
+                   "--n_ctx", str(args.positions), "--model_alias", "hf"]
+    with pinned(cores):
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
+    try:
+        for _ in range(1200):
+            with contextlib.suppress(OSError):
+                if urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=1).status == 200:
+                    break
+            if process.poll() is not None:
+                raise SystemExit(f"{engine} exited:\n{log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def guidellm(args, url: str, profile: list[str], hf: Path, out: Path, cores: set[int] | None) -> list[dict]:
+    """guidellm's benchmarks of ``profile`` against ``url`` (its JSON report's ``benchmarks``)."""
+    data = f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}"
+    command = [args.guidellm, "run", "--backend",
+               f"kind=openai_http,target={url},request_format=/v1/completions,validate_backend=false",
+               "--profile", *profile, "--constraint", f"kind=max_duration,seconds={args.seconds}",
+               "--data", data, "--tokenizer", f"kind=huggingface_auto,model={hf}",
+               "--output", f"kind=json,path={out}", "--disable-progress"]
+    with pinned(cores):
+        done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"guidellm failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return json.loads(out.read_text())["benchmarks"]
+
+
+def row(engine: str, bench: dict) -> dict:
+    """One table row of a guidellm benchmark: output tokens/s, TTFT and ITL p50/p99 (ms), requests."""
+    m, strategy = bench["metrics"], bench["config"]["strategy"]
+    pct = lambda name, p: m[name]["successful"]["percentiles"][p]  # noqa: E731
+    label = strategy["type_"] + (f"@{strategy['rate']:g}/s" if strategy.get("rate") else "")
+    made = bench["scheduler_metrics"]["requests_made"]
+    return {"engine": engine, "load": label, "tok_s": m["output_tokens_per_second"]["successful"]["mean"],
+            "ttft_p50": pct("time_to_first_token_ms", "p50"), "ttft_p99": pct("time_to_first_token_ms", "p99"),
+            "itl_p50": pct("inter_token_latency_ms", "p50"), "itl_p99": pct("inter_token_latency_ms", "p99"),
+            "ok": made["successful"], "errors": made["errored"], "incomplete": made["incomplete"]}
+
+
+def table(rows: list[dict]) -> str:
+    head = "| engine | load | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | ok / errors / cut |"
+    lines = [head, "|" + " --- |" * 6]
+    for r in rows:
+        lines.append(f"| {r['engine']} | {r['load']} | {r['tok_s']:.1f} | {r['ttft_p50']:.0f} / {r['ttft_p99']:.0f} "
+                     f"| {r['itl_p50']:.1f} / {r['itl_p99']:.1f} | {r['ok']} / {r['errors']} / {r['incomplete']} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--guidellm", required=True, help="the guidellm executable (a venv of its own)")
+    p.add_argument("--llama-python", help="the python of a venv with llama-cpp-python[server] (omit: tfspec only)")
+    p.add_argument("--llama-src", type=Path, help="llama.cpp's sources (convert_hf_to_gguf.py, gguf-py)")
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--positions", type=int, default=1024)
+    p.add_argument("--prompt-tokens", type=int, default=128)
+    p.add_argument("--output-tokens", type=int, default=128)
+    p.add_argument("--rates", default="1,2,4,8", help="Poisson request rates (requests/s)")
+    p.add_argument("--seconds", type=float, default=30, help="each benchmark's duration")
+    p.add_argument("--threads", type=int, default=1, help="each server's threads (and pinned cores)")
+    p.add_argument("--out", type=Path, help="where the model and reports go (default: a temporary directory)")
+    args = p.parse_args()
+    out = args.out or Path(tempfile.mkdtemp())
+    onnx, gguf, hf = build(out / "model", args.hidden, args.layers, args.positions)
+    engines = ["tfspec"]
+    if args.llama_python:
+        convert(hf, gguf, args.llama_src)
+        engines.append("llama.cpp")
+    servers, loader = split_cores(args.threads)
+    print(f"server cores {sorted(servers) if servers else 'any'}, guidellm {sorted(loader) if loader else 'any'}; "
+          f"{args.prompt_tokens} prompt + {args.output_tokens} output tokens, {args.seconds:g} s per load",
+          file=sys.stderr)
+    rows = []
+    for engine in engines:
+        with server(engine, args, {"onnx": onnx, "gguf": gguf}, servers) as url:
+            for profile, name in ((["kind=throughput,max_concurrency=32"], "throughput"),
+                                  (["kind=poisson,rate=1", "--override", "profile.rate", args.rates], "poisson")):
+                report = out / f"{engine}-{name}.json"
+                rows += [row(engine, b) for b in guidellm(args, url, profile, hf, report, loader)]
+        print(table([r for r in rows if r["engine"] == engine]), file=sys.stderr)
+    print(table(rows))
+    (out / "rows.json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
