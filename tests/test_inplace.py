@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -73,6 +74,21 @@ def test_prompts_of_different_lengths_decode_as_pytorch_decodes_them(name, beam,
     options = SearchOptions(beam=beam, max_extra=8, max_length=8, min_length=8)
     ours = search(InPlaceDecoder(onnx_model, first_length=4), None, options, prefix=tokens, prefix_mask=mask)
     assert ours == search(TorchDecoder(model), None, options, prefix=tokens, prefix_mask=mask)
+
+
+@pytest.mark.parametrize("name, packed", [("tiny", True), ("learned", True), ("rotary", False)])
+def test_the_projection_goes_in_whole_where_nothing_changes_its_parts(name, packed, tmp_path, write_spec):
+    """GroupQueryAttention reads the fused QKV projection packed (no Split and Reshapes per
+    layer) unless the keys change between the split and it (rotary positions turn them); the
+    tokens of both forms are held to PyTorch's by ``test_in_place_decoding_gives_pytorchs_tokens``."""
+    text = {"rotary": ROTARY_DECODER, "learned": LEARNED_DECODER}.get(name)
+    spec = load_spec(write_spec(text) if text else name)
+    _, onnx_model = exported(spec, tmp_path / "onnx")
+    graph = onnx.load(str(tmp_path / "onnx" / "decoder_inplace.onnx")).graph
+    attention = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(attention) == spec.decoder.layers
+    assert all((n.input[1] == n.input[2] == "") == packed for n in attention)
+    assert any(n.op_type == "Split" for n in graph.node) != packed
 
 
 def test_a_step_writes_its_keys_into_the_buffers_themselves(tmp_path):

@@ -94,7 +94,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
                     e.present(node, role, b.op("Slice", t, first, b.ints(2**62), b.ints(2)),
                               ["batch", g, "kept_len", size])
     if node.layer.needs_memory and e.kind == "step" and not e.static:
-        q = _grouped(b, q, k, h, d_k)  # (sources, h, group * Lq, d_k)
+        q = _grouped(e, q, k, h, d_k)  # (sources, h, group * Lq, d_k)
     else:
         q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
@@ -108,12 +108,15 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     return b.linear(y, p["w_o"], p.get("b_o"))
 
 
-def _grouped(b, q: str, k: str, heads: int, size: int) -> str:
+def _grouped(e, q: str, k: str, heads: int, size: int) -> str:
     """Step graphs' cross-attention queries (B, Lq, h*d_k), or their flat view, as (S, h,
     B / S * Lq, d_k) for keys and values of S sources: the B rows come in equal groups, a
     source's hypotheses together (beam search's rows), so its keys are read once for the whole
-    group, in one matrix product of group x Lq queries instead of one per hypothesis."""
-    shape = b.op("Concat", b.op("Shape", k, start=0, end=1), b.ints(-1, heads, size), axis=0)
+    group, in one matrix product of group x Lq queries instead of one per hypothesis. The
+    shape is built once per graph: every layer's cross keys have the S (``src_batch``) rows."""
+    b = e.b
+    shape = e.cached(("grouped", heads, size),
+                     lambda: b.op("Concat", b.op("Shape", k, start=0, end=1), b.ints(-1, heads, size), axis=0))
     return b.op("Transpose", b.op("Reshape", q, shape), perm=[0, 2, 1, 3])
 
 

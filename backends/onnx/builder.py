@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .tidy import tidy
+
 FLOAT_TYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
 POINTWISE = {"Add", "Sub", "Mul", "Div", "Relu", "Sigmoid", "Tanh", "Gelu", "Erf", "Sqrt", "Cast",
              "LayerNormalization", "RMSNormalization"}
@@ -139,6 +141,7 @@ class Builder:
     def model(self, metadata: dict[str, str]) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, list(self.initializers.values()),
                                   value_info=self.shapes)
+        tidy(graph)
         domains = sorted({n.domain for n in self.nodes if n.domain})  # onnxruntime's own ops (``inplace``)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)]
                                   + [helper.make_opsetid(d, 1) for d in domains],

@@ -109,7 +109,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                 manifest["in_place_cache"] = result.in_place_cache = f"not written: {e}"
                 continue
             if fused and kind in FUSED_KINDS:
-                manifest.setdefault("fused", {})[kind] = dict(fuse(proto))
+                manifest.setdefault("fused", {})[kind] = dict(fuse(proto, one_length=kind != "model"))
             path = staging / f"{kind}.onnx"
             save_graph(proto, path)
             onnx.checker.check_model(str(path), full_check=True)

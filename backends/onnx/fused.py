@@ -31,6 +31,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .tidy import tidy
+
 DOMAIN = "com.microsoft"
 FUSED_KINDS = ("model", "encoder", "decoder", "decoder_shortlist", "decoder_inplace")
 """The graphs ``export --fused`` rewrites: not the static step graph (for CUDA graphs) nor
@@ -97,24 +99,24 @@ class Rewriter:
         return [n.output[0] for n in self.graph.node if n.op_type == op]
 
 
-def fuse(model: onnx.ModelProto) -> Counter:
-    """Rewrite ``model`` in place with onnxruntime's fused operators; how many of each it made."""
+def fuse(model: onnx.ModelProto, one_length: bool = False) -> Counter:
+    """Rewrite ``model`` in place with onnxruntime's fused operators; how many of each it made.
+    ``one_length``: every attention in the graph has queries of one length (one token stream:
+    the encoder, the step graphs), so a mask expanded for one serves all that read it."""
     r = Rewriter(model)
-    made = Counter({"MultiHeadAttention": attention(r)}) + skip_norm(r)
+    made = Counter({"MultiHeadAttention": attention(r, one_length)}) + skip_norm(r)
     if sum(made.values()) and not any(o.domain == DOMAIN for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid(DOMAIN, 1))
-    read = {i for n in model.graph.node for i in n.input} | r.outputs
-    kept = [t for t in model.graph.initializer if t.name in read]  # the attention scales folded into attributes
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(kept)
+    tidy(model.graph)  # what the rewrites left unread (the attention scales folded into attributes) or repeated
     return +made
 
 
-def attention(r: Rewriter) -> int:
+def attention(r: Rewriter, one_length: bool = False) -> int:
     """``softmax(Q K^T x scale + mask) V`` (``attention.attend`` at opsets below 23) -> one
     MultiHeadAttention node; a pattern with anything else in it (a relative-position term,
-    soft-capping, keys read by another node) is left as it is."""
-    count = 0
+    soft-capping, keys read by another node) is left as it is. With ``one_length`` each mask
+    is expanded once, by the first attention that reads it, for all (3 nodes a layer fewer)."""
+    count, biases = 0, {}
     for name in r.each("Softmax"):
         found = _attention_pattern(r, r.producer[name])
         if found is None:
@@ -122,12 +124,16 @@ def attention(r: Rewriter) -> int:
         old, rows, k, v, mask, scale, heads, width = found
         query = r.name("query")
         new = [helper.make_node("Reshape", [rows, r.constant(np.array([0, 0, width], np.int64))], [query])]
-        if mask is not None:  # attention_bias must be 4-D with the queries' length on axis 2
+        if mask is not None and mask in biases:
+            mask = biases[mask]
+        elif mask is not None:  # attention_bias must be 4-D with the queries' length on axis 2
             length, shape, bias = r.name("length"), r.name("bias_shape"), r.name("bias")
             new += [helper.make_node("Shape", [query], [length], start=1, end=2),
                     helper.make_node("Concat", [r.constant(np.ones(2, np.int64)), length,
                                                 r.constant(np.ones(1, np.int64))], [shape], axis=0),
                     helper.make_node("Expand", [mask, shape], [bias])]
+            if one_length:
+                biases[mask] = bias
             mask = bias
         y = r.name("attention")
         new += [helper.make_node("MultiHeadAttention", [query, k, v, "", "", mask or ""], [y], domain=DOMAIN,

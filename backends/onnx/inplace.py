@@ -54,19 +54,28 @@ def attend_in_place(e, node, plain: bool, q: str, k: str, v: str) -> str:
     if why:
         raise NotInPlace(f"{node.name}: {why}")
     pasts = [e.state(node, role, ["batch", g, "max_len", d_k]) for role in ("key", "value")]
-    q = b.sequence(q, h * d_k)
+    packed = _packed(b, q, k, v)
+    q, k, v = (b.sequence(packed, (h + 2 * g) * d_k), "", "") if packed else \
+        (b.sequence(q, h * d_k), b.sequence(k, g * d_k), b.sequence(v, g * d_v))
     seqlens, total = e.cached("in_place_lengths", lambda: _lengths(e, q))
     padded = e.key_bias("T")  # (B, 1, 1, total): a batch of prompts of different lengths, left-padded
     if padded is not None:
         padded = e.cached("in_place_bias", lambda: b.op("Expand", padded, b.op("Concat", b.op(  # (B, 1, L, total)
             "Shape", q, start=0, end=1), b.ints(1), b.op("Shape", q, start=1, end=2), _total(e, q), axis=0)))
-    y, key, value = b.op("GroupQueryAttention", q, b.sequence(k, g * d_k), b.sequence(v, g * d_v), *pasts, seqlens,
-                         total, None, None, None, padded, outputs=3, domain=DOMAIN, num_heads=h, kv_num_heads=g,
-                         scale=float(a["scale"]))
+    y, key, value = b.op("GroupQueryAttention", q, k, v, *pasts, seqlens, total, None, None, None, padded,
+                         outputs=3, domain=DOMAIN, num_heads=h, kv_num_heads=g, scale=float(a["scale"]))
     for role, t in (("key", key), ("value", value)):
         e.present(node, role, t, ["batch", g, "max_len", d_k])
     b.shapes.append(helper.make_tensor_value_info(y, b.elem_type, ["batch", "new_len", h * d_v]))
     return y
+
+
+def _packed(b, q: str, k: str, v: str) -> str | None:
+    """The flat (B * L, (h + 2g) * d) projection that ``q``, ``k`` and ``v`` were split from in
+    that order, which GroupQueryAttention reads whole (its packed QKV: the Split and three
+    Reshapes a layer fewer), or None (keys or values changed after the split: normed, rotated)."""
+    split = next((n for n in reversed(b.nodes) if n.op_type == "Split" and list(n.output) == [q, k, v]), None)
+    return split.input[0] if split is not None and split.input[0] in b.flat else None
 
 
 def _lengths(e, q: str) -> tuple[str, str]:
