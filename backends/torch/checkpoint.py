@@ -59,7 +59,12 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def load_weights(model: TorchModel, path: str | Path) -> None:
-    """Copy the file's tensors into ``model``, refusing any mismatch with the spec."""
+    """Copy the file's tensors into ``model``, refusing any mismatch with the spec. A directory
+    is a training checkpoint (``RUN/checkpoints/step-N``) of either format."""
+    if Path(path).is_dir():
+        from .training.checkpoint import load_checkpoint_weights
+
+        return load_checkpoint_weights(model, Path(path))
     tensors = upgrade(read_weights(path), model.graph)  # a file written by tfspec 0.1.0 too
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
     aliases = set(model.graph.tied())  # a full state_dict repeats tied matrices under these names

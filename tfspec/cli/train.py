@@ -8,6 +8,7 @@ A run directory holds ``run.json`` (spec, options, data), ``tokenizer.model``,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -44,10 +45,13 @@ def cmd_train(args) -> int:
     steps = args.steps or (100_000 if args.max_minutes else 1000)
     config = TrainConfig(steps=steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup or 4000,
                          lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
-                         log_every=args.log_every, max_minutes=args.max_minutes)
+                         log_every=args.log_every, max_minutes=args.max_minutes,
+                         sharded=args.sharded_checkpoints)
     run.mkdir(parents=True, exist_ok=True)
-    if not (run / TOKENIZER).is_file():
-        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), run / TOKENIZER)
+    if not (run / TOKENIZER).is_file():  # every rank of a fresh torchrun run: the same model, replaced whole
+        copy = run / f".{TOKENIZER}.{os.getpid()}.tmp"
+        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), copy)
+        os.replace(copy, run / TOKENIZER)
     tokenizer = load_tokenizer(run / TOKENIZER)
     max_len = spec.positional.max_len if spec.positional.kind != "none" else 1024
     pairs = encode(read_split(data, "train", args.src, args.tgt), tokenizer, spec.vocab.bos_id, spec.vocab.eos_id,
@@ -234,7 +238,12 @@ def register(command) -> None:
     c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long (default: no limit)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
-    c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN")
+    c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN (either format, "
+                   "at any number of processes)")
+    c.add_argument("--sharded-checkpoints", action="store_true",
+                   help="each process writes its own part of every checkpoint (torch.distributed.checkpoint), so no "
+                        "process gathers the whole model and optimizer; --resume reshards them to any number of "
+                        "processes. RUN must then be one directory every process reads and writes (docs/training.md)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c = command("average", cmd_average)
     c.add_argument("run", metavar="RUN")

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -54,6 +55,9 @@ class TrainConfig:
     """Gradient-norm clipping; 0 disables (the paper does not clip)."""
     max_minutes: float = 0.0
     """Stop (with a checkpoint) after this much wall time in this process; 0: no limit."""
+    sharded: bool = False
+    """Checkpoints in format 2: each rank writes its part with torch.distributed.checkpoint (no
+    rank gathers the whole model), read back at any number of ranks; format 1 otherwise."""
 
 
 @dataclass
@@ -94,8 +98,8 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
         raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
                           "it or choose another --out")
     if saved:
-        path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
-        torch.set_rng_state(rngs[ddp.rank] if ddp.rank < len(rngs) else rngs[0])
+        path, state, rng = checkpoint.newest_intact(run, model, optimizer, log, ddp.rank, ddp.world)
+        _restore_rng(rng, config.seed, state["step"], ddp.rank)
         if ddp.rank == 0:
             _forget_metrics_after(run / "metrics.jsonl", state["step"])
         log(f"resumed from {path} (step {state['step']})")
@@ -242,7 +246,20 @@ def _agree(flag: bool, ddp: Distributed, device) -> bool:
     return bool(value.item())
 
 
+def _restore_rng(rng: torch.Tensor | None, seed: int, step: int, rank: int) -> None:
+    """This rank's saved RNG state; a rank the checkpoint's run did not have (it resumes at more
+    ranks) gets a seed of its own from (seed, step, rank), so dropout masks still differ across
+    ranks and the run stays reproducible."""
+    if rng is not None:
+        torch.set_rng_state(rng)
+    else:
+        torch.manual_seed(int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0]))
+
+
 def _save(run, model, optimizer, state, config, ddp) -> None:
+    if config.sharded:
+        checkpoint.save_sharded(run, model, optimizer, dict(state), config.keep, ddp.rank, ddp.world)
+        return
     rng = torch.get_rng_state()
     rngs = [rng]
     if ddp.world > 1:
