@@ -65,14 +65,15 @@ def newest_intact(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer
 
 
 def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict, rng: list[torch.Tensor],
-         keep: int) -> Path:
+         keep: int, full: tuple[dict, dict] | None = None) -> Path:
     """Write checkpoint ``state['step']`` atomically; keep the newest ``keep``. A failed write
     (a full disk) removes its partial files, leaves the previous checkpoints intact and ends
-    in one line that says so."""
+    in one line that says so. ``full``: (weights, Adam state) by parameter name, gathered from
+    a sharded model (``sharding.full_state``), written instead of ``model``'s and ``optimizer``'s."""
     final = run / "checkpoints" / f"{PREFIX}{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
     try:
-        _write(staging, model, optimizer, state, rng)
+        _write(staging, full or _gathered(model, optimizer), state, rng)
     except OSError as e:
         shutil.rmtree(staging, ignore_errors=True)
         previous = checkpoints(run)
@@ -87,17 +88,22 @@ def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: 
     return final
 
 
-def _write(staging: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict,
-           rng: list[torch.Tensor]) -> None:
+def _gathered(model: TorchModel, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(weights, Adam state) by parameter name, of a model held whole in this process."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    moments = {names[id(p)]: optimizer.state.get(p, {}) for group in optimizer.param_groups for p in group["params"]}
+    return weights_of(model), moments
+
+
+def _write(staging: Path, full: tuple[dict, dict], state: dict, rng: list[torch.Tensor]) -> None:
+    weights, moments = full
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    save_file({k: v.contiguous().cpu() for k, v in weights_of(model).items()}, str(staging / "model.safetensors"))
-    names = {id(p): n for n, p in model.named_parameters()}
+    save_file({k: v.contiguous().cpu() for k, v in weights.items()}, str(staging / "model.safetensors"))
     tensors = {f"rng.{i}": r for i, r in enumerate(rng)}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            for key, value in optimizer.state.get(p, {}).items():
-                tensors[f"{names[id(p)]}.{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
+    for name, values in moments.items():
+        for key, value in values.items():
+            tensors[f"{name}.{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
     save_file(tensors, str(staging / "optimizer.safetensors"))
     files = {f: _sha256(staging / f) for f in CHECKED}
     meta = {"format": FORMAT, **state, "files": files}
