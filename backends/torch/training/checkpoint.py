@@ -25,9 +25,10 @@ from tfspec.errors import TfspecError
 from tfspec.ir.names import upgrade
 from tfspec.untrusted import file_sha256, read_json, whole
 
-from ..checkpoint import load_weights, weights_of
+from ..checkpoint import checked_weights, load_weights, weights_of
 from ..model import TorchModel
 from . import sharded
+from .sharding import restore_moments
 
 FORMAT = 1
 PREFIX = "step-"
@@ -93,14 +94,15 @@ def _restore(path: Path, meta: dict, model: TorchModel, optimizer, rank: int) ->
 
 
 def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict, rng: list[torch.Tensor],
-         keep: int) -> Path:
+         keep: int, full: tuple[dict, dict] | None = None) -> Path:
     """Write checkpoint ``state['step']`` atomically; keep the newest ``keep``. A failed write
     (a full disk) removes its partial files, leaves the previous checkpoints intact and ends
-    in one line that says so."""
+    in one line that says so. ``full``: (weights, Adam state) by parameter name, gathered from
+    a sharded model (``sharding.full_state``), written instead of ``model``'s and ``optimizer``'s."""
     final = run / "checkpoints" / f"{PREFIX}{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
     try:
-        _write(staging, model, optimizer, state, rng)
+        _write(staging, full or _gathered(model, optimizer), state, rng)
     except OSError as e:
         shutil.rmtree(staging, ignore_errors=True)
         raise TfspecError(_not_written(run, final, e.strerror or str(e))) from None
@@ -150,17 +152,22 @@ def publish(staging: Path, final: Path, keep: int) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def _write(staging: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: dict,
-           rng: list[torch.Tensor]) -> None:
+def _gathered(model: TorchModel, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(weights, Adam state) by parameter name, of a model held whole in this process."""
+    names = {id(p): n for n, p in model.named_parameters()}
+    moments = {names[id(p)]: optimizer.state.get(p, {}) for group in optimizer.param_groups for p in group["params"]}
+    return weights_of(model), moments
+
+
+def _write(staging: Path, full: tuple[dict, dict], state: dict, rng: list[torch.Tensor]) -> None:
+    weights, moments = full
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    save_file({k: v.contiguous().cpu() for k, v in weights_of(model).items()}, str(staging / "model.safetensors"))
-    names = {id(p): n for n, p in model.named_parameters()}
+    save_file({k: v.contiguous().cpu() for k, v in weights.items()}, str(staging / "model.safetensors"))
     tensors = {f"rng.{i}": r for i, r in enumerate(rng)}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            for key, value in optimizer.state.get(p, {}).items():
-                tensors[f"{names[id(p)]}.{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
+    for name, values in moments.items():
+        for key, value in values.items():
+            tensors[f"{name}.{key}"] = value.detach().reshape(value.shape).contiguous().cpu()
     save_file(tensors, str(staging / "optimizer.safetensors"))
     files = {f: file_sha256(staging / f) for f in CHECKED}
     meta = {"format": FORMAT, **state, "files": files}
@@ -170,19 +177,37 @@ def _write(staging: Path, model: TorchModel, optimizer: torch.optim.Optimizer, s
 def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None, meta: dict | None = None
          ) -> tuple[dict, list[torch.Tensor]]:
     """Restore ``model`` (and ``optimizer``) from a format-1 checkpoint (``meta``: its trainer.json,
-    already checked); return its state and RNG states."""
+    already checked); return its state and RNG states. Into an FSDP-sharded model every rank
+    reads the whole tensors and keeps its shard of each."""
     meta = meta or read_meta(path)
-    load_weights(model, path / "model.safetensors")
+    whole = hasattr(model, "set_requires_gradient_sync")  # an FSDPModule: DTensor parameters
+    if whole:
+        _into_shards(model, checked_weights(model, path / "model.safetensors"))
+    else:
+        load_weights(model, path / "model.safetensors")
     tensors = upgrade(load_file(str(path / "optimizer.safetensors")), model.graph)  # AdamW's, by 0.1.0's names too
     if optimizer is not None:
-        params = dict(model.named_parameters())
-        for name, p in params.items():
+        moments = {}
+        for name, p in model.named_parameters():
             state = {key[len(name) + 1:]: t for key, t in tensors.items()
                      if key.startswith(name + ".") and key[len(name) + 1:] in ("step", "exp_avg", "exp_avg_sq")}
             if state:
-                optimizer.state[p] = {k: v.to(p.device) if k != "step" else v for k, v in state.items()}
+                moments[name] = state
+                if not whole:
+                    optimizer.state[p] = {k: v.to(p.device) if k != "step" else v for k, v in state.items()}
+        if whole:
+            restore_moments(model, optimizer, moments)
     rng = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.")), key=lambda k: int(k[4:]))]
     return _state(meta), rng
+
+
+def _into_shards(model, weights: dict[str, torch.Tensor]) -> None:
+    """Whole weights by IR name into a sharded model (DCP's full-state-dict path)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    canonical = model.graph.tied()  # the state dict repeats a tied matrix under each of its names
+    full = {k: weights[canonical.get(k, k)] for k in model.state_dict()}
+    set_model_state_dict(model, full, options=StateDictOptions(full_state_dict=True))
 
 
 def _state(meta: dict) -> dict:
