@@ -61,7 +61,7 @@ def whole(spec, tmp_path_factory) -> Path:
     return run
 
 
-@pytest.fixture(scope="module", params=["ddp", "fsdp"])
+@pytest.fixture(scope="module", params=[pytest.param("ddp", marks=pytest.mark.slow), "fsdp"])
 def saved_at_two(request, spec, whole, tmp_path_factory) -> tuple[Path, str]:
     """Three steps at 2 ranks (--accum 2), checkpoints at steps 2 and 3, each rank writing its part."""
     run = fresh(tmp_path_factory.mktemp("two"), whole, "run")
@@ -103,7 +103,7 @@ def dying(original):
     '''SIGKILL rank 0 on its second call of ``original``: inside the second checkpoint's save.'''
     def call(*args, **kwargs):
         calls.append(1)
-        if len(calls) == 2 and os.environ["RANK"] == "0":
+        if len(calls) == 2 and os.environ.get("RANK", "0") == "0":
             os.kill(os.getpid(), signal.SIGKILL)
         return original(*args, **kwargs)
     return call
@@ -116,14 +116,19 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-@pytest.mark.parametrize("at", ["metadata", pytest.param("rename", marks=pytest.mark.slow)])
-def test_kill_9_while_saving_leaves_the_previous_checkpoint(spec, whole, tmp_path, at, monkeypatch):
+@pytest.mark.parametrize("ranks, at", [(1, "metadata"), pytest.param(2, "metadata", marks=pytest.mark.slow),
+                                       pytest.param(2, "rename", marks=pytest.mark.slow)])
+def test_kill_9_while_saving_leaves_the_previous_checkpoint(spec, whole, tmp_path, ranks, at, monkeypatch):
     script = tmp_path / "killer.py"
     script.write_text(KILLER)
     monkeypatch.setenv("KILL_AT", at)
     run = fresh(tmp_path, whole, "run")
-    done = torchrun(2, "train", spec, "--out", run, "--steps", 5, "--accum", 2, "--save-every", 2,
-                    "--sharded-checkpoints", *ARGS, script=script)
+    args = ["train", spec, "--out", run, "--steps", 5, "--accum", 4 // ranks, "--save-every", 2,
+            "--sharded-checkpoints", *ARGS]
+    if ranks == 1:
+        done = subprocess.run([sys.executable, str(script), *map(str, args)], capture_output=True, timeout=600)
+    else:
+        done = torchrun(ranks, *args, script=script)
     assert done.returncode != 0
     assert [p.name for p in checkpoint.checkpoints(run)] == ["step-0000002"]
     assert (run / "checkpoints" / "step-0000004.tmp").is_dir()  # the interrupted write
@@ -193,12 +198,12 @@ def _forge(metadata: Path, how: str, marker: Path) -> None:
     if how == "outside":
         for info in found.storage_data.values():
             info.relative_path = "../../../etc/passwd"
-    else:
+    elif how == "bytes":
         found.state_dict_metadata["model.encoder.embed.weight"] = BytesStorageMetadata()
-    metadata.write_bytes(pickle.dumps(found, protocol=2))
+    metadata.write_bytes(pickle.dumps(found, protocol=4 if how == "protocol 4" else 2))  # 4: DCP's own writer's
 
 
-@pytest.mark.parametrize("how", ["code", "outside", "bytes"])
+@pytest.mark.parametrize("how", ["code", "outside", "bytes", "protocol 4"])
 def test_crafted_metadata_is_refused_without_running_it(cli, saved_at_two, tmp_path, how):
     """Checksums guard against damage, not against someone who rewrites trainer.json too: the
     metadata itself never reaches pickle.load, and what it declares is checked."""
@@ -247,3 +252,20 @@ def test_a_format_1_checkpoint_resumes_into_fsdp_shards(spec, whole, tmp_path):
                     "--shard", "fsdp", "--resume", *ARGS)
     assert done.returncode == 0, done.stderr[-3000:]
     np.testing.assert_allclose(losses(run), losses(whole), rtol=0, atol=1e-5)
+
+
+def test_ranks_writing_to_disks_of_their_own_are_told_to_share_one(tmp_path, monkeypatch):
+    """On node-local disks rank 0 does not see the other nodes' shards: the save stops saying so
+    (here rank 1's report of its file is made up; rank 0 writes in one process)."""
+    from tfspec.backends.torch import build_module
+    from tfspec.backends.torch.training import sharded
+    from tfspec.backends.torch.training.schedule import adam
+    from tfspec.errors import TfspecError
+
+    def gather(out, mine):
+        out[:] = [mine, ({"__1_0.distcp": "0" * 64}, mine[1])]
+
+    monkeypatch.setattr(sharded.dist, "all_gather_object", gather)
+    model = build_module(small_spec())
+    with pytest.raises(TfspecError, match="rank 0 does not see __1_0.distcp .* one RUN directory that every node"):
+        sharded.save(tmp_path / "step.tmp", model, adam(list(model.parameters())), {"step": 1}, rank=0, world=2)

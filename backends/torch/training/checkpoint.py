@@ -124,6 +124,8 @@ def save_sharded(run: Path, model, optimizer: torch.optim.Optimizer, state: dict
     except Exception as e:  # noqa: BLE001 - DCP reports a full disk on any rank as CheckpointException
         if rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(e, TfspecError):
+            raise
         raise TfspecError(_not_written(run, final, getattr(e, "strerror", None) or str(e).splitlines()[-1])) from None
     if rank == 0:
         publish(staging, final, keep)

@@ -65,6 +65,10 @@ def save(staging: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
         dist.all_gather_object(gathered, (mine, rng))
     if rank != 0:
         return {}
+    unseen = sorted(name for g in gathered for name in g[0] if not (staging / name).is_file())
+    if unseen:  # each node wrote into its own disk: nothing here could be resumed from
+        raise TfspecError(f"{staging}: rank 0 does not see {', '.join(unseen[:3])} that other ranks wrote: "
+                          "sharded checkpoints need one RUN directory that every node shares (docs/training.md)")
     written.storage_meta = None  # it names the staging directory, renamed next
     with open(staging / METADATA, "wb") as f:
         pickle.dump(written, f, protocol=2)  # the protocol torch's weights-only unpickler reads
@@ -136,13 +140,15 @@ def read_metadata(path: Path) -> dcp_metadata.Metadata:
 
     file = path / METADATA
     try:
-        with open(file, "rb") as f, torch.serialization.safe_globals(_ALLOWED):
+        with open(file, "rb") as f, torch.serialization.safe_globals(_ALLOWED), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # its note on pickle protocols: the error says more
             found = Unpickler(f).load()
     except FileNotFoundError:
         raise TfspecError(f"{file}: missing from the checkpoint") from None
     except Exception as e:  # noqa: BLE001 - UnpicklingError, EOFError, ValueError: all a refusal
-        raise TfspecError(f"{file}: refused: not DCP metadata that loads without running code "
-                          f"({type(e).__name__}: {str(e).strip()[:200]})") from None
+        raise TfspecError(f"{file}: refused: torch's weights-only unpickler does not read it as DCP metadata "
+                          f"({type(e).__name__}: {str(e).strip()[:200]}); tfspec writes metadata that it reads "
+                          "and unpickles it no other way") from None
     if not isinstance(found, dcp_metadata.Metadata) or not isinstance(found.storage_data, dict):
         raise TfspecError(f"{file}: refused: not DCP metadata")
     if not all(isinstance(m, dcp_metadata.TensorStorageMetadata) for m in found.state_dict_metadata.values()):

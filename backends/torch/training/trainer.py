@@ -72,11 +72,12 @@ class Distributed:
 
     @classmethod
     def setup(cls, device: torch.device) -> Distributed:
-        """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), if any."""
-        import os
-
+        """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), if any; on
+        GPUs each process of a node takes the GPU of its ``LOCAL_RANK`` (not all of them GPU 0)."""
         if int(os.environ.get("WORLD_SIZE", "1")) == 1:
             return cls()
+        if device.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         return cls(dist.get_rank(), dist.get_world_size())
 
