@@ -182,8 +182,8 @@ def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None,
     already checked); return its state and RNG states. Into an FSDP-sharded model every rank
     reads the whole tensors and keeps its shard of each."""
     meta = meta or read_meta(path)
-    whole = hasattr(model, "set_requires_gradient_sync")  # an FSDPModule: DTensor parameters
-    if whole:
+    fsdp = hasattr(model, "set_requires_gradient_sync")  # an FSDPModule: DTensor parameters
+    if fsdp:
         _into_shards(model, checked_weights(model, path / "model.safetensors"))
     else:
         load_weights(model, path / "model.safetensors")
@@ -195,9 +195,9 @@ def load(path: Path, model: TorchModel, optimizer: torch.optim.Optimizer | None,
                      if key.startswith(name + ".") and key[len(name) + 1:] in ("step", "exp_avg", "exp_avg_sq")}
             if state:
                 moments[name] = state
-                if not whole:
+                if not fsdp:
                     optimizer.state[p] = {k: v.to(p.device) if k != "step" else v for k, v in state.items()}
-        if whole:
+        if fsdp:
             restore_moments(model, optimizer, moments)
     rng = [tensors[k] for k in sorted((k for k in tensors if k.startswith("rng.")), key=lambda k: int(k[4:]))]
     return _state(meta), rng
@@ -258,9 +258,8 @@ def _check_meta(path: Path, meta: dict) -> None:
     files = meta.get("files")
     wrong = [] if meta["format"] == sharded.FORMAT or isinstance(files, dict) and set(files) == set(CHECKED) and all(
         isinstance(v, str) for v in files.values()) else ["files"]  # sharded.check_files checks format 2's
-    counts = (*COUNTS, "world") if meta["format"] == sharded.FORMAT else COUNTS
-    wrong += [k for k in counts if (k in meta or k in ("step", "world")) and not (whole(meta.get(k)) and meta[k] >= 0)]
-    wrong += [k for k, v in meta.items() if k not in ("format", "files", *counts)
+    wrong += [k for k in COUNTS if (k in meta or k == "step") and not (whole(meta.get(k)) and meta[k] >= 0)]
+    wrong += [k for k, v in meta.items() if k not in ("format", "files", *COUNTS)
               and not (number(v) or isinstance(v, list) and all(map(number, v)))]
     if wrong:
         raise TfspecError(f"{path}/trainer.json: corrupt ({', '.join(wrong)}: not what a checkpoint holds)")

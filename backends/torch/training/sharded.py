@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageIn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from tfspec.errors import TfspecError
-from tfspec.untrusted import file_sha256
+from tfspec.untrusted import file_sha256, whole
 
 FORMAT = 2
 METADATA = ".metadata"
@@ -80,14 +80,10 @@ def save(staging: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     return meta
 
 
-def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-         rank: int) -> torch.Tensor | None:
-    """Restore ``model`` (and ``optimizer``) from a checkpoint whose files were checked
+def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, rank: int) -> torch.Tensor | None:
+    """Restore ``model`` and ``optimizer`` from a checkpoint whose files were checked
     (``check_files``), resharding to this world; every rank calls this together. Return this
     rank's saved RNG state, or None when the checkpoint was written by fewer ranks."""
-    if optimizer is None:
-        load_model(path, model)
-        return None
     model_state, optim_state = get_state_dict(model, optimizer)
     wanted = {"model": model_state, "optim": {"state": optim_state["state"]}}
     _load(path, wanted)
@@ -166,7 +162,7 @@ def check_files(path: Path, meta: dict, rank: int = 0, world: int = 1) -> None:
     if not (isinstance(files, dict) and {METADATA, RNG} <= set(files) and all(
             isinstance(v, str) and (k in (METADATA, RNG) or SHARD.fullmatch(k)) for k, v in files.items())):
         raise TfspecError(f"{path}/trainer.json: corrupt (files: not what a sharded checkpoint holds)")
-    if not (isinstance(meta.get("world"), int) and meta["world"] >= 1):
+    if not (whole(meta.get("world")) and meta["world"] >= 1):
         raise TfspecError(f"{path}/trainer.json: corrupt (world: not a number of ranks)")
     for name in sorted(files)[rank::world]:
         file = path / name
