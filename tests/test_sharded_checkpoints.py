@@ -269,3 +269,17 @@ def test_ranks_writing_to_disks_of_their_own_are_told_to_share_one(tmp_path, mon
     model = build_module(small_spec())
     with pytest.raises(TfspecError, match="rank 0 does not see __1_0.distcp .* one RUN directory that every node"):
         sharded.save(tmp_path / "step.tmp", model, adam(list(model.parameters())), {"step": 1}, rank=0, world=2)
+
+
+def test_resume_skips_a_damaged_sharded_checkpoint(tmp_path):
+    """A truncated shard in the newest checkpoint: --resume says so and continues from the one
+    before, to the losses of an uninterrupted run."""
+    cpu, config = torch.device("cpu"), TrainConfig(**{**CONFIG.__dict__, "sharded": True})
+    train(small_spec(), copy_task(), tmp_path / "whole", config, cpu, progress=False)
+    run, said = tmp_path / "run", []
+    train(small_spec(), copy_task(), run, TrainConfig(**{**config.__dict__, "steps": 5}), cpu, progress=False)
+    shard = checkpoint.checkpoints(run)[-1] / "__0_0.distcp"  # step 5's; step 3's is intact
+    shard.write_bytes(shard.read_bytes()[:100])
+    train(small_spec(), copy_task(), run, config, cpu, resume=True, progress=False, log=said.append)
+    assert any("skipping checkpoint step-0000005" in s and "checksum mismatch" in s for s in said), said
+    assert losses(run) == losses(tmp_path / "whole")
