@@ -56,7 +56,8 @@ def save(staging: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     model_state, optim_state = get_state_dict(model, optimizer)
     with warnings.catch_warnings():  # one process without a process group: DCP says it assumes so
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        written = dcp.save({"model": model_state, "optim": {"state": optim_state["state"]}}, checkpoint_id=staging)
+        written = dcp.save({"model": _untied(model, model_state), "optim": {"state": optim_state["state"]}},
+                           checkpoint_id=staging)
     mine = {p.name: file_sha256(p) for p in staging.glob(f"__{rank}_*.distcp")}
     rng = torch.get_rng_state()
     gathered = [(mine, rng)]
@@ -85,9 +86,9 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, r
     (``check_files``), resharding to this world; every rank calls this together. Return this
     rank's saved RNG state, or None when the checkpoint was written by fewer ranks."""
     model_state, optim_state = get_state_dict(model, optimizer)
-    wanted = {"model": model_state, "optim": {"state": optim_state["state"]}}
+    wanted = {"model": _untied(model, model_state), "optim": {"state": optim_state["state"]}}
     _load(path, wanted)
-    set_state_dict(model, optimizer, model_state_dict=wanted["model"],
+    set_state_dict(model, optimizer, model_state_dict=_untied(model, wanted["model"], tie=True),
                    optim_state_dict={"state": wanted["optim"]["state"], "param_groups": optim_state["param_groups"]})
     rngs = load_file(str(path / RNG))
     return rngs.get(f"rng.{rank}")
@@ -96,9 +97,18 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, r
 def load_model(path: Path, model: torch.nn.Module) -> None:
     """The weights of a checkpoint in one process without a process group (``tfspec average``,
     ``export``, ``evaluate``): DCP gathers every rank's chunks into whole tensors."""
-    wanted = {"model": {k: torch.empty_like(v) for k, v in model.state_dict().items()}}
+    wanted = {"model": _untied(model, {k: torch.empty_like(v) for k, v in model.state_dict().items()})}
     _load(path, wanted)
-    model.load_state_dict(wanted["model"])
+    model.load_state_dict(_untied(model, wanted["model"], tie=True))
+
+
+def _untied(model, state: dict, tie: bool = False) -> dict:
+    """``state`` without the names under which a state dict repeats a tied matrix (saved once,
+    as format 1 does), or with ``tie`` those names given their matrix back."""
+    aliases = model.graph.tied()  # {alias: the name it shares a parameter with}
+    if tie:
+        return state | {alias: state[name] for alias, name in aliases.items()}
+    return {k: v for k, v in state.items() if k not in aliases}
 
 
 def _load(path: Path, wanted: dict) -> None:
