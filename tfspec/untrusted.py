@@ -50,3 +50,14 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES):
     if (size := path.stat().st_size) > limit:
         raise ValueError(f"{size:,} bytes, more than the {limit:,} such a file can hold")
     return parse_json(path.read_text(encoding="utf-8"))
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks (checkpoint shards run to gigabytes)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -59,7 +59,21 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def load_weights(model: TorchModel, path: str | Path) -> None:
-    """Copy the file's tensors into ``model``, refusing any mismatch with the spec."""
+    """Copy the file's tensors into ``model``, refusing any mismatch with the spec. A directory
+    is a training checkpoint (``RUN/checkpoints/step-N``) of either format."""
+    if Path(path).is_dir():
+        from .training.checkpoint import load_checkpoint_weights
+
+        return load_checkpoint_weights(model, Path(path))
+    tensors = checked_weights(model, path)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(tensors[name])
+
+
+def checked_weights(model: TorchModel, path: str | Path) -> dict[str, torch.Tensor]:
+    """The file's tensors by today's IR names, refused unless they match ``model`` name for name
+    and shape for shape (the whole shapes of a sharded model's parameters)."""
     tensors = upgrade(read_weights(path), model.graph)  # a file written by tfspec 0.1.0 too
     expected = {name: tuple(p.shape) for name, p in model.named_parameters()}
     aliases = set(model.graph.tied())  # a full state_dict repeats tied matrices under these names
@@ -74,6 +88,4 @@ def load_weights(model: TorchModel, path: str | Path) -> None:
         raise TfspecError("\n".join([f"{path}: weights do not match spec {model.graph.name}: "
                                      f"{len(shapes)} shapes differ, {len(missing)} missing, {len(unexpected)} unexpected{more}",
                                      *problems[:12]]))
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(tensors[name])
+    return tensors

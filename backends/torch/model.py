@@ -21,6 +21,7 @@ from tfspec.padding import implied_mask
 from tfspec.registry import discover
 from tfspec.spec import Spec
 
+from .blocks import LayerBlock, group_plan, layer_prefixes, wire
 from .frames import frame_padding
 from .registry import LOWERINGS
 
@@ -146,6 +147,12 @@ class TorchModel(nn.Module):
         self.pad_id = graph.spec.vocab.pad_id
         self.starts_with_pad = graph.spec.vocab.starts_with_pad
         self._steps: dict[str, _Step] = {}
+        self.blocks = {prefix: LayerBlock() for prefix in layer_prefixes(graph)}
+        for prefix, block in self.blocks.items():
+            self._attach(prefix, block)
+        self.layerwise = False
+        """Run each layer of the plan as one call of its ``LayerBlock`` (set for FSDP,
+        activation checkpointing and ``torch.compile``; the same ops either way)."""
         discover(__package__)  # every module of the backend registers its lowerings: a new op is one file
         for node in graph.nodes():
             if node.op == "input":
@@ -156,6 +163,7 @@ class TorchModel(nn.Module):
             if isinstance(fn, nn.Module):
                 self._attach(node.name, fn)
             self._steps[node.name] = _Step(node.name, fn, node.inputs)
+        self._block_of = wire(self.blocks, self._steps, graph)
         self._tie()
         self._check_against_ir()
         self._plans: dict = {}
@@ -251,21 +259,26 @@ class TorchModel(nn.Module):
             feeds = {"memory": state.memory, **feeds}
         env = {ports[name]: value for name, value in feeds.items()}
         for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
-            env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
+            if isinstance(step, LayerBlock):
+                env.update(zip(step.writes, step(ctx, *[env[i] for i in step.reads])))
+            else:
+                env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
         self.aux_loss = sum(ctx.aux_losses) if ctx.aux_losses else None
         if state is not None and "tgt" in feeds:
             state.offset += feeds["tgt"].shape[1]
         return {o: env[ports[o]] for o in outputs}
 
-    def _plan(self, fed: tuple[str, ...], targets: tuple[str, ...]) -> list[_Step]:
-        """The steps needed for ``targets`` given ``fed``, in IR order (cached)."""
-        key = (fed, targets)
+    def _plan(self, fed: tuple[str, ...], targets: tuple[str, ...]) -> list:
+        """The steps needed for ``targets`` given ``fed``, in IR order (cached); whole layers
+        as their blocks when ``layerwise``."""
+        key = (fed, targets, self.layerwise)
         if key not in self._plans:
             needed = self.graph.needed(fed, targets) - set(fed)
             unfed = sorted(n for n in needed if n not in self._steps)
             if unfed:
                 raise TfspecError(f"cannot compute {unfed[0]!r}: feed its input")
-            self._plans[key] = [s for n, s in self._steps.items() if n in needed]
+            plan = [s for n, s in self._steps.items() if n in needed]
+            self._plans[key] = group_plan(plan, self._block_of, self.blocks) if self.layerwise else plan
         return self._plans[key]
 
 

@@ -55,19 +55,22 @@ def _check_run(meta) -> None:
 
 def run_weights(run: Path, chosen: str | None) -> Path:
     """The weights of a run to load: ``chosen`` (--checkpoint), else the average, else the
-    newest checkpoint."""
+    newest checkpoint. A checkpoint is its weights file, or the directory itself when sharded
+    (``load_weights`` reads both)."""
     from tfspec.backends.torch.training import checkpoint
 
     if chosen:
         path = Path(chosen)
-        return path / "model.safetensors" if path.is_dir() else path
+        return path / "model.safetensors" if (path / "model.safetensors").is_file() else path
     if (run / "average.safetensors").is_file():
         return run / "average.safetensors"
     found = checkpoint.checkpoints(run)
     if not found:
         raise TfspecError(f"{run}: no checkpoints yet")
-    checkpoint.read_meta(found[-1])
-    return found[-1] / "model.safetensors"
+    if (found[-1] / "model.safetensors").is_file():
+        checkpoint.read_meta(found[-1])
+        return found[-1] / "model.safetensors"
+    return found[-1]  # sharded: load_weights checks its files as it reads them
 
 
 def model_to_export(spec, args):

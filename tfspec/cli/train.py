@@ -8,6 +8,7 @@ A run directory holds ``run.json`` (spec, options, data), ``tokenizer.model``,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -44,10 +45,14 @@ def cmd_train(args) -> int:
     steps = args.steps or (100_000 if args.max_minutes else 1000)
     config = TrainConfig(steps=steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup or 4000,
                          lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
-                         log_every=args.log_every, max_minutes=args.max_minutes)
+                         log_every=args.log_every, max_minutes=args.max_minutes, shard=args.shard,
+                         checkpoint_activations=args.checkpoint_activations, compile=args.compile,
+                         sharded=args.sharded_checkpoints)
     run.mkdir(parents=True, exist_ok=True)
-    if not (run / TOKENIZER).is_file():
-        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), run / TOKENIZER)
+    if not (run / TOKENIZER).is_file():  # every rank of a fresh torchrun run: the same model, replaced whole
+        copy = run / f".{TOKENIZER}.{os.getpid()}.tmp"
+        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), copy)
+        os.replace(copy, run / TOKENIZER)
     tokenizer = load_tokenizer(run / TOKENIZER)
     max_len = spec.positional.max_len if spec.positional.kind != "none" else 1024
     pairs = encode(read_split(data, "train", args.src, args.tgt), tokenizer, spec.vocab.bos_id, spec.vocab.eos_id,
@@ -223,7 +228,19 @@ def register(command) -> None:
     c.add_argument("--steps", type=integer(1, MAX_STEPS), help="optimizer steps (default 1000; 100000 with --max-minutes, which then "
                    "ends the run)")
     c.add_argument("--batch-tokens", type=integer(8, 2**24), default=4096, help="tokens per batch incl. padding (default 4096)")
-    c.add_argument("--accum", type=integer(1, 4096), default=1, help="batches per optimizer step and process (default 1)")
+    c.add_argument("--accum", type=integer(1, 4096), default=1, help="batches per optimizer step and process (default 1): "
+                   "gradients are reduced across processes once, after the last")
+    c.add_argument("--shard", choices=["ddp", "fsdp"], default="ddp",
+                   help="under torchrun, how processes hold the model: ddp (default) keeps all of it, its gradients and "
+                        "Adam moments on every process; fsdp (PyTorch's FSDP2) shards them, each layer of the spec "
+                        "gathered only while it runs, so memory per process falls with their number (bf16 weights "
+                        "and reductions on CUDA, fp32 on CPU). `tfspec report SPEC --train` predicts both")
+    c.add_argument("--checkpoint-activations", action="store_true",
+                   help="keep only each layer's input and recompute the rest during the backward pass: less memory "
+                        "(`tfspec report --train` says how much) for about one more forward pass of time")
+    c.add_argument("--compile", action="store_true",
+                   help="torch.compile each layer (before sharding) for faster steps after a first slow one; "
+                        "needs a C++ compiler on CPU")
     c.add_argument("--warmup", type=integer(1, MAX_STEPS), help="warm-up steps of eq. 3 (default 4000; 400 on digit "
                    "lines)")
     c.add_argument("--lr-scale", type=number(0, 1e3, low_open=True), default=1.0, help="multiplies eq. 3's rate (default 1)")
@@ -234,7 +251,12 @@ def register(command) -> None:
     c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long (default: no limit)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
-    c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN")
+    c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN (either format, "
+                   "at any number of processes)")
+    c.add_argument("--sharded-checkpoints", action="store_true",
+                   help="each process writes its own part of every checkpoint (torch.distributed.checkpoint), so no "
+                        "process gathers the whole model and optimizer; --resume reshards them to any number of "
+                        "processes. RUN must then be one directory every process reads and writes (docs/training.md)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c = command("average", cmd_average)
     c.add_argument("run", metavar="RUN")

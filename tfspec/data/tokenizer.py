@@ -39,7 +39,7 @@ def train_tokenizer(data_dir: str | Path, vocab_size: int, model_type: str = "bp
     if not force and _reusable(path, data_dir, vocab_size):
         return path
     lines = [side for pair in read_split(data_dir, "train", manifest["src"], manifest["tgt"]) for side in pair]
-    prefix = path.with_name(f".{path.stem}.tmp")
+    prefix = path.with_name(f".{path.stem}.{os.getpid()}.tmp")  # torchrun's ranks may train it at once
     spm.set_random_generator_seed(SEED)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

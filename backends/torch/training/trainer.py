@@ -11,7 +11,6 @@ the same losses as an uninterrupted one; Ctrl-C or SIGTERM saves one before exit
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -21,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -28,7 +28,7 @@ from tfspec.errors import TfspecError
 from tfspec.untrusted import parse_json
 
 from .. import build_module
-from . import checkpoint
+from . import checkpoint, sharding
 from .batches import Pairs, collate, epoch_order, make_batches, masked
 from .schedule import adam, rate, smoothed_loss
 
@@ -54,6 +54,15 @@ class TrainConfig:
     """Gradient-norm clipping; 0 disables (the paper does not clip)."""
     max_minutes: float = 0.0
     """Stop (with a checkpoint) after this much wall time in this process; 0: no limit."""
+    shard: str = "ddp"
+    """How ranks hold the model (``sharding.parallelize``): ddp (whole, replicated) or fsdp."""
+    checkpoint_activations: bool = False
+    """Recompute each layer's activations in the backward pass instead of keeping them."""
+    compile: bool = False
+    """``torch.compile`` each layer before sharding."""
+    sharded: bool = False
+    """Checkpoints in format 2: each rank writes its part with torch.distributed.checkpoint (no
+    rank gathers the whole model), read back at any number of ranks; format 1 otherwise."""
 
 
 @dataclass
@@ -63,11 +72,12 @@ class Distributed:
 
     @classmethod
     def setup(cls, device: torch.device) -> Distributed:
-        """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), if any."""
-        import os
-
+        """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), if any; on
+        GPUs each process of a node takes the GPU of its ``LOCAL_RANK`` (not all of them GPU 0)."""
         if int(os.environ.get("WORLD_SIZE", "1")) == 1:
             return cls()
+        if device.type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         return cls(dist.get_rank(), dist.get_world_size())
 
@@ -83,8 +93,8 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     run.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     model = build_module(spec, device=device)
-    params = list(model.parameters())
-    optimizer = adam(params, fused=device.type == "cuda")
+    net = sharding.parallelize(model, device, ddp.world, config.shard, config.checkpoint_activations, config.compile)
+    optimizer = adam(model.parameters(), fused=device.type == "cuda")  # after sharding: over this rank's shards
     state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
     if ddp.rank == 0 and (stale := checkpoint.remove_stale(run)):
         log(f"removed {', '.join(stale)}: checkpoint writes an earlier run did not finish")
@@ -94,14 +104,14 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
         raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
                           "it or choose another --out")
     if saved:
-        path, state, rngs = checkpoint.newest_intact(run, model, optimizer, log)
-        torch.set_rng_state(rngs[ddp.rank] if ddp.rank < len(rngs) else rngs[0])
+        path, state, rng = checkpoint.newest_intact(run, model, optimizer, log, ddp.rank, ddp.world)
+        _restore_rng(rng, config.seed, state["step"], ddp.rank)
         if ddp.rank == 0:
             _forget_metrics_after(run / "metrics.jsonl", state["step"])
         log(f"resumed from {path} (step {state['step']})")
     else:
         torch.manual_seed(config.seed + 1 + ddp.rank)  # dropout masks differ across ranks
-    net = torch.nn.parallel.DistributedDataParallel(model) if ddp.world > 1 else model
+    params = list(model.parameters())
     batches = make_batches(pairs, config.batch_tokens)
     if not batches:
         raise TfspecError("no training pairs left after tokenization (all empty or longer than the positions)")
@@ -133,8 +143,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
             for i, b in enumerate(mine):
                 batch = made[b] if masked_lm else collate(pairs, batches[b], pad)
                 batch = {k: v.to(device) for k, v in batch.items()}
-                sync = i == len(mine) - 1 or ddp.world == 1
-                with autocast, (net.no_sync() if not sync and ddp.world > 1 else contextlib.nullcontext()):
+                with autocast, sharding.accumulating(net, last=i == len(mine) - 1):
                     logits = net(*[batch[k] for k in inputs], **{masks[k]: batch[masks[k]] for k in inputs})
                     loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing, batch["loss_mask"])
                     if model.aux_loss is not None:  # ponder cost, load balancing: summed over tokens too
@@ -174,7 +183,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
             bar.update(1)
             out_of_time = _agree(time.perf_counter() > deadline, ddp, device)
             if state["step"] % config.save_every == 0 or state["step"] == config.steps or stop.requested or out_of_time:
-                if not all(bool(torch.isfinite(p).all()) for p in params):
+                if _agree(not all(bool(torch.isfinite(sharding.local(p)).all()) for p in params), ddp, device):
                     raise TfspecError(_diverged(run, "its weights are no longer finite", "not saved"))
                 _save(run, model, optimizer, state, config, ddp)
             if out_of_time:
@@ -242,14 +251,28 @@ def _agree(flag: bool, ddp: Distributed, device) -> bool:
     return bool(value.item())
 
 
+def _restore_rng(rng: torch.Tensor | None, seed: int, step: int, rank: int) -> None:
+    """This rank's saved RNG state; a rank the checkpoint's run did not have (it resumes at more
+    ranks) gets a seed of its own from (seed, step, rank), so dropout masks still differ across
+    ranks and the run stays reproducible."""
+    if rng is not None:
+        torch.set_rng_state(rng)
+    else:
+        torch.manual_seed(int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0]))
+
+
 def _save(run, model, optimizer, state, config, ddp) -> None:
+    if config.sharded:
+        checkpoint.save_sharded(run, model, optimizer, dict(state), config.keep, ddp.rank, ddp.world)
+        return
     rng = torch.get_rng_state()
     rngs = [rng]
     if ddp.world > 1:
         rngs = [torch.empty_like(rng) for _ in range(ddp.world)]
         dist.all_gather_object(rngs, rng)
+    full = sharding.full_state(model, optimizer)  # every rank takes part in gathering shards
     if ddp.rank == 0:
-        checkpoint.save(run, model, optimizer, dict(state), rngs, config.keep)
+        checkpoint.save(run, model, optimizer, dict(state), rngs, config.keep, full)
     ddp.barrier()
 
 
