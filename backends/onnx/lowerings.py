@@ -168,12 +168,13 @@ def normalize(b, x: str, kind: str, eps: float, weight: str | None, bias: str | 
 
 
 def activation(b, x: str, kind: str) -> str:
-    """relu, relu2 (squared), gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
+    """relu, relu2 (squared), gelu (erf), gelu_tanh, silu, quick_gelu (x sigmoid(1.702 x)); opset 20
+    has Gelu, older opsets get its formula."""
     if kind in ("relu", "relu2"):
         y = b.op("Relu", x)
         return y if kind == "relu" else b.op("Mul", y, y)
-    if kind == "silu":
-        return b.op("Mul", x, b.op("Sigmoid", x))
+    if kind in ("silu", "quick_gelu"):
+        return b.op("Mul", x, b.op("Sigmoid", x if kind == "silu" else b.op("Mul", x, b.const(1.702))))
     if b.opset >= 20:
         return b.op("Gelu", x, approximate="tanh" if kind == "gelu_tanh" else None)
     if kind == "gelu":  # x/2 (1 + erf(x / sqrt 2))

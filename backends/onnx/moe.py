@@ -22,7 +22,7 @@ def moe(e, node: Node, x: str) -> str:
     b, a, p = e.b, node.attrs, node.params
     d = b.weights[p["w_router"]].shape[1]
     flat = b.rows(x, d)  # (N, d)
-    top, chosen = route(b, a, flat, p["w_router"], p.get("score_bias"))  # (N, k) weights and experts
+    top, chosen = route(b, a, flat, p["w_router"], p.get("score_bias"), p.get("b_router"))  # (N, k) weights and experts
     kept = _within_capacity(b, a["experts"], chosen, a["capacity"]) if a.get("capacity") else None
     y = b.op("Mul", flat, b.const(0.0))  # (N, d) zeros, made from the input's shape
     for expert in range(a["experts"]):
@@ -35,8 +35,8 @@ def moe(e, node: Node, x: str) -> str:
                                         b.op("Cast", b.op("GatherND", hit, index), to=b.elem_type)), b.ints(1),
                       keepdims=1)  # (M, 1): its router weight in each row
         weights = [b.const(b.weights[p[role]][expert]) if p.get(role) else None
-                   for role in ("w_1", "w_3", "w_2", "b_1", "b_2")]
-        out = _ffn(b, a, b.op("GatherND", flat, index), *weights)  # (M, d)
+                   for role in ("w_1", "w_3", "w_2", "b_1", "b_2", "b_3")]
+        out = _ffn(b, a, b.op("GatherND", flat, index), *weights, routed=True)  # (M, d)
         y = b.op("ScatterND", y, index, b.op("Mul", out, weight), reduction="add")
     if "w_shared_1" in p:
         shared = _ffn(b, a, flat, *(b.param(p[r]) if r in p else None for r in ("w_shared_1", "w_shared_3",
@@ -48,11 +48,12 @@ def moe(e, node: Node, x: str) -> str:
     return y if x in b.flat else b.sequence(y, d)
 
 
-def route(b, a: dict, flat: str, router: str, score_bias: str | None = None) -> tuple[str, str]:
+def route(b, a: dict, flat: str, router: str, score_bias: str | None = None,
+          router_bias: str | None = None) -> tuple[str, str]:
     """(N, k) weights in the graph's float type and (N, k) expert ids, in float32: the router's
     softmax (or sigmoid) scores of the top_k experts ``_choose`` picks, divided by their sum
     (with DeepSeek-V3's 1e-20 floor) with ``normalize``, times ``routed_scale``."""
-    logits = b.linear(flat, router)
+    logits = b.linear(flat, router, router_bias)
     if b.elem_type != TensorProto.FLOAT:
         logits = b.op("Cast", logits, to=TensorProto.FLOAT)
     scores = b.op("Softmax", logits, axis=-1) if a["scoring"] == "softmax" else b.op("Sigmoid", logits)
@@ -101,11 +102,18 @@ def _f32(b, value: float) -> str:
 
 
 def _ffn(b, a: dict, x: str, w_1: str, w_3: str | None, w_2: str, b_1: str | None = None,
-         b_2: str | None = None) -> str:
-    """act(x W1 + b1) (* x W3 when gated), then W2 (+ b2); weights in PyTorch's (out, in) layout."""
+         b_2: str | None = None, b_3: str | None = None, routed: bool = False) -> str:
+    """act(x W1 + b1) (* (x W3 + b3) when gated), then W2 (+ b2); weights in PyTorch's (out, in)
+    layout; a routed expert's branches clamped and shifted as the PyTorch backend's ``_ffn``."""
     def times(h, weight, bias=None):
         return b.op("Gemm", h, weight, bias, transB=1)
-    h = activation(b, times(x, w_1, b_1), a["activation"])
-    if w_3 is not None:
-        h = b.op("Mul", h, times(x, w_3))
-    return times(h, w_2, b_2)
+    gate = times(x, w_1, b_1)
+    if w_3 is None:
+        return times(activation(b, gate, a["activation"]), w_2, b_2)
+    up, limit, shift = times(x, w_3, b_3), a.get("glu_limit"), a.get("glu_shift", 0.0)
+    if routed and limit is not None:
+        gate, up = b.op("Min", gate, b.const(float(limit))), b.op("Clip", up, b.const(-float(limit)),
+                                                                     b.const(float(limit)))
+    if routed and shift:
+        up = b.op("Add", up, b.const(float(shift)))
+    return times(b.op("Mul", activation(b, gate, a["activation"]), up), w_2, b_2)

@@ -14,7 +14,8 @@ from tfspec.ir.positions import sinusoids
 from .registry import OpModule, lowering
 
 ACTIVATIONS = {"relu": F.relu, "relu2": lambda x: F.relu(x).square(), "gelu": F.gelu,
-               "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
+               "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu,
+               "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x)}
 
 
 @lowering("embedding")

@@ -22,11 +22,12 @@ class MixtureOfExperts(OpModule):
         self.balance, self.z_loss, self.seq = a.get("balance", 0.0), a.get("z_loss", 0.0), node.shape[1]
         self.scoring, self.groups, self.top_groups = a["scoring"], a["groups"], a["top_groups"]
         self.routed_scale, self.capacity = a["routed_scale"], a.get("capacity")
+        self.glu_limit, self.glu_shift = a.get("glu_limit"), a.get("glu_shift", 0.0)
 
     def forward(self, ctx, x):
         B, L, d = x.shape
         flat = x.reshape(-1, d)
-        logits = F.linear(flat, self.w_router).float()
+        logits = F.linear(flat, self.w_router, getattr(self, "b_router", None)).float()
         probs = torch.softmax(logits, -1) if self.scoring == "softmax" else torch.sigmoid(logits)  # (N, E), float32
         chosen = self._choose(probs)  # (N, k)
         weights = probs.gather(1, chosen)
@@ -42,7 +43,7 @@ class MixtureOfExperts(OpModule):
             rows, slot = (chosen == expert).nonzero(as_tuple=True)
             if rows.numel():
                 y = self._ffn(ctx, flat[rows], self.w_1[expert], self.w_3[expert] if self.gated else None,
-                              self.w_2[expert], *self._biases(expert))
+                              self.w_2[expert], *self._biases(expert), routed=True)
                 out.index_add_(0, rows, y * weights[rows, slot, None])
         if getattr(self, "w_shared_1", None) is not None:
             y = self._ffn(ctx, flat, self.w_shared_1, getattr(self, "w_shared_3", None), self.w_shared_2)
@@ -84,16 +85,21 @@ class MixtureOfExperts(OpModule):
         return loss + self.z_loss * torch.logsumexp(logits, -1).square().sum()
 
     def _biases(self, expert: int) -> tuple:
-        """The expert's two biases (NLLB-MoE), or (None, None)."""
-        if getattr(self, "b_1", None) is None:
-            return None, None
-        return self.b_1[expert], self.b_2[expert]
+        """The expert's biases b1, b2, b3 (NLLB-MoE's two, gpt-oss's three), None where absent."""
+        return tuple(None if getattr(self, role, None) is None else getattr(self, role)[expert]
+                     for role in ("b_1", "b_2", "b_3"))
 
-    def _ffn(self, ctx, x, w_1, w_3, w_2, b_1=None, b_2=None):
-        """One expert: act(x W1 + b1) (* x W3 when gated), dropout, then W2 (+ b2)."""
-        h = self.act(F.linear(x, w_1, b_1))
-        if w_3 is not None:
-            h = h * F.linear(x, w_3)
+    def _ffn(self, ctx, x, w_1, w_3, w_2, b_1=None, b_2=None, b_3=None, routed=False):
+        """One expert: act(x W1 + b1) (* (x W3 + b3) when gated), dropout, then W2 (+ b2); a routed
+        expert's branches clamped by ``glu_limit`` and the linear one shifted by ``glu_shift`` (gpt-oss)."""
+        gate = F.linear(x, w_1, b_1)
+        if w_3 is None:
+            h = self.act(gate)
+        else:
+            up = F.linear(x, w_3, b_3)
+            if routed and self.glu_limit is not None:
+                gate, up = gate.clamp(max=self.glu_limit), up.clamp(-self.glu_limit, self.glu_limit)
+            h = self.act(gate) * (up + self.glu_shift if routed and self.glu_shift else up)
         if self.p and ctx.training:
             h = F.dropout(h, self.p)
         return F.linear(h, w_2, b_2)

@@ -90,7 +90,11 @@ class Rule:
     per_head is g = h); ``stack``: the IR tensor is the checkpoint tensors, one per expert,
     stacked along a new first axis (a mixture of experts' (E, f, d) ``w_1`` from Mixtral's
     ``experts.{j}.w1``: transformers 5 fuses the experts when it loads them and saves them
-    apart again)."""
+    apart again); ``interleave``: the IR tensor is block ``part`` of two whose columns
+    alternate along the checkpoint tensor's last axis, a 3-D one's matrices stored (in, out)
+    (gpt-oss's gate_up_proj (E, d, 2f), gate then linear branch column by column, and its bias);
+    export interleaves the two rules' tensors back in the rules' order. ``transpose`` swaps
+    the last two axes (a stack of experts' matrices stored (in, out): gpt-oss's down_proj)."""
 
     ir: str
     hf: tuple[str, ...]
@@ -110,7 +114,10 @@ class Rule:
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         if self.layout == "transpose":
-            return {self.hf[0]: tuple(reversed(shape))}
+            return {self.hf[0]: (*shape[:-2], shape[-1], shape[-2])}
+        if self.layout == "interleave":
+            stored = (*shape[:-2], shape[-1], shape[-2]) if len(shape) == 3 else tuple(shape)
+            return {self.hf[0]: (*stored[:-1], 2 * stored[-1])}
         if self.layout == "row":
             return {self.hf[0]: (1, *shape)}
         if self.layout == "concat":
@@ -132,8 +139,11 @@ class Rule:
             return np.split(parts[0], np.cumsum(self.rows)[:-1])[self.part]
         if self.layout == "stack":
             return np.stack(parts)
+        if self.layout == "interleave":
+            block = parts[0][..., self.part::2]
+            return np.swapaxes(block, -1, -2) if block.ndim == 3 else block
         if self.layout in ("transpose", "row"):
-            return parts[0].T if self.layout == "transpose" else parts[0][0]
+            return np.swapaxes(parts[0], -1, -2) if self.layout == "transpose" else parts[0][0]
         return np.concatenate(parts) if self.layout == "concat" else parts[0]
 
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
@@ -143,8 +153,10 @@ class Rule:
             return {self.hf[0]: _group(value, self.heads, self.kv_heads)}
         if self.layout == "plus_one":
             return {self.hf[0]: value - 1}
+        if self.layout == "interleave":
+            return {self.hf[0]: np.swapaxes(value, -1, -2) if value.ndim == 3 else value}
         if self.layout in ("transpose", "row"):
-            return {self.hf[0]: value.T if self.layout == "transpose" else value[None]}
+            return {self.hf[0]: np.swapaxes(value, -1, -2) if self.layout == "transpose" else value[None]}
         if self.layout == "concat":
             return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
         if self.layout == "stack":
@@ -317,9 +329,10 @@ def eos_token_id(vocab) -> int | list[int]:
 
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
-               "relu2": "relu2", "silu": "silu", "swish": "silu"}
+               "relu2": "relu2", "silu": "silu", "swish": "silu", "quick_gelu": "quick_gelu"}
 """transformers' activation names (``ACT2FN``) that are exactly one of tfspec's."""
-ACTIVATION_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "relu2": "relu2", "silu": "silu"}
+ACTIVATION_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "relu2": "relu2", "silu": "silu",
+                    "quick_gelu": "quick_gelu"}
 """tfspec activation -> the name transformers configs use for it."""
 
 
