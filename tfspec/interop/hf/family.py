@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from tfspec.errors import TfspecError
+
+if TYPE_CHECKING:
+    from tfspec.interop.hf.task_heads import Pooled
 
 FAMILIES: dict[str, type[Family]] = {}
 
@@ -34,8 +37,11 @@ COMMON_IGNORED = {
                      "attn_implementation", "output_past", "xla_device", "tie_encoder_decoder"),
                     "how transformers runs the model (outputs, caching, memory), not what it computes"),
     "tf_legacy_loss": "the loss of transformers 4's TensorFlow models: training only",
-    **dict.fromkeys(("id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "classifier_dropout",
-                     "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    **dict.fromkeys(("id2label", "label2id", "num_labels", "problem_type"), "the labels of a task head, which a "
+                    "*ForSequenceClassification, *ForTokenClassification or *ForQuestionAnswering import reads"),
+    "classifier_dropout": "dropout of a task head's input: training only",
+    "finetuning_task": "the name of the task a head was fine-tuned on: bookkeeping",
+    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
                      "summary_first_dropout", "summary_last_dropout"), "classification heads tfspec does not import"),
     **dict.fromkeys(("tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
                      "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
@@ -219,6 +225,10 @@ class Family:
     """Whether ``config`` describes stacks whose layers differ (SmolLM3's layers without
     positions among rotary ones); other families' configurations repeat one layer, and
     ``export --format hf`` refuses them a stack of groups of different blocks."""
+    task_heads: ClassVar[Pooled | None] = None
+    """How the family's *ForSequenceClassification reads the first position, which gives it its
+    *ForSequenceClassification, *ForTokenClassification and *ForQuestionAnswering
+    (``task_heads.py``); None: no task classes (decoders, BertGeneration)."""
     export_rank: ClassVar[int] = 0
     """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
     class (a family few people load ranks 1), then the first by model type."""
@@ -266,9 +276,13 @@ class Family:
 
 
 def register(cls: type[Family]) -> type[Family]:
+    """Class decorator: file ``cls`` under its model type, with its task classes where it has
+    some (``task_heads.with_task_heads``); returns ``cls`` itself, for families that extend it."""
+    from tfspec.interop.hf.task_heads import with_task_heads  # it builds on this module
+
     if cls.model_type in FAMILIES:
         raise ValueError(f"family {cls.model_type!r} registered twice")
-    FAMILIES[cls.model_type] = cls
+    FAMILIES[cls.model_type] = with_task_heads(cls)
     return cls
 
 
