@@ -56,9 +56,10 @@ def route(b, a: dict, flat: str, router: str, score_bias: str | None = None,
     logits = b.linear(flat, router, router_bias)
     if b.elem_type != TensorProto.FLOAT:
         logits = b.op("Cast", logits, to=TensorProto.FLOAT)
-    scores = b.op("Softmax", logits, axis=-1) if a["scoring"] == "softmax" else b.op("Sigmoid", logits)
+    scores = b.op("Softmax", logits, axis=-1) if a["scoring"] != "sigmoid" else b.op("Sigmoid", logits)
     chosen = _choose(b, a, scores, score_bias)
-    top = b.op("GatherElements", scores, chosen, axis=1)
+    top = b.op("GatherElements", scores, chosen, axis=1) if a["scoring"] != "sparsemixer" else \
+        _mixed(b, a, logits, chosen)
     if a["normalize"]:
         top = b.op("Div", top, b.op("Add", b.op("ReduceSum", top, b.ints(-1), keepdims=1), _f32(b, 1e-20)))
     if a["routed_scale"] != 1:
@@ -83,6 +84,23 @@ def _choose(b, a: dict, scores: str, score_bias: str | None) -> str:
         grouped = b.op("Where", keep, grouped, _f32(b, -np.inf))
         scores = b.op("Reshape", grouped, b.ints(0, -1))
     return b.op("TopK", scores, b.ints(a["top_k"]), axis=-1, outputs=2)[1]
+
+
+def _mixed(b, a: dict, logits: str, chosen: str) -> str:
+    """(N, k) SparseMixer weights, as the PyTorch backend's ``_mixed``: for the t-th chosen expert,
+    1 / the sum of exp(s - s_t) over the experts not chosen before it within 2 eps of s_t."""
+    weights, earlier, experts = [], None, b.const(np.arange(a["experts"], dtype=np.int64))
+    for t in range(a["top_k"]):
+        index = b.op("Slice", chosen, b.ints(t), b.ints(t + 1), b.ints(1))  # (N, 1)
+        top = b.op("GatherElements", logits, index, axis=1)
+        far = b.op("Greater", b.op("Div", b.op("Sub", top, logits), b.op("Max", b.op("Abs", logits), top)),
+                   _f32(b, 2 * a["mixer_eps"]))
+        hidden = far if earlier is None else b.op("Or", far, earlier)
+        near = b.op("Where", hidden, _f32(b, 0.0), b.op("Exp", b.op("Sub", logits, top)))
+        weights.append(b.op("Reciprocal", b.op("ReduceSum", near, b.ints(-1), keepdims=1)))
+        this = b.op("Equal", index, experts)  # (N, E): the t-th choice
+        earlier = this if earlier is None else b.op("Or", earlier, this)
+    return b.op("Concat", *weights, axis=1)
 
 
 def _within_capacity(b, experts: int, chosen: str, capacity: int) -> str:

@@ -21,6 +21,7 @@ class MixtureOfExperts(OpModule):
         self.act, self.gated, self.p = ACTIVATIONS[a["activation"]], a["gated"], a["dropout"]
         self.balance, self.z_loss, self.seq = a.get("balance", 0.0), a.get("z_loss", 0.0), node.shape[1]
         self.scoring, self.groups, self.top_groups = a["scoring"], a["groups"], a["top_groups"]
+        self.mixer_eps = a.get("mixer_eps", 0.01)
         self.routed_scale, self.capacity = a["routed_scale"], a.get("capacity")
         self.glu_limit, self.glu_shift = a.get("glu_limit"), a.get("glu_shift", 0.0)
 
@@ -28,9 +29,9 @@ class MixtureOfExperts(OpModule):
         B, L, d = x.shape
         flat = x.reshape(-1, d)
         logits = F.linear(flat, self.w_router, getattr(self, "b_router", None)).float()
-        probs = torch.softmax(logits, -1) if self.scoring == "softmax" else torch.sigmoid(logits)  # (N, E), float32
+        probs = torch.softmax(logits, -1) if self.scoring != "sigmoid" else torch.sigmoid(logits)  # (N, E), float32
         chosen = self._choose(probs)  # (N, k)
-        weights = probs.gather(1, chosen)
+        weights = probs.gather(1, chosen) if self.scoring != "sparsemixer" else self._mixed(logits, chosen)
         if ctx.training and (self.balance or self.z_loss):
             ctx.aux_losses.append(self._router_losses(ctx, logits, probs, chosen))
         if self.normalize:  # DeepSeek-V3's floor keeps sigmoid scores that all underflow from giving 0 / 0
@@ -62,6 +63,19 @@ class MixtureOfExperts(OpModule):
             keep = torch.zeros_like(grouped[..., 0], dtype=torch.bool).scatter_(1, best, True)  # (N, G)
             scores = grouped.masked_fill(~keep[..., None], float("-inf")).view_as(scores)
         return scores.topk(self.top_k, -1).indices
+
+    def _mixed(self, logits: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
+        """SparseMixer's weights (transformers' ``sparsemixer`` in eval mode): for the t-th chosen
+        expert, 1 / the sum of exp(s - s_t) over the experts not chosen before it whose logit s is
+        within 2 eps of s_t relative to max(|s|, s_t)."""
+        weights, earlier = [], torch.zeros_like(logits, dtype=torch.bool)
+        for t in range(chosen.shape[1]):
+            top = logits.gather(1, chosen[:, t:t + 1])  # (N, 1)
+            far = (top - logits) / logits.abs().clamp(min=top) > 2 * self.mixer_eps
+            near = torch.exp(logits - top).masked_fill(far | earlier, 0.0)
+            weights.append(1.0 / near.sum(-1))
+            earlier = earlier.scatter(1, chosen[:, t:t + 1], True)
+        return torch.stack(weights, -1)
 
     def _within_capacity(self, chosen: torch.Tensor, batch: int) -> torch.Tensor:
         """The top-1 choices with -1 (no expert) where the position comes after ``capacity``

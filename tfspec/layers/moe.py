@@ -52,9 +52,14 @@ class MixtureOfExperts(Sublayer):
     normalize: bool = True
     """Rescale the top_k probabilities to sum to 1 (Mixtral: always; Qwen2-MoE and OLMoE: their
     norm_topk_prob, false by default)."""
-    scoring: Literal["softmax", "sigmoid"] = "softmax"
+    scoring: Literal["softmax", "sigmoid", "sparsemixer"] = "softmax"
     """How the router's logits become scores: softmax over the experts (Mixtral, Qwen2-MoE,
-    OLMoE, DeepSeek-V2) or a sigmoid each (DeepSeek-V3)."""
+    OLMoE, DeepSeek-V2), a sigmoid each (DeepSeek-V3), or SparseMixer's (PhiMoE, Liu et al. 2024,
+    at inference): the top_k experts by logit, the t-th weighted by the softmax over the experts
+    not chosen before it whose logit s is near its own s_t, (s_t - s) / max(|s|, s_t) <= 2 x
+    ``mixer_eps``; no renormalisation (``normalize`` false)."""
+    mixer_eps: Annotated[float, Field(ge=0, le=1e3)] = 0.01
+    """SparseMixer's closeness bound (PhiMoE's router_jitter_noise: 0.01); read by it only."""
     score_bias: bool = False
     """A learned bias per expert added to the scores to choose experts, not to weight them
     (DeepSeek-V3's e_score_correction_bias, a buffer transformers does not count: reports show
@@ -115,6 +120,9 @@ class MixtureOfExperts(Sublayer):
                     f"{self.top_k}: set top_k: 1 or drop capacity")
         if (self.glu_limit is not None or self.glu_shift) and not self.resolved(spec).gated:
             return "glu_limit and glu_shift shape a gated unit's two branches, but gated is false: drop them"
+        if self.scoring == "sparsemixer" and (self.normalize or self.groups > 1 or self.score_bias):
+            return ("sparsemixer weighs each chosen expert by its own softmax: set normalize: false, groups: 1 "
+                    "and score_bias: false")
         if self.shared_gate and not self.shared:
             return "shared_gate scales the shared experts' output, but shared is 0: set shared: 1 or drop it"
         return self._check_groups()
@@ -186,7 +194,7 @@ class MixtureOfExperts(Sublayer):
             if layer.shared_gate:
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
-                 "scoring": layer.scoring, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
+                 "scoring": layer.scoring, "mixer_eps": layer.mixer_eps, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
                  "routed_scale": layer.routed_scale, "capacity": layer.capacity,
                  "balance": layer.balance, "z_loss": layer.z_loss,
                  "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout,

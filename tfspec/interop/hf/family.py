@@ -343,10 +343,9 @@ def eos_token_id(vocab) -> int | list[int]:
 
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
-               "relu2": "relu2", "silu": "silu", "swish": "silu", "quick_gelu": "quick_gelu"}
+               "relu2": "relu2", "silu": "silu", "swish": "silu"}
 """transformers' activation names (``ACT2FN``) that are exactly one of tfspec's."""
-ACTIVATION_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "relu2": "relu2", "silu": "silu",
-                    "quick_gelu": "quick_gelu"}
+ACTIVATION_NAMES = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu", "relu2": "relu2", "silu": "silu"}
 """tfspec activation -> the name transformers configs use for it."""
 
 
