@@ -31,6 +31,9 @@ EXAMPLES = {
             {"kind": "moe", "experts": 2, "top_k": 2, "shared": 1, "shared_gate": True, "gated": True}],
     "recurrent": [{"kind": "recurrent", "cell": c, "bidirectional": b} for c in ("lstm", "gru", "rnn")
                   for b in (False, True)],
+    "mamba2": [{"kind": "mamba2", "heads": 4, "head_dim": 4, "state": 8, "groups": 2},
+               {"kind": "mamba2", "heads": 2, "head_dim": 8, "state": 4, "kernel": 3, "conv_bias": False, "bias": True,
+                "dt_min": 0.01}],
     "conv": [{"kind": "conv", "kernel": 3}, {"kind": "conv", "kernel": 3, "dilation": 2, "causal": True},
              {"kind": "conv", "kernel": 4, "separable": True}],
 }
@@ -114,7 +117,7 @@ def _reaches(sub, j: int, i: int, layers: int, n: int) -> bool:
         return i == j
     if kind == "self_attention" or (kind == "recurrent" and sub.bidirectional):
         return True
-    if kind in ("causal_self_attention", "latent_attention", "recurrent"):  # latent attention is causal
+    if kind in ("causal_self_attention", "latent_attention", "recurrent", "mamba2"):  # latent attention is causal
         return i >= j
     if kind == "restricted_self_attention":
         back = ahead = layers * sub.r

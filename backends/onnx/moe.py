@@ -36,8 +36,12 @@ def moe(e, node: Node, x: str) -> str:
                       keepdims=1)  # (M, 1): its router weight in each row
         weights = [b.const(b.weights[p[role]][expert]) if p.get(role) else None
                    for role in ("w_1", "w_3", "w_2", "b_1", "b_2", "b_3")]
-        out = _ffn(b, a, b.op("GatherND", flat, index), *weights, routed=True)  # (M, d)
-        y = b.op("ScatterND", y, index, b.op("Mul", out, weight), reduction="add")
+        routed = b.op("GatherND", flat, index)  # (M, d)
+        if a.get("input_weighted"):  # Llama 4: expert(p x)
+            out = _ffn(b, a, b.op("Mul", routed, weight), *weights, routed=True)
+        else:
+            out = b.op("Mul", _ffn(b, a, routed, *weights, routed=True), weight)
+        y = b.op("ScatterND", y, index, out, reduction="add")
     if "w_shared_1" in p:
         shared = _ffn(b, a, flat, *(b.param(p[r]) if r in p else None for r in ("w_shared_1", "w_shared_3",
                                                                                 "w_shared_2")))

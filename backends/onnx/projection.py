@@ -62,12 +62,15 @@ def clipped(b, node: Node, x: str) -> str:
 
 def normed(b, node: Node, x: str, part: str) -> str:
     """``qk_norm`` of (B, L, heads*d) queries or keys (or their flat view): over each head's d
-    features with one gain for all heads or one per head, or over the whole projection; as the
+    features with one gain for all heads, one per head or none, or over the whole projection; as the
     PyTorch backend's ``normed``."""
     a, p = node.attrs, node.params
     bias = p.get(f"{part}_norm_bias")
     if a["qk_norm"] == "all":
         return normalize(b, x, a["norm_type"], a["norm_eps"], p[f"{part}_norm"], bias)
+    if a["qk_norm"] == "l2":  # each head's features by their root mean square, no gain (Llama 4)
+        heads = b.op("Reshape", x, b.ints(-1, a["d_k"]))
+        return b.op("Reshape", normalize(b, heads, "rms", a["norm_eps"], None, size=a["d_k"]), b.op("Shape", x))
     if a["qk_norm"] == "per_head":  # normalised without a gain, then times the (heads, d) gains
         heads = b.op("Reshape", x, b.ints(-1, a["heads"] if part == "q" else a["kv_heads"], a["d_k"]))
         plain = normalize(b, heads, a["norm_type"], a["norm_eps"], None, size=a["d_k"])

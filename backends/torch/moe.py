@@ -24,6 +24,7 @@ class MixtureOfExperts(OpModule):
         self.mixer_eps = a.get("mixer_eps", 0.01)
         self.routed_scale, self.capacity = a["routed_scale"], a.get("capacity")
         self.glu_limit, self.glu_shift = a.get("glu_limit"), a.get("glu_shift", 0.0)
+        self.input_weighted = a.get("input_weighted", False)
 
     def forward(self, ctx, x):
         B, L, d = x.shape
@@ -43,9 +44,12 @@ class MixtureOfExperts(OpModule):
         for expert in range(self.experts):
             rows, slot = (chosen == expert).nonzero(as_tuple=True)
             if rows.numel():
-                y = self._ffn(ctx, flat[rows], self.w_1[expert], self.w_3[expert] if self.gated else None,
+                weight, routed = weights[rows, slot, None], flat[rows]
+                if self.input_weighted:  # Llama 4: expert(p x)
+                    routed = routed * weight
+                y = self._ffn(ctx, routed, self.w_1[expert], self.w_3[expert] if self.gated else None,
                               self.w_2[expert], *self._biases(expert), routed=True)
-                out.index_add_(0, rows, y * weights[rows, slot, None])
+                out.index_add_(0, rows, y if self.input_weighted else y * weight)
         if getattr(self, "w_shared_1", None) is not None:
             y = self._ffn(ctx, flat, self.w_shared_1, getattr(self, "w_shared_3", None), self.w_shared_2)
             if getattr(self, "w_shared_gate", None) is not None:  # Qwen2-MoE: sigmoid(x w_gate) scales it

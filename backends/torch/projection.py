@@ -51,7 +51,9 @@ def clipped(module, x: torch.Tensor) -> torch.Tensor:
 
 def normed(module, x: torch.Tensor, part: str) -> torch.Tensor:
     """``qk_norm`` of (B, L, heads, d) queries or keys: over each head's d features (one gain
-    for all heads, or one per head), or over the whole projection (a gain per feature), in float32."""
+    for all heads, one per head, or none), or over the whole projection (a gain per feature), in float32."""
+    if module.qk_norm == "l2":  # no gain (Llama 4)
+        return F.rms_norm(x.float(), x.shape[-1:], eps=module.norm_eps).to(x.dtype)
     weight, bias = getattr(module, f"{part}_norm"), getattr(module, f"{part}_norm_bias", None)
     if module.qk_norm == "per_head":  # the (heads, d) gain broadcasts over (B, L, heads, d)
         plain = F.rms_norm if module.norm_type == "rms" else F.layer_norm

@@ -60,13 +60,15 @@ class AttentionCore(Sublayer):
     """Positions inside this layer's attention, in place of the spec's ``positional``: a rotary
     base of its own (Gemma 3's local layers use 10,000, its global ones 1,000,000), or ``none``
     for a layer without positions (SmolLM3 and Llama 4 leave every fourth layer unrotated)."""
-    qk_norm: Literal["none", "head", "per_head", "all"] = "none"
+    qk_norm: Literal["none", "head", "per_head", "all", "l2"] = "none"
     """A norm (the spec's norm_type) on queries and keys before positions and scores, which
     keeps logits bounded: ``head`` normalises each head's d_k features with one gain shared by
     the heads (Qwen3, Gemma 3); ``per_head`` the same with a gain per head and feature, (h, d_k)
     and (g, d_k), and no shift (Command R+'s use_qk_norm, StableLM 2 12B's qk_layernorm);
     ``all`` normalises the whole query (h * d_k) and key (g * d_k) projection with gains per
-    feature (OLMo 2)."""
+    feature (OLMo 2); ``l2`` divides each head's d_k features by their root mean square
+    (eps the spec's norm_eps), whatever the norm_type, with no gain (Llama 4's use_qk_norm, which
+    transformers applies after rotary: the same, as rotation keeps each head's norm)."""
     clip: Annotated[float, Field(gt=0, le=1e6)] | None = None
     """Queries, keys and values clamped to [-c, c] as they leave their projections, before any
     qk_norm (OLMo-7B-0424's and DBRX's clip_qkv: 8), which bounds them in low precision; None:
@@ -239,7 +241,7 @@ fields: every attention kind subclasses this."""
 def qk_norm_params(layer: AttentionCore, spec) -> dict:
     """The gains (and LayerNorm biases) of ``qk_norm``: one d_k vector shared by the heads
     (``head``), one per head (``per_head``), or one per feature of the whole projection (``all``)."""
-    if layer.qk_norm == "none":
+    if layer.qk_norm in ("none", "l2"):
         return {}
     if layer.qk_norm == "per_head":  # a gain per head and feature, no shift
         return {"q_norm": ((layer.heads, layer.d_k), "ones"), "k_norm": ((layer.kv_heads, layer.d_k), "ones")}

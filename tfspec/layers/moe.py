@@ -15,7 +15,8 @@ expert (``score_bias``: DeepSeek-V3's e_score_correction_bias, which moves choic
 weights), among the ``top_groups`` best of ``groups`` equal groups of experts (a group's score
 the sum of its two best; DeepSeek-V3's n_group, topk_group); the top_k chosen keep their
 scores p, divided by their sum with ``normalize`` (Mixtral; Qwen2-MoE, OLMoE and DeepSeek-V3's
-``norm_topk_prob``), then multiplied by ``routed_scale`` (DeepSeek-V3's routed_scaling_factor).
+``norm_topk_prob``), then multiplied by ``routed_scale`` (DeepSeek-V3's routed_scaling_factor),
+weigh the expert's output, or its input (``input_weighted``: Llama 4).
 ``shared`` experts run on every token beside the routed ones (Qwen2-MoE: one, its output
 scaled by sigmoid(x w_gate) with ``shared_gate``; DeepSeek: ungated). A top-1 router may
 bound the positions of a sequence an expert takes (``capacity``: Switch Transformers).
@@ -71,6 +72,10 @@ class MixtureOfExperts(Sublayer):
     """Groups each position chooses from (DeepSeek-V3's topk_group: 4); defaults to all."""
     routed_scale: Annotated[float, Field(gt=0, le=1e3)] = 1.0
     """Multiplies the routed experts' weights (DeepSeek-V3's routed_scaling_factor: 2.5)."""
+    input_weighted: bool = False
+    """Multiply each routed expert's input, not its output, by the expert's weight: expert(p x)
+    rather than p expert(x), which differ as an expert is not linear (Llama 4's router scales the
+    tokens it sends)."""
     capacity: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
     """Positions of a sequence each expert takes, in order: a position routed to an expert that
     already took ``capacity`` earlier positions of its sequence skips the layer (output 0, the
@@ -194,8 +199,9 @@ class MixtureOfExperts(Sublayer):
             if layer.shared_gate:
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
-                 "scoring": layer.scoring, "mixer_eps": layer.mixer_eps, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
-                 "routed_scale": layer.routed_scale, "capacity": layer.capacity,
+                 "scoring": layer.scoring, "mixer_eps": layer.mixer_eps, "groups": layer.groups,
+                 "top_groups": layer.top_groups or layer.groups, "routed_scale": layer.routed_scale,
+                 "input_weighted": layer.input_weighted, "capacity": layer.capacity,
                  "balance": layer.balance, "z_loss": layer.z_loss,
                  "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout,
                  "glu_limit": layer.glu_limit, "glu_shift": layer.glu_shift}

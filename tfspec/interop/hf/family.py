@@ -110,6 +110,9 @@ class Rule:
     split: the rows of each block of the checkpoint tensor."""
     part: int = 0
     """split: which block of the checkpoint tensor is the IR matrix."""
+    axis: int = 0
+    """split: the checkpoint tensor's axis its blocks follow one another along (-1: Llama 4's
+    experts' gate_up_proj holds each expert's gate then up columns)."""
     heads: int = 0
     """per_head: the heads h whose (q, k, v) rows the checkpoint tensor holds one head after another."""
     kv_heads: int = 0
@@ -129,7 +132,9 @@ class Rule:
         if self.layout == "concat":
             return {name: (rows, *shape[1:]) for name, rows in zip(self.hf, self._rows(shape))}
         if self.layout == "split":
-            return {self.hf[0]: (sum(self.rows), *shape[1:])}
+            whole = list(shape)
+            whole[self.axis] = sum(self.rows)
+            return {self.hf[0]: tuple(whole)}
         if self.layout == "stack":
             return dict.fromkeys(self.hf, tuple(shape[1:]))
         return {self.hf[0]: tuple(shape)}
@@ -142,7 +147,7 @@ class Rule:
         if self.layout == "plus_one":
             return parts[0] + 1
         if self.layout == "split":
-            return np.split(parts[0], np.cumsum(self.rows)[:-1])[self.part]
+            return np.split(parts[0], np.cumsum(self.rows)[:-1], axis=self.axis)[self.part]
         if self.layout == "stack":
             return np.stack(parts)
         if self.layout == "interleave":

@@ -48,7 +48,8 @@ class Experts:
     ``norm_topk_prob`` says (None: Qwen2-MoE, Qwen3-MoE, OLMoE)."""
     defaults: ClassVar[dict] = {}
     """The config class's values where those ``Llama.spec_data`` falls back on differ."""
-    routing: ClassVar[dict] = {"scoring": "softmax", "score_bias": False, "groups": 1, "routed_scale": 1.0}
+    routing: ClassVar[dict] = {"scoring": "softmax", "score_bias": False, "groups": 1, "routed_scale": 1.0,
+                               "input_weighted": False}
     """The ``moe`` router options the family's routers all have: a spec routed otherwise is
     not exported as the family."""
 
