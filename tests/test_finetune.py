@@ -190,3 +190,22 @@ def test_mismatched_checkpoint_refused(pretrained, data, tmp_path, cli):
 def test_decoder_only_refused(data, tmp_path, cli):
     assert "fine-tuning adds a classification head to an encoder-only" in one_error(cli, "tiny", data, "-o",
                                                                                    tmp_path / "run")
+
+
+def test_finetune_keeps_an_imported_heads_shape_and_names_the_labels(pretrained, data, tmp_path, cli):
+    """PRETRAINED with a sequence head of its own (an imported RobertaForSequenceClassification's:
+    a dense layer and tanh on the first position): the new head has that shape, fresh weights, and
+    the data's labels as its class names, which `export --format hf` would write as id2label."""
+    import yaml
+
+    imported = tmp_path / "imported"
+    shutil.copytree(pretrained, imported)
+    head = {"kind": "sequence_classification", "classes": 3, "pooling": "first", "transform": {"activation": "tanh"}}
+    (imported / "spec.yaml").write_text(yaml.safe_dump(ENCODER | {"head": head}), encoding="utf-8")
+    code, _, err = cli("finetune", imported, data, "-o", tmp_path / "run", "--epochs", "1", "--quiet")
+    assert code == 0, err
+    spec = load_spec(tmp_path / "run")
+    assert (spec.head.transform.activation, spec.head.pooling, spec.head.labels) == ("tanh", "first", ["de", "en"])
+    model = build_module(spec)
+    load_weights(model, tmp_path / "run" / "model.safetensors")
+    assert {"head.transform.weight", "classifier.weight"} <= set(dict(model.named_parameters()))

@@ -111,7 +111,7 @@ def test_imported_bert_head_equals_transformers(task, tmp_path, cli):
     body.load_state_dict(hf.bert.state_dict(), strict=False)
     body.save_pretrained(tmp_path / "hf")
     assert cli("import", tmp_path / "hf", "-o", tmp_path / "bert")[0] == 0
-    spec = with_head(load_spec(tmp_path / "bert"), task, 4, "first" if task == "sequence" else None, None)
+    spec = with_head(load_spec(tmp_path / "bert"), task, list("abcd"), "first" if task == "sequence" else None, None)
     model = build_module(spec).eval()
     assert load_body(model, read_weights(tmp_path / "bert" / "model.safetensors"), "bert") == []
     assert head_parameters(model) == {"classifier.weight", "classifier.bias"}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import math
 import re
 import signal
@@ -281,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
 
     transformers.logging.set_verbosity_error()
     warnings.simplefilter("ignore")
+    # Imported untimed: on a loaded machine the first type's import of the modelling stack can outlast
+    # LIMIT_S, and an import the alarm cuts short leaves transformers' lazy modules broken for every later type.
+    for module in ("transformers.modeling_utils", "tfspec.interop.hf.imports"):
+        importlib.import_module(module)
     text, apart = text_types()
     if args.only:
         wanted = args.only.split(",")

@@ -167,7 +167,7 @@ def _dot_scores(b, q: str, k: str, scale: float) -> str:
 def _plain(node: Node, stage: PositionStage | None, modifiers: list) -> bool:
     """Dot-product scores with nothing added to them or changing them: the fused and blocked paths apply."""
     added = stage is not None and (stage.logits is not None or stage.output is not None)
-    return node.attrs["score"] == "dot" and not added and not modifiers
+    return node.attrs["score"] == "dot" and not added and not modifiers and "sinks" not in node.params
 
 
 def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: str, k: str, v: str,
@@ -188,9 +188,21 @@ def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: st
         scores = modify(b, scores)
     if mask is not None:
         scores = b.op("Add", scores, mask)
-    weights = b.op("Softmax", scores, axis=-1)
+    weights = _softmax_with_sinks(b, scores, p.get("sinks"), h)
     y = b.op("MatMul", weights, v)
     return y if stage is None or stage.output is None else stage.output(e, weights, y)  # Shaw et al.'s a_V
+
+
+def _softmax_with_sinks(b, scores: str, sinks: str | None, heads: int) -> str:
+    """Softmax over the keys of (B, h, Lq, Lk) scores; with ``sinks``, each head's sink logit
+    joins the denominator as one more key, whose weight is then dropped (the PyTorch backend's
+    ``softmax_with_sinks``)."""
+    if sinks is None:
+        return b.op("Softmax", scores, axis=-1)
+    column = b.op("Expand", b.op("Reshape", b.param(sinks), b.ints(1, heads, 1, 1)),
+                  b.op("Concat", b.op("Shape", scores, start=0, end=3), b.ints(1), axis=0))
+    weights = b.op("Softmax", b.op("Concat", scores, column, axis=-1), axis=-1)
+    return b.op("Slice", weights, b.ints(0), b.ints(-1), b.ints(-1))
 
 
 def _banded(e, node: Node, q: str, k: str, v: str) -> str:

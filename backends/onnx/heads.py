@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from tfspec.ir import Node
 
 from .lowerings import lowering
@@ -18,6 +20,12 @@ def mean_pool(e, node: Node, x: str) -> str:
     total = b.op("ReduceSum", b.op("Mul", x, keep), b.ints(1), keepdims=0)
     count = b.op("Max", b.op("ReduceSum", keep, b.ints(1), keepdims=0), b.const(1.0))
     return b.op("Div", total, count)
+
+
+@lowering("first")
+def first(e, node: Node, x: str) -> str:
+    """(B, S, d) -> (B, d): the first position."""
+    return e.b.op("Gather", x, e.b.const(np.int64(0)), axis=1)
 
 
 @lowering("classifier")

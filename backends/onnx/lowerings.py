@@ -124,7 +124,13 @@ def act_state(e, node: Node, packed: str) -> str:
 
 @lowering("dense")
 def dense(e, node: Node, x: str) -> str:
-    return activation(e.b, e.b.linear(x, node.params["weight"], node.params.get("bias")), node.attrs["activation"])
+    """act(x W^T + b) on each position, or on one vector per sequence (B, d) (a task head's transform)."""
+    b, p = e.b, node.params
+    if len(node.shape) == 2:
+        y = b.op("Gemm", x, b.param(p["weight"]), b.param(p["bias"]) if "bias" in p else None, transB=1)
+    else:
+        y = b.linear(x, p["weight"], p.get("bias"))
+    return activation(b, y, node.attrs["activation"])
 
 
 @lowering("dropout")
@@ -168,12 +174,15 @@ def normalize(b, x: str, kind: str, eps: float, weight: str | None, bias: str | 
 
 
 def activation(b, x: str, kind: str) -> str:
-    """relu, relu2 (squared), gelu (erf), gelu_tanh, silu; opset 20 has Gelu, older opsets get its formula."""
+    """relu, relu2 (squared), gelu (erf), gelu_tanh, silu, quick_gelu (x sigmoid(1.702 x)); opset 20
+    has Gelu, older opsets get its formula."""
+    if kind == "tanh":  # task heads' dense layers (RoBERTa's classifier)
+        return b.op("Tanh", x)
     if kind in ("relu", "relu2"):
         y = b.op("Relu", x)
         return y if kind == "relu" else b.op("Mul", y, y)
-    if kind == "silu":
-        return b.op("Mul", x, b.op("Sigmoid", x))
+    if kind in ("silu", "quick_gelu"):
+        return b.op("Mul", x, b.op("Sigmoid", x if kind == "silu" else b.op("Mul", x, b.const(1.702))))
     if b.opset >= 20:
         return b.op("Gelu", x, approximate="tanh" if kind == "gelu_tanh" else None)
     if kind == "gelu":  # x/2 (1 + erf(x / sqrt 2))

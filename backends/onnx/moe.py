@@ -22,7 +22,7 @@ def moe(e, node: Node, x: str) -> str:
     b, a, p = e.b, node.attrs, node.params
     d = b.weights[p["w_router"]].shape[1]
     flat = b.rows(x, d)  # (N, d)
-    top, chosen = route(b, a, flat, p["w_router"], p.get("score_bias"))  # (N, k) weights and experts
+    top, chosen = route(b, a, flat, p["w_router"], p.get("score_bias"), p.get("b_router"))  # (N, k) weights and experts
     kept = _within_capacity(b, a["experts"], chosen, a["capacity"]) if a.get("capacity") else None
     y = b.op("Mul", flat, b.const(0.0))  # (N, d) zeros, made from the input's shape
     for expert in range(a["experts"]):
@@ -35,12 +35,12 @@ def moe(e, node: Node, x: str) -> str:
                                         b.op("Cast", b.op("GatherND", hit, index), to=b.elem_type)), b.ints(1),
                       keepdims=1)  # (M, 1): its router weight in each row
         weights = [b.const(b.weights[p[role]][expert]) if p.get(role) else None
-                   for role in ("w_1", "w_3", "w_2", "b_1", "b_2")]
+                   for role in ("w_1", "w_3", "w_2", "b_1", "b_2", "b_3")]
         routed = b.op("GatherND", flat, index)  # (M, d)
         if a.get("input_weighted"):  # Llama 4: expert(p x)
-            out = _ffn(b, a, b.op("Mul", routed, weight), *weights)
+            out = _ffn(b, a, b.op("Mul", routed, weight), *weights, routed=True)
         else:
-            out = b.op("Mul", _ffn(b, a, routed, *weights), weight)
+            out = b.op("Mul", _ffn(b, a, routed, *weights, routed=True), weight)
         y = b.op("ScatterND", y, index, out, reduction="add")
     if "w_shared_1" in p:
         shared = _ffn(b, a, flat, *(b.param(p[r]) if r in p else None for r in ("w_shared_1", "w_shared_3",
@@ -52,16 +52,18 @@ def moe(e, node: Node, x: str) -> str:
     return y if x in b.flat else b.sequence(y, d)
 
 
-def route(b, a: dict, flat: str, router: str, score_bias: str | None = None) -> tuple[str, str]:
+def route(b, a: dict, flat: str, router: str, score_bias: str | None = None,
+          router_bias: str | None = None) -> tuple[str, str]:
     """(N, k) weights in the graph's float type and (N, k) expert ids, in float32: the router's
     softmax (or sigmoid) scores of the top_k experts ``_choose`` picks, divided by their sum
     (with DeepSeek-V3's 1e-20 floor) with ``normalize``, times ``routed_scale``."""
-    logits = b.linear(flat, router)
+    logits = b.linear(flat, router, router_bias)
     if b.elem_type != TensorProto.FLOAT:
         logits = b.op("Cast", logits, to=TensorProto.FLOAT)
-    scores = b.op("Softmax", logits, axis=-1) if a["scoring"] == "softmax" else b.op("Sigmoid", logits)
+    scores = b.op("Softmax", logits, axis=-1) if a["scoring"] != "sigmoid" else b.op("Sigmoid", logits)
     chosen = _choose(b, a, scores, score_bias)
-    top = b.op("GatherElements", scores, chosen, axis=1)
+    top = b.op("GatherElements", scores, chosen, axis=1) if a["scoring"] != "sparsemixer" else \
+        _mixed(b, a, logits, chosen)
     if a["normalize"]:
         top = b.op("Div", top, b.op("Add", b.op("ReduceSum", top, b.ints(-1), keepdims=1), _f32(b, 1e-20)))
     if a["routed_scale"] != 1:
@@ -88,6 +90,23 @@ def _choose(b, a: dict, scores: str, score_bias: str | None) -> str:
     return b.op("TopK", scores, b.ints(a["top_k"]), axis=-1, outputs=2)[1]
 
 
+def _mixed(b, a: dict, logits: str, chosen: str) -> str:
+    """(N, k) SparseMixer weights, as the PyTorch backend's ``_mixed``: for the t-th chosen expert,
+    1 / the sum of exp(s - s_t) over the experts not chosen before it within 2 eps of s_t."""
+    weights, earlier, experts = [], None, b.const(np.arange(a["experts"], dtype=np.int64))
+    for t in range(a["top_k"]):
+        index = b.op("Slice", chosen, b.ints(t), b.ints(t + 1), b.ints(1))  # (N, 1)
+        top = b.op("GatherElements", logits, index, axis=1)
+        far = b.op("Greater", b.op("Div", b.op("Sub", top, logits), b.op("Max", b.op("Abs", logits), top)),
+                   _f32(b, 2 * a["mixer_eps"]))
+        hidden = far if earlier is None else b.op("Or", far, earlier)
+        near = b.op("Where", hidden, _f32(b, 0.0), b.op("Exp", b.op("Sub", logits, top)))
+        weights.append(b.op("Reciprocal", b.op("ReduceSum", near, b.ints(-1), keepdims=1)))
+        this = b.op("Equal", index, experts)  # (N, E): the t-th choice
+        earlier = this if earlier is None else b.op("Or", earlier, this)
+    return b.op("Concat", *weights, axis=1)
+
+
 def _within_capacity(b, experts: int, chosen: str, capacity: int) -> str:
     """(N, 1) bool: whether the position's top-1 expert took fewer than ``capacity`` earlier
     positions of its sequence (the PyTorch backend's ``_within_capacity``): the one-hot choices
@@ -105,11 +124,18 @@ def _f32(b, value: float) -> str:
 
 
 def _ffn(b, a: dict, x: str, w_1: str, w_3: str | None, w_2: str, b_1: str | None = None,
-         b_2: str | None = None) -> str:
-    """act(x W1 + b1) (* x W3 when gated), then W2 (+ b2); weights in PyTorch's (out, in) layout."""
+         b_2: str | None = None, b_3: str | None = None, routed: bool = False) -> str:
+    """act(x W1 + b1) (* (x W3 + b3) when gated), then W2 (+ b2); weights in PyTorch's (out, in)
+    layout; a routed expert's branches clamped and shifted as the PyTorch backend's ``_ffn``."""
     def times(h, weight, bias=None):
         return b.op("Gemm", h, weight, bias, transB=1)
-    h = activation(b, times(x, w_1, b_1), a["activation"])
-    if w_3 is not None:
-        h = b.op("Mul", h, times(x, w_3))
-    return times(h, w_2, b_2)
+    gate = times(x, w_1, b_1)
+    if w_3 is None:
+        return times(activation(b, gate, a["activation"]), w_2, b_2)
+    up, limit, shift = times(x, w_3, b_3), a.get("glu_limit"), a.get("glu_shift", 0.0)
+    if routed and limit is not None:
+        gate, up = b.op("Min", gate, b.const(float(limit))), b.op("Clip", up, b.const(-float(limit)),
+                                                                     b.const(float(limit)))
+    if routed and shift:
+        up = b.op("Add", up, b.const(float(shift)))
+    return times(b.op("Mul", activation(b, gate, a["activation"]), up), w_2, b_2)

@@ -43,8 +43,9 @@ class MultiHeadAttention(OpModule):
         self.turn, self.term, self.add_output = (stage.turn, stage.logits, stage.output) if stage else (None,) * 3
         """The position stage's hooks (``backends/torch/positions``), None where it has none."""
         self.modifiers = modifiers_of(a)
-        self.plain = self.score == "dot" and self.term is None and self.add_output is None and not self.modifiers
-        """Fused kernels apply: dot-product scores with nothing added to them or changing them."""
+        self.plain = (self.score == "dot" and self.term is None and self.add_output is None and not self.modifiers
+                      and getattr(self, "sinks", None) is None)
+        """Fused kernels apply: dot-product scores with nothing added to them or changing them, no sinks."""
         self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
 
     def forward(self, ctx, x, memory=None):
@@ -106,9 +107,19 @@ class MultiHeadAttention(OpModule):
             mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = F.dropout(torch.softmax(scores, -1), dropout) if dropout else torch.softmax(scores, -1)
+        weights = softmax_with_sinks(scores, getattr(self, "sinks", None))
+        weights = F.dropout(weights, dropout) if dropout else weights
         y = weights @ v
         return y if self.add_output is None else self.add_output(ctx, self, weights, y)  # Shaw et al.'s a_V
+
+
+def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the keys of (B, h, Lq, Lk) scores; with ``sinks`` (h,), each head's sink
+    logit joins the denominator as one more key, whose weight is then dropped (gpt-oss)."""
+    if sinks is None:
+        return torch.softmax(scores, -1)
+    column = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, column], -1), -1)[..., :-1]
 
 
 def repeat_heads(t: torch.Tensor, times: int, dim: int) -> torch.Tensor:

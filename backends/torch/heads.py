@@ -1,5 +1,5 @@
-"""PyTorch lowerings of the task heads' ops (``tfspec.spec.heads``): mean pooling and the
-classifier's dense layer."""
+"""PyTorch lowerings of the task heads' ops (``tfspec.spec.heads``): mean pooling, the first
+position, and the classifier's dense layer."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ def mean_pool(node, graph):
         keep = (~pad).unsqueeze(-1).to(x.dtype)  # (B, S, 1)
         return (x * keep).sum(1) / keep.sum(1).clamp(min=1)
     return pool
+
+
+@lowering("first")
+def first(node, graph):
+    """(B, S, d) -> (B, d): the first position ([CLS], <s>), which RoBERTa's classification head reads."""
+    return lambda ctx, x: x[:, 0]
 
 
 @lowering("classifier")

@@ -45,9 +45,11 @@ def check_hf(model: TorchModel, directory: str | Path, architecture: str, output
         ours = model.eval().run({port: tokens}, tuple(outputs))
         expected = theirs(input_ids=tokens, attention_mask=keep.long())
     checks = []
-    for name, attr in outputs.items():
-        a, b = ours[name].float(), getattr(expected, attr).float()
+    for name, attr in outputs.items():  # attr: an output, or several stacked last (start and end logits)
+        parts = (attr,) if isinstance(attr, str) else attr
+        theirs_parts = [getattr(expected, part).float() for part in parts]
+        a, b = ours[name].float(), torch.stack(theirs_parts, -1) if len(parts) > 1 else theirs_parts[0]
         if a.dim() == 3:
             a, b = a[keep], b[keep]
-        checks.append(Check(f"{name} = {architecture}.{attr}", float((a - b).abs().max()), tolerance))
+        checks.append(Check(f"{name} = {architecture}.{' + '.join(parts)}", float((a - b).abs().max()), tolerance))
     return checks

@@ -14,7 +14,9 @@ from tfspec.ir.positions import sinusoids
 from .registry import OpModule, lowering
 
 ACTIVATIONS = {"relu": F.relu, "relu2": lambda x: F.relu(x).square(), "gelu": F.gelu,
-               "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu}
+               "gelu_tanh": partial(F.gelu, approximate="tanh"), "silu": F.silu,
+               "quick_gelu": lambda x: x * torch.sigmoid(1.702 * x), "tanh": torch.tanh}
+"""The spec's activations, and tanh, which task heads' dense layers apply (RoBERTa's classifier)."""
 
 
 @lowering("embedding")

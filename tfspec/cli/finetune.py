@@ -59,16 +59,22 @@ def pretrained(path: str, data: Path, run: Path) -> tuple[Spec, Path | None, Pat
     return spec, weights, source
 
 
-def with_head(spec: Spec, task: str, classes: int, pooling: str | None, dropout: float | None) -> Spec:
-    """``spec`` with a classification head in place of its masked-LM projection: one label per
-    text (``sequence``) or per position (``tokens``)."""
+def with_head(spec: Spec, task: str, labels: list[str], pooling: str | None, dropout: float | None) -> Spec:
+    """``spec`` with a classification head naming ``labels`` in place of its masked-LM projection
+    (or of the head it has): one label per text (``sequence``) or per position (``tokens``). A
+    head of the same kind already there (an imported RobertaForSequenceClassification's) lends
+    its shape, its dense layer and pooling, but not its weights."""
+    kind = "token_classification" if task == "tokens" else "sequence_classification"
+    shape = spec.head.model_dump(mode="json", include={"transform", "pooling"}, exclude_none=True) \
+        if spec.head is not None and spec.head.kind == kind else {}
     if task == "tokens":
         if pooling:
             raise TfspecError(f"--pooling {pooling}: a token task labels every word, nothing is pooled")
-        head, name = {"kind": "token_classification", "classes": classes, "dropout": dropout}, "tagger"
+        head, name = shape | {"kind": kind, "classes": len(labels), "dropout": dropout}, "tagger"
     else:
-        head, name = {"kind": "sequence_classification", "classes": classes, "pooling": pooling,
-                      "dropout": dropout}, "classifier"
+        head, name = shape | {"kind": kind, "classes": len(labels), "dropout": dropout} | (
+            {"pooling": pooling} if pooling else {}), "classifier"
+    head["labels"] = labels
     data = spec.model_dump(mode="json") | {"name": f"{spec.name}-{name}", "head_transform": False,
                                             "output_bias": False,
                                             "head": {k: v for k, v in head.items() if v is not None}}
@@ -95,7 +101,7 @@ def cmd_finetune(args) -> int:
     run.mkdir(parents=True, exist_ok=True)
     spec, weights, tokenizer = pretrained(args.pretrained, data, run)
     codec = open_codec(tokenizer, spec.vocab)
-    spec = with_head(spec, task, len(names), args.pooling, args.dropout)
+    spec = with_head(spec, task, names, args.pooling, args.dropout)
     torch.manual_seed(args.seed)  # the new head's weights: --seed decides them, not whatever ran before
     model = build_module(spec)
     if weights is not None:

@@ -81,7 +81,8 @@ def register(command) -> None:
                    "exist, or be empty)")
     c.add_argument("--name", help="the spec's name (default: the published name, else DIR's name)")
     c.add_argument("--architecture", metavar="CLASS", help="the transformers class to import as, e.g. BertModel "
-                   "(with the pooler) or BertForMaskedLM (with the masked-LM head); default: config.json's "
+                   "(with the pooler), BertForMaskedLM (with the masked-LM head) or BertForSequenceClassification "
+                   "(with a fine-tuned task head and its labels); default: config.json's "
                    "architectures. Tensors of other heads are left out with a note")
     c.add_argument("--dtype", choices=["auto", "float32", "float16", "bfloat16"], default="auto",
                    help="dtype of the written weights (default auto: the checkpoint's own float type, so a bf16 "

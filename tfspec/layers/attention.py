@@ -73,10 +73,14 @@ class AttentionCore(Sublayer):
     """Queries, keys and values clamped to [-c, c] as they leave their projections, before any
     qk_norm (OLMo-7B-0424's and DBRX's clip_qkv: 8), which bounds them in low precision; None:
     no clamp."""
+    sinks: bool = False
+    """A learned logit per head that joins every query's softmax as one more key with no value
+    (gpt-oss's attention sinks): it takes a share of the attention weight, so the visible keys'
+    weights sum to less than 1 and a head can attend to nothing. Off: weights sum to 1 (§3.2.1)."""
     plain_causal: ClassVar[bool] = False
+    """``visible`` is exactly k <= q, so fused causal kernels apply."""
     op: ClassVar[str] = "attention"
     """The IR op this kind lowers to: what score modifiers ask (``SCORE_MODIFIERS``)."""
-    """``visible`` is exactly k <= q, so fused causal kernels apply."""
     table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
     symbols: ClassVar[dict[str, str]] = {"h": "heads", "g": "kv_heads", "d_k": "d_k", "d_v": "d_v"}
 
@@ -214,6 +218,8 @@ class AttentionCore(Sublayer):
         params |= linear("o", d, h * d_v, s.has_bias("o"))
         if self.score == "additive":
             params["w_score"] = ((h, d_k), "xavier_uniform")
+        if layer.sinks:
+            params["sinks"] = ((h,), "zeros")
         positions = layer.positions if layer.positions.in_attention else None
         params |= qk_norm_params(layer, s)
         params |= layer.positions.definition.attention_params(b, name, layer)  # relative tables, T5's, DeBERTa's

@@ -10,8 +10,9 @@ from tfspec.spec.bounds import Width
 
 from tfspec.layers.base import Sublayer, linear, register
 
-Activation = Literal["relu", "relu2", "gelu", "gelu_tanh", "silu"]
-"""relu2 is squared ReLU, relu(x)^2 (So et al. 2021, Primer; Persimmon-8B, Nemotron-4)."""
+Activation = Literal["relu", "relu2", "gelu", "gelu_tanh", "silu", "quick_gelu"]
+"""relu2 is squared ReLU, relu(x)^2 (So et al. 2021, Primer; Persimmon-8B, Nemotron-4);
+quick_gelu is x sigmoid(1.702 x), GELU's sigmoid approximation (CLIP; gpt-oss's experts' gate)."""
 
 
 @register

@@ -20,6 +20,10 @@ weigh the expert's output, or its input (``input_weighted``: Llama 4).
 ``shared`` experts run on every token beside the routed ones (Qwen2-MoE: one, its output
 scaled by sigmoid(x w_gate) with ``shared_gate``; DeepSeek: ungated). A top-1 router may
 bound the positions of a sequence an expert takes (``capacity``: Switch Transformers).
+gpt-oss biases the router's logits (``router_bias``; softmax over the top_k logits is the
+renormalised softmax over all) and the experts' linear layers (``bias``), and clamps its
+SwiGLU: the gate at most c, the linear branch within [-c, c], shifted by ``glu_shift`` before
+the product (``glu_limit`` 7, ``glu_shift`` 1, gate activation x sigmoid(1.702 x): quick_gelu).
 """
 
 from __future__ import annotations
@@ -49,9 +53,14 @@ class MixtureOfExperts(Sublayer):
     normalize: bool = True
     """Rescale the top_k probabilities to sum to 1 (Mixtral: always; Qwen2-MoE and OLMoE: their
     norm_topk_prob, false by default)."""
-    scoring: Literal["softmax", "sigmoid"] = "softmax"
+    scoring: Literal["softmax", "sigmoid", "sparsemixer"] = "softmax"
     """How the router's logits become scores: softmax over the experts (Mixtral, Qwen2-MoE,
-    OLMoE, DeepSeek-V2) or a sigmoid each (DeepSeek-V3)."""
+    OLMoE, DeepSeek-V2), a sigmoid each (DeepSeek-V3), or SparseMixer's (PhiMoE, Liu et al. 2024,
+    at inference): the top_k experts by logit, the t-th weighted by the softmax over the experts
+    not chosen before it whose logit s is near its own s_t, (s_t - s) / max(|s|, s_t) <= 2 x
+    ``mixer_eps``; no renormalisation (``normalize`` false)."""
+    mixer_eps: Annotated[float, Field(ge=0, le=1e3)] = 0.01
+    """SparseMixer's closeness bound (PhiMoE's router_jitter_noise: 0.01); read by it only."""
     score_bias: bool = False
     """A learned bias per expert added to the scores to choose experts, not to weight them
     (DeepSeek-V3's e_score_correction_bias, a buffer transformers does not count: reports show
@@ -74,8 +83,17 @@ class MixtureOfExperts(Sublayer):
     transformers' SwitchTransformersTop1Router counts it, over the positions of one forward call,
     so a decoding step of one position never reaches it. Top-1 routing only; null: no bound."""
     bias: bool = False
-    """Biases on each routed expert's two linear layers (NLLB-MoE's fc1 and fc2; Mixtral's,
-    Qwen2-MoE's, DeepSeek's and Switch's experts have none). The router never has one."""
+    """Biases on each routed expert's linear layers, the linear branch's too when gated (NLLB-MoE's
+    fc1 and fc2, gpt-oss's; Mixtral's, Qwen2-MoE's, DeepSeek's and Switch's experts have none)."""
+    router_bias: bool = False
+    """A learned bias per expert added to the router's logits, choosing and weighting alike
+    (gpt-oss's router.bias); unlike ``score_bias``, which only chooses."""
+    glu_limit: Annotated[float, Field(gt=0, le=1e6)] | None = None
+    """Gated routed experts only: the gate's pre-activation clamped to at most c and the linear branch
+    to [-c, c] before they multiply (gpt-oss's swiglu_limit: 7); None: no clamp."""
+    glu_shift: Annotated[float, Field(ge=-1e3, le=1e3)] = 0.0
+    """Gated routed experts only: added to the linear branch before the product, act(x W1) * (x W3 + s)
+    (gpt-oss: 1)."""
     d_ff: Width | None = None
     """Inner size of each routed expert; defaults to the spec's d_ff."""
     shared: Annotated[int, Field(ge=0, le=64)] = 0
@@ -105,6 +123,11 @@ class MixtureOfExperts(Sublayer):
         if self.capacity is not None and self.top_k != 1:
             return (f"capacity ({self.capacity}) bounds top-1 routing (Switch Transformers), but top_k is "
                     f"{self.top_k}: set top_k: 1 or drop capacity")
+        if (self.glu_limit is not None or self.glu_shift) and not self.resolved(spec).gated:
+            return "glu_limit and glu_shift shape a gated unit's two branches, but gated is false: drop them"
+        if self.scoring == "sparsemixer" and (self.normalize or self.groups > 1 or self.score_bias):
+            return ("sparsemixer weighs each chosen expert by its own softmax: set normalize: false, groups: 1 "
+                    "and score_bias: false")
         if self.shared_gate and not self.shared:
             return "shared_gate scales the shared experts' output, but shared is 0: set shared: 1 or drop it"
         return self._check_groups()
@@ -133,7 +156,7 @@ class MixtureOfExperts(Sublayer):
 
     def idle(self, params: dict[str, int]) -> int:
         """The routed experts a token does not run: (E - top_k) / E of w_1, w_2, w_3 and the biases."""
-        routed = sum(params.get(role, 0) for role in ("w_1", "w_2", "w_3", "b_1", "b_2"))
+        routed = sum(params.get(role, 0) for role in ("w_1", "w_2", "w_3", "b_1", "b_2", "b_3"))
         return routed * (self.experts - self.top_k) // self.experts
 
     def flops(self, s, dense=False):
@@ -162,7 +185,10 @@ class MixtureOfExperts(Sublayer):
         if layer.gated:
             params["w_3"] = ((e, f, d), "xavier_uniform")
         if layer.bias:
-            params |= {"b_1": ((e, f), "zeros"), "b_2": ((e, d), "zeros")}
+            params |= {"b_1": ((e, f), "zeros"), "b_2": ((e, d), "zeros")} | ({"b_3": ((e, f), "zeros")}
+                                                                             if layer.gated else {})
+        if layer.router_bias:
+            params["b_router"] = ((e,), "zeros")
         if layer.score_bias:
             params["score_bias"] = ((e,), "zeros")
         if layer.shared:
@@ -173,9 +199,10 @@ class MixtureOfExperts(Sublayer):
             if layer.shared_gate:
                 params["w_shared_gate"] = ((1, d), "xavier_uniform")
         attrs = {"experts": e, "top_k": layer.top_k, "normalize": layer.normalize, "d_ff": f,
-                 "scoring": layer.scoring, "groups": layer.groups, "top_groups": layer.top_groups or layer.groups,
-                 "routed_scale": layer.routed_scale, "input_weighted": layer.input_weighted,
-                 "capacity": layer.capacity,
+                 "scoring": layer.scoring, "mixer_eps": layer.mixer_eps, "groups": layer.groups,
+                 "top_groups": layer.top_groups or layer.groups, "routed_scale": layer.routed_scale,
+                 "input_weighted": layer.input_weighted, "capacity": layer.capacity,
                  "balance": layer.balance, "z_loss": layer.z_loss,
-                 "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout}
+                 "activation": layer.activation, "gated": layer.gated, "dropout": s.activation_dropout,
+                 "glu_limit": layer.glu_limit, "glu_shift": layer.glu_shift}
         return b.op(name, "moe", [x], attrs=attrs, params=params, layer=layer)

@@ -3,7 +3,10 @@
 ``head: {kind: sequence_classification, classes: 3}`` gives one distribution over classes per
 input (BERT's ``BertForSequenceClassification``: sentence labels, language identification);
 ``head: {kind: token_classification, classes: 9}`` one per position
-(``BertForTokenClassification``: tagging); ``head: {kind: ctc, alphabet: ...}`` per-frame
+(``BertForTokenClassification``: tagging); ``head: {kind: answer_span}`` the start and end
+logits of an answer at each position (``BertForQuestionAnswering``); a classifier may read a
+dense ``transform`` first (RoBERTa's and DeBERTa's classification heads) and name its
+``labels``; ``head: {kind: ctc, alphabet: ...}`` per-frame
 log-probabilities of labels and a blank (CTC). The ``logits`` port is then (B, classes) or
 (B, S, classes). Each kind is one model with ``kind`` as its tag, ``check(spec)`` for
 cross-field rules and ``lower`` for its IR, so its parameters and FLOPs reach ``tfspec report``
@@ -27,16 +30,40 @@ Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 Classes = Annotated[int, Field(ge=2, le=MAX_VOCAB)]
 
 
+HeadActivation = Literal["tanh", "gelu", "gelu_tanh", "relu", "silu"]
+"""Activations of the task heads' dense layers (RoBERTa's tanh, ELECTRA's and DeBERTa's GELU,
+DistilBERT's ReLU)."""
+
+
+class Transform(SpecModel):
+    """A dense layer act(x W + b), d_model to d_model, between the pooled (or per-position) vector
+    and the classifier: RoBERTa's and ELECTRA's classifier.dense, DeBERTa's ContextPooler,
+    DistilBERT's pre_classifier."""
+
+    activation: HeadActivation
+
+
 class _Classifier(SpecModel):
     classes: Classes
     """How many labels the head tells apart (the width of its logits)."""
     dropout: Probability | None = None
     """Dropout on the classifier's input while training; None: the spec's ``dropout`` (as
     transformers' ``classifier_dropout`` falls back to ``hidden_dropout_prob``)."""
+    transform: Transform | None = None
+    """A dense layer before the classifier (its input dropped out too while training); None: none
+    (BERT's classifier reads the pooler's or the encoder's output directly)."""
+    labels: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = None
+    """The name of each class in id order (transformers' id2label); None: unnamed (LABEL_0, ...)."""
 
     def _classify(self, b: LayerBuilder, x: str, shape: tuple) -> str:
-        """Dropout, then logits = x W^T + b with W (classes, d_model)."""
+        """Dropout, the transform if any (then dropout again), then logits = x W^T + b with W
+        (classes, d_model)."""
         d = b.spec.d_model
+        if self.transform is not None:
+            x = b.wise("head.dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
+            x = b.wise("head.transform", "dense", [x], attrs={"activation": self.transform.activation},
+                       component="head", params={"weight": ((d, d), "xavier_uniform"), "bias": ((d,), "zeros")},
+                       shape=shape[:-1] + (d,))
         x = b.wise("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
         return b.op("classifier", "classifier", [x], attrs={"classes": self.classes}, component="head",
                     params={"weight": ((self.classes, d), "normal:0.02"), "bias": ((self.classes,), "zeros")},
@@ -47,6 +74,10 @@ class _Classifier(SpecModel):
 
     def check(self, spec: Spec) -> tuple[str, str] | None:
         """(field, message) when ``spec`` cannot carry this head."""
+        if self.labels is not None and len(self.labels) != self.classes:
+            return "head.labels", f"{len(self.labels)} labels name {self.classes} classes: give one name per class"
+        if self.labels is not None and len(set(self.labels)) != len(self.labels):
+            return "head.labels", "two classes have one name: each label names one class"
         return None
 
 
@@ -54,24 +85,33 @@ class SequenceClassificationHead(_Classifier):
     """One label per input sequence, from one vector per sequence."""
 
     kind: Literal["sequence_classification"] = "sequence_classification"
+    classes: Annotated[int, Field(ge=1, le=MAX_VOCAB)]
+    """How many labels the head tells apart (the width of its logits); 1: a score (regression)."""
     pooling: Literal["first", "mean"] | None = None
-    """first: the first position through BERT's pooler (needs ``pooler: true``), as
-    BertForSequenceClassification; mean: the mean of the encoder outputs over the non-padded
-    positions (no pooler needed; suits tokenizers that put no [CLS] first). None: first when
-    the spec has a pooler, else mean."""
+    """first: the first position, through BERT's pooler when the spec has one
+    (BertForSequenceClassification), else through the head's ``transform`` (RoBERTa's
+    classifier.dense, DeBERTa's ContextPooler); mean: the mean of the encoder outputs over the
+    non-padded positions (suits tokenizers that put no [CLS] first). None: first when the spec
+    has a pooler, else mean."""
+    problem: Literal["single_label", "multi_label", "regression"] | None = None
+    """What the logits are trained as (transformers' problem_type): a softmax over the classes,
+    a sigmoid per class, or scores; None: as transformers infers it (regression for one class,
+    else single_label). The logits are the same either way."""
 
     def resolved_pooling(self, spec) -> str:
         return self.pooling or ("first" if spec.pooler else "mean")
 
     def check(self, spec: Spec) -> tuple[str, str] | None:
-        if self.resolved_pooling(spec) == "first" and not spec.pooler:
-            return "head", ("pooling 'first' reads BERT's pooler, which this spec lacks: set pooler: true, or "
-                            "pooling: mean")
-        return None
+        if self.resolved_pooling(spec) == "first" and not spec.pooler and self.transform is None:
+            return "head", ("pooling 'first' reads BERT's pooler, which this spec lacks, or a transform of the "
+                            "first position: set pooler: true, a head transform, or pooling: mean")
+        return super().check(spec)
 
     def lower(self, b: LayerBuilder, memory: str, pooled: str | None) -> str:
         if self.resolved_pooling(b.spec) == "mean":
             pooled = b.op("head.mean_pool", "mean_pool", [memory], component="head", shape=("B", b.spec.d_model))
+        elif pooled is None:  # the first position itself, which the transform reads (RoBERTa)
+            pooled = b.op("head.first", "first", [memory], component="head", shape=("B", b.spec.d_model))
         return self._classify(b, pooled, ("B", self.classes))
 
 
@@ -82,6 +122,20 @@ class TokenClassificationHead(_Classifier):
 
     def lower(self, b: LayerBuilder, memory: str, pooled: str | None) -> str:
         return self._classify(b, memory, ("B", "S", self.classes))
+
+
+class AnswerSpanHead(_Classifier):
+    """Extractive question answering: at each position, the logit of the answer span starting
+    there and of it ending there (transformers' *ForQuestionAnswering qa_outputs), logits
+    (B, S, 2): start, then end."""
+
+    kind: Literal["answer_span"] = "answer_span"
+    classes: Literal[2] = 2
+    """Start and end."""
+    labels: None = None
+
+    def lower(self, b: LayerBuilder, memory: str, pooled: str | None) -> str:
+        return self._classify(b, memory, ("B", "S", 2))
 
 
 class CtcHead(SpecModel):
@@ -127,5 +181,6 @@ class CtcHead(SpecModel):
         return logits
 
 
-Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead, CtcHead], Field(discriminator="kind")]
+Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead, AnswerSpanHead, CtcHead],
+                 Field(discriminator="kind")]
 """Every head kind, told apart by ``kind``."""

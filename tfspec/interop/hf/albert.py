@@ -46,7 +46,7 @@ class Albert(Bert):
     mapped = Bert.mapped + ("embedding_size", "num_hidden_groups", "inner_group_num", "bos_token_id",
                             "eos_token_id")
     ignored = {k: v for k, v in Bert.ignored.items() if k not in ("bos_token_id", "eos_token_id")} | {
-        "classifier_dropout_prob": "classification heads tfspec does not import"}
+        "classifier_dropout_prob": "dropout of a task head's input: training only"}
     required = Bert.required | {key: (value,) for key, value in LEFTOVERS.items()}
     vocab_default = DEFAULTS["vocab_size"]
 

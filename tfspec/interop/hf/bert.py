@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
+from tfspec.interop.hf.task_heads import Pooled
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
                                       register, repeated_layer)
 
@@ -43,6 +44,7 @@ class Bert(Family):
                                "left over from the TensorFlow release; transformers' BERT reads none of them")}
     vocab_default = 30522
     """The configuration class's vocab_size, for a config.json that leaves it out."""
+    task_heads = Pooled()
 
     def spec_data(self, source: Source) -> dict:
         source = replace(source, config=self.defaults | source.config)

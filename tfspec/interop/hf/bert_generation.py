@@ -21,6 +21,7 @@ class BertGeneration(Bert):
     title = "BertGeneration"
     architectures = {"BertGenerationEncoder": ""}
     export_architecture = "BertGenerationEncoder"
+    task_heads = None
     mapped = tuple(key for key in Bert.mapped if key != "type_vocab_size") + ("bos_token_id", "eos_token_id")
     ignored = {key: why for key, why in Bert.ignored.items() if key not in ("bos_token_id", "eos_token_id")}
     vocab_default = 50358

@@ -32,6 +32,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import _dense
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, flag, norm_rules,
                                       number, register, repeated_layer)
+from tfspec.interop.hf.task_heads import Pooled
 
 TERMS = ("c2p", "p2c")
 """pos_att_type's terms, in the order specs list them."""
@@ -58,10 +59,12 @@ class DebertaV2(Family):
               "position_biased_input", "pos_att_type", "position_buckets", "norm_rel_ebd", "share_att_key", "legacy",
               "embedding_size", "attention_head_size")
     required = {"tie_word_embeddings": (True,), "conv_kernel_size": (0,)}
+    task_heads = Pooled(dense="pooler.dense", activation="gelu", configured=True, base_pooler=False)
     free = Family.free + ("vocab.bos_id", "vocab.eos_id")
     ignored = {**dict.fromkeys(("bos_token_id", "eos_token_id"), "DeBERTa's computation reads no bos/eos id"),
-               **dict.fromkeys(("pooler_hidden_size", "pooler_dropout", "pooler_hidden_act"),
-                               "the ContextPooler of classification heads tfspec does not import"),
+               **dict.fromkeys(("pooler_hidden_size", "pooler_hidden_act"), "read by the ContextPooler of "
+                               "DebertaV2ForSequenceClassification only (task_heads.py)"),
+               "pooler_dropout": "dropout of the ContextPooler's input: training only",
                **dict.fromkeys(("conv_groups", "conv_act"), "read only with conv_kernel_size, which tfspec refuses")}
 
     def spec_data(self, source: Source) -> dict:

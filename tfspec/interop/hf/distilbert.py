@@ -19,6 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import Bert, _dense
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, norm_rules, number,
                                       register, repeated_layer)
+from tfspec.interop.hf.task_heads import Pooled
 
 NORM_EPS = 1e-12
 """The eps of every DistilBERT LayerNorm, written into transformers' code."""
@@ -35,9 +36,9 @@ class DistilBert(Bert):
     mapped = ("vocab_size", "dim", "n_layers", "n_heads", "hidden_dim", "activation", "dropout", "attention_dropout",
               "max_position_embeddings", "sinusoidal_pos_embds", "pad_token_id")
     required = {"tie_word_embeddings": (True,)}
+    task_heads = Pooled(dense="pre_classifier", activation="relu", base_pooler=False)
     ignored = {**{key: Bert.ignored[key] for key in ("bos_token_id", "eos_token_id")},
-               **dict.fromkeys(("qa_dropout", "seq_classif_dropout"), "dropout of classification heads tfspec does "
-                                                                      "not import"),
+               **dict.fromkeys(("qa_dropout", "seq_classif_dropout"), "dropout of task heads: training only"),
                "tie_weights_": "left over from older transformers (distilbert-base-uncased's config), which tied the "
                                "output as tie_word_embeddings now says"}
 

@@ -27,6 +27,7 @@ from dataclasses import replace
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import Bert, _dense
 from tfspec.interop.hf.family import Family, Rule, Source, _show, norm_rules, number, register
+from tfspec.interop.hf.task_heads import Pooled
 
 DEFAULTS = {"embedding_size": 128, "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 1024}
 """ElectraConfig's values where they differ from BertConfig's (electra-small-discriminator's)."""
@@ -41,6 +42,8 @@ class Electra(Bert):
     masked_lm = "ElectraForMaskedLM"
     heads = ("generator_predictions.", "generator_lm_head.", "discriminator_predictions.")
     mapped = Bert.mapped + ("embedding_size",)
+    task_heads = Pooled(classifier="classifier.out_proj", dense="classifier.dense", activation="gelu",
+                        base_pooler=False)
 
     def spec_data(self, source: Source) -> dict:
         source = replace(source, config=DEFAULTS | source.config)

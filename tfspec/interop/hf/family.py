@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from tfspec.errors import TfspecError
+
+if TYPE_CHECKING:
+    from tfspec.interop.hf.task_heads import Pooled
 
 FAMILIES: dict[str, type[Family]] = {}
 
@@ -34,8 +37,11 @@ COMMON_IGNORED = {
                      "attn_implementation", "output_past", "xla_device", "tie_encoder_decoder"),
                     "how transformers runs the model (outputs, caching, memory), not what it computes"),
     "tf_legacy_loss": "the loss of transformers 4's TensorFlow models: training only",
-    **dict.fromkeys(("id2label", "label2id", "num_labels", "problem_type", "finetuning_task", "classifier_dropout",
-                     "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+    **dict.fromkeys(("id2label", "label2id", "num_labels", "problem_type"), "the labels of a task head, which a "
+                    "*ForSequenceClassification, *ForTokenClassification or *ForQuestionAnswering import reads"),
+    "classifier_dropout": "dropout of a task head's input: training only",
+    "finetuning_task": "the name of the task a head was fine-tuned on: bookkeeping",
+    **dict.fromkeys(("summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
                      "summary_first_dropout", "summary_last_dropout"), "classification heads tfspec does not import"),
     **dict.fromkeys(("tokenizer_class", "prefix", "sep_token_id", "decoder_start_token_id", "task_specific_params",
                      "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
@@ -90,7 +96,11 @@ class Rule:
     per_head is g = h); ``stack``: the IR tensor is the checkpoint tensors, one per expert,
     stacked along a new first axis (a mixture of experts' (E, f, d) ``w_1`` from Mixtral's
     ``experts.{j}.w1``: transformers 5 fuses the experts when it loads them and saves them
-    apart again)."""
+    apart again); ``interleave``: the IR tensor is block ``part`` of two whose columns
+    alternate along the checkpoint tensor's last axis, a 3-D one's matrices stored (in, out)
+    (gpt-oss's gate_up_proj (E, d, 2f), gate then linear branch column by column, and its bias);
+    export interleaves the two rules' tensors back in the rules' order. ``transpose`` swaps
+    the last two axes (a stack of experts' matrices stored (in, out): gpt-oss's down_proj)."""
 
     ir: str
     hf: tuple[str, ...]
@@ -113,7 +123,10 @@ class Rule:
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
         if self.layout == "transpose":
-            return {self.hf[0]: tuple(reversed(shape))}
+            return {self.hf[0]: (*shape[:-2], shape[-1], shape[-2])}
+        if self.layout == "interleave":
+            stored = (*shape[:-2], shape[-1], shape[-2]) if len(shape) == 3 else tuple(shape)
+            return {self.hf[0]: (*stored[:-1], 2 * stored[-1])}
         if self.layout == "row":
             return {self.hf[0]: (1, *shape)}
         if self.layout == "concat":
@@ -137,8 +150,11 @@ class Rule:
             return np.split(parts[0], np.cumsum(self.rows)[:-1], axis=self.axis)[self.part]
         if self.layout == "stack":
             return np.stack(parts)
+        if self.layout == "interleave":
+            block = parts[0][..., self.part::2]
+            return np.swapaxes(block, -1, -2) if block.ndim == 3 else block
         if self.layout in ("transpose", "row"):
-            return parts[0].T if self.layout == "transpose" else parts[0][0]
+            return np.swapaxes(parts[0], -1, -2) if self.layout == "transpose" else parts[0][0]
         return np.concatenate(parts) if self.layout == "concat" else parts[0]
 
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
@@ -148,8 +164,10 @@ class Rule:
             return {self.hf[0]: _group(value, self.heads, self.kv_heads)}
         if self.layout == "plus_one":
             return {self.hf[0]: value - 1}
+        if self.layout == "interleave":
+            return {self.hf[0]: np.swapaxes(value, -1, -2) if value.ndim == 3 else value}
         if self.layout in ("transpose", "row"):
-            return {self.hf[0]: value.T if self.layout == "transpose" else value[None]}
+            return {self.hf[0]: np.swapaxes(value, -1, -2) if self.layout == "transpose" else value[None]}
         if self.layout == "concat":
             return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
         if self.layout == "stack":
@@ -212,6 +230,10 @@ class Family:
     """Whether ``config`` describes stacks whose layers differ (SmolLM3's layers without
     positions among rotary ones); other families' configurations repeat one layer, and
     ``export --format hf`` refuses them a stack of groups of different blocks."""
+    task_heads: ClassVar[Pooled | None] = None
+    """How the family's *ForSequenceClassification reads the first position, which gives it its
+    *ForSequenceClassification, *ForTokenClassification and *ForQuestionAnswering
+    (``task_heads.py``); None: no task classes (decoders, BertGeneration)."""
     export_rank: ClassVar[int] = 0
     """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
     class (a family few people load ranks 1), then the first by model type."""
@@ -259,9 +281,13 @@ class Family:
 
 
 def register(cls: type[Family]) -> type[Family]:
+    """Class decorator: file ``cls`` under its model type, with its task classes where it has
+    some (``task_heads.with_task_heads``); returns ``cls`` itself, for families that extend it."""
+    from tfspec.interop.hf.task_heads import with_task_heads  # it builds on this module
+
     if cls.model_type in FAMILIES:
         raise ValueError(f"family {cls.model_type!r} registered twice")
-    FAMILIES[cls.model_type] = cls
+    FAMILIES[cls.model_type] = with_task_heads(cls)
     return cls
 
 

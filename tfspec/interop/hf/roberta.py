@@ -23,6 +23,7 @@ from __future__ import annotations
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import Bert, _dense
 from tfspec.interop.hf.family import Rule, Source, _show, norm_rules, number, register
+from tfspec.interop.hf.task_heads import Pooled
 
 @register
 class Roberta(Bert):
@@ -35,6 +36,7 @@ class Roberta(Bert):
     mapped = Bert.mapped + ("bos_token_id", "eos_token_id")
     ignored = {key: why for key, why in Bert.ignored.items() if key not in ("bos_token_id", "eos_token_id")}
     vocab_default = 50265
+    task_heads = Pooled(classifier="classifier.out_proj", dense="classifier.dense")
 
     def spec_data(self, source: Source) -> dict:
         data = super().spec_data(source)

@@ -1,0 +1,85 @@
+"""PhiMoE (``model_type: phimoe``): transformers' PhimoeForCausalLM and PhimoeModel as tfspec specs
+(microsoft/Phi-3.5-MoE-instruct).
+
+Mixtral (``mixtral.py``: grouped-query attention, rotary positions, every feed-forward layer a
+mixture of ``num_local_experts`` SwiGLU experts stored apart, ``block_sparse_moe.experts.{j}``)
+with these differences:
+
+- LayerNorms with a shift (``input_layernorm``, ``post_attention_layernorm``, ``norm``), at
+  ``rms_norm_eps`` despite the name;
+- biased q, k, v and o projections with ``attention_bias`` (Phi-3.5-MoE: true), a biased output
+  projection with ``lm_head_bias``;
+- SparseMixer routing (the ``moe``'s ``scoring: sparsemixer``): the two experts with the highest
+  logits, each weighted by the softmax over the experts near it (within 2 x router_jitter_noise,
+  the ``mixer_eps``, relative to its logit) that were not chosen before it, no renormalisation.
+  transformers routes to two experts whatever ``num_experts_per_tok`` says, so another value is
+  refused. Training alone samples the experts (Gumbel noise) and jitters the input
+  (``input_jitter_noise``); inference, what tfspec computes, does neither.
+
+Refused by name, besides Mixtral's refusals: rope types other than default (Phi-3.5-MoE's longrope
+with short_mscale and long_mscale: transformers' PhiMoE recomputes its frequencies per call in a
+way of its own, which tfspec does not reproduce). Defaults are PhimoeConfig's (Phi-3.5-MoE's shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tfspec.errors import TfspecError
+from tfspec.interop.hf.family import Rule, Source, flag, number, register
+from tfspec.interop.hf.llama import Llama
+from tfspec.interop.hf.mixtral import MOE_IGNORED, Mixtral, first_moe
+from tfspec.interop.hf.stablelm import with_shifts
+
+ROUTED = 2
+"""Experts transformers' sparsemixer picks per token, whatever the configuration says."""
+
+
+@register
+class Phimoe(Mixtral):
+    model_type = "phimoe"
+    title = "PhiMoE"
+    architectures = {"PhimoeForCausalLM": "model.", "PhimoeModel": ""}
+    export_architecture = "PhimoeForCausalLM"
+    mapped = Mixtral.mapped + ("attention_bias", "lm_head_bias", "router_jitter_noise")
+    ignored = Llama.ignored | MOE_IGNORED | {
+        "input_jitter_noise": "multiplies a layer's input by random noise while training only"}
+    renormalises = False
+    rope_types = ("default",)
+    routing = {"scoring": "sparsemixer", "score_bias": False, "groups": 1, "routed_scale": 1.0}
+    defaults = {"vocab_size": 32064, "intermediate_size": 6400, "num_key_value_heads": 8,
+                "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "bos_token_id": 1,
+                "eos_token_id": 2, "num_local_experts": 16, "num_experts_per_tok": 2, "router_jitter_noise": 0.01}
+    """PhimoeConfig's values where Llama's differ (those ``spec_data`` falls back on)."""
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = self.defaults | source.config, source.where
+        flag(c, "lm_head_bias", where)
+        data = super().spec_data(replace(source, config=c))
+        return data | {"norm_type": "layer",
+                       "output_bias": bool(c.get("lm_head_bias", False)) and source.architecture.endswith("ForCausalLM")}
+
+    def _biases(self, c: dict) -> dict:
+        return Llama._biases(self, {"attention_bias": c.get("attention_bias", False)})
+
+    def _moe(self, c: dict, where: str) -> dict:
+        moe = super()._moe(c, where)
+        if moe["top_k"] != ROUTED:
+            raise TfspecError(f"{where}: num_experts_per_tok: {moe['top_k']} is not supported; transformers' "
+                              f"{self.title} routes every token to {ROUTED} experts (sparsemixer) whatever it says")
+        eps = number(c, "router_jitter_noise", where, float)
+        if eps < 0:
+            raise TfspecError(f"{where}: router_jitter_noise must be at least 0, got {eps}")
+        return moe | {"scoring": "sparsemixer", "mixer_eps": eps}
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        """Mixtral's, with each norm's shift, and the output's bias."""
+        rules = with_shifts(super().rules(spec, architecture))
+        return rules + ([Rule("output.bias", ("lm_head.bias",))] if spec.output_bias else [])
+
+    def dropped(self, architecture: str) -> dict[str, str]:
+        return super().dropped(architecture) | {"lm_head.bias": "the output projection's bias (PhimoeModel has none)"}
+
+    def config(self, spec) -> dict:
+        return super().config(spec) | {"attention_bias": spec.has_bias("q"), "lm_head_bias": spec.output_bias,
+                                       "router_jitter_noise": first_moe(spec).mixer_eps}
