@@ -22,8 +22,13 @@ last axis."""
 class Builder:
     """Collects nodes, initializers, inputs and outputs of one ONNX graph."""
 
-    def __init__(self, name: str, opset: int, dtype: str, weights: dict[str, np.ndarray]):
+    def __init__(self, name: str, opset: int, dtype: str, weights: dict[str, np.ndarray], quant=None, sink=None):
         self.name, self.opset, self.dtype = name, opset, dtype
+        self.quant = quant
+        """``int4.Int4``: projections as MatMulNBits and quantised tables; None: float weights."""
+        self.sink = sink
+        """``external.ExternalData``: initializers written to one data file as they are made
+        (the proto holds references only); None: initializers held in the proto."""
         self.np_dtype = np.dtype(dtype)
         self.elem_type = FLOAT_TYPES[dtype]
         self.weights = weights
@@ -77,9 +82,30 @@ class Builder:
 
     def param(self, name: str) -> str:
         """The IR parameter ``name`` as an initializer in the graph's float type (once)."""
+        return self.stored(name, lambda: self.weights[name].astype(self.np_dtype, copy=False))
+
+    def stored(self, name: str, make) -> str:
+        """Initializer ``name`` holding ``make()``, made only if neither this graph nor (with a
+        sink) an earlier graph writing the same data file holds it already."""
         if name not in self.initializers:
-            self.initializers[name] = numpy_helper.from_array(self.weights[name].astype(self.np_dtype), name)
+            if self.sink is not None:
+                self.initializers[name] = self.sink.tensor(name, make)
+            else:
+                self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(make()), name)
         return name
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of IR parameter ``name``, without reading a lazily read one."""
+        shapes = getattr(self.weights, "shapes", None)
+        return tuple(shapes[name]) if shapes is not None else self.weights[name].shape
+
+    def gather(self, table: str, ids: str) -> str:
+        """Rows ``ids`` of the embedding ``table`` (quantised with ``quant``)."""
+        if self.quant is not None and len(self.shape(table)) == 2:
+            from .int4 import gather
+
+            return gather(self, table, ids)
+        return self.op("Gather", self.param(table), ids)
 
     def input(self, name: str, shape, elem_type=None) -> str:
         self.inputs.append(helper.make_tensor_value_info(name, elem_type or self.elem_type, shape))
@@ -121,12 +147,19 @@ class Builder:
         return model
 
     # Helpers used by several lowerings.
-    def linear(self, x: str, weight: str, bias: str | None = None) -> str:
+    def linear(self, x: str, weight: str, bias: str | None = None, table: bool = False) -> str:
         """x W^T + b with W in PyTorch's (out, in) layout, as a 2-D Gemm with transB: about
         1.5x faster decoding in onnxruntime's CPU kernels than MatMul on a transposed weight.
-        A flat ``x`` gives a flat result; a (B, L, in) one is reshaped in and out."""
-        out, features = self.weights[weight].shape
-        y = self.op("Gemm", self.rows(x, features), self.param(weight), self.param(bias) if bias else None, transB=1)
+        A flat ``x`` gives a flat result; a (B, L, in) one is reshaped in and out. With
+        ``quant``, MatMulNBits (``int4``), at the tables' bits for the output projection (``table``)."""
+        out, features = self.shape(weight)
+        if self.quant is not None:
+            from .int4 import matmul_nbits
+
+            y = matmul_nbits(self, self.rows(x, features), weight, bias, table)
+        else:
+            y = self.op("Gemm", self.rows(x, features), self.param(weight), self.param(bias) if bias else None,
+                        transB=1)
         self.flat.add(y)
         return y if x in self.flat else self.sequence(y, out)
 

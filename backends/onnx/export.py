@@ -91,10 +91,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     directory.mkdir(parents=True, exist_ok=True)
     weights = {name: p.detach().cpu().float().numpy() for name, p in model.named_parameters()}
     dtype = "float16" if fp16 else "float32"
-    export_id = uuid.uuid4().hex
-    manifest = {"format": FORMAT, "tfspec_version": __version__, "export_id": export_id, "name": spec.name,
-                "opset": opset, "dtype": dtype, "vocab": spec.vocab.model_dump(mode="json"),
-                "spec": spec.model_dump(mode="json"), "position_limit": spec.positional.limit, "graphs": {}}
+    manifest = new_manifest(spec, opset, dtype)
     if generate and "tgt" not in graph.ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     if shortlist and not {"src", "tgt"} <= set(graph.ports):
@@ -102,9 +99,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                           "maps source tokens to target candidates")
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
-    metadata = lambda kind: {"tfspec.version": __version__, "tfspec.format": str(FORMAT),  # noqa: E731
-                             "tfspec.graph": kind, "tfspec.export_id": export_id,
-                             "tfspec.spec": json.dumps(manifest["spec"]), "tfspec.vocab": json.dumps(manifest["vocab"])}
+    metadata = lambda kind: graph_metadata(manifest, kind)  # noqa: E731
     try:
         kinds = graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else [])
         for kind in kinds + (["decoder_inplace"] if fused and "decoder" in kinds else []):
@@ -144,12 +139,28 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     return result
 
 
+def new_manifest(spec, opset: int, dtype: str) -> dict:
+    """The manifest of a new export, before its graphs are listed."""
+    return {"format": FORMAT, "tfspec_version": __version__, "export_id": uuid.uuid4().hex, "name": spec.name,
+            "opset": opset, "dtype": dtype, "vocab": spec.vocab.model_dump(mode="json"),
+            "spec": spec.model_dump(mode="json"), "position_limit": spec.positional.limit, "graphs": {}}
+
+
+def graph_metadata(manifest: dict, kind: str) -> dict[str, str]:
+    """What every graph of the export carries, so a graph moved between directories is recognised."""
+    return {"tfspec.version": __version__, "tfspec.format": str(FORMAT), "tfspec.graph": kind,
+            "tfspec.export_id": manifest["export_id"], "tfspec.spec": json.dumps(manifest["spec"]),
+            "tfspec.vocab": json.dumps(manifest["vocab"])}
+
+
 def write_generate(directory: Path, manifest: dict, metadata: dict[str, str]) -> str:
     """Compose generate.onnx from the directory's encoder and step graphs (float or quantised),
     check it with onnx.checker and return its file name."""
     graphs = manifest["graphs"]
-    encoder = onnx.load(str(directory / graphs["encoder"])).graph if "encoder" in graphs else None
-    step = onnx.load(str(directory / graphs["decoder"])).graph
+    external = manifest.get("weights") is not None  # one shared data file: referenced, never loaded
+    load = lambda kind: onnx.load(str(directory / graphs[kind]), load_external_data=not external).graph  # noqa: E731
+    encoder = load("encoder") if "encoder" in graphs else None
+    step = load("decoder")
     proto = compose(spec_from_data(manifest["spec"], MANIFEST), encoder, step, manifest["opset"], metadata)
     path = directory / "generate.onnx"
     save_graph(proto, path)

@@ -33,6 +33,7 @@ from tfspec import __version__
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import eos_token_id
 from tfspec.ir import Graph
+from tfspec.registry import discover
 
 from .builder import Builder
 from .export import Exported, publish, save_graph
@@ -101,11 +102,13 @@ class GenaiEmit(Emit):
 
 
 def emit_genai(graph: Graph, weights: dict[str, np.ndarray], opset: int = 18, dtype: str = "float32",
-               metadata: dict[str, str] | None = None) -> onnx.ModelProto:
-    """The genai step graph of ``graph`` (see the module docstring) with ``weights``."""
+               metadata: dict[str, str] | None = None, quant=None, sink=None) -> onnx.ModelProto:
+    """The genai step graph of ``graph`` (see the module docstring) with ``weights``, quantised
+    with ``quant``, its initializers written to ``sink`` (as ``graphs.emit``)."""
     if reason := refusal(graph):
         raise TfspecError(reason)
-    ports, b = graph.ports, Builder(f"{graph.name}.genai", opset, dtype, weights)
+    discover(__package__)  # the lowerings register themselves (as ``graphs.emit``)
+    ports, b = graph.ports, Builder(f"{graph.name}.genai", opset, dtype, weights, quant, sink)
     e = GenaiEmit(graph, b)
     env: dict[str, str] = {}
     needed = graph.needed({ports["tgt"]}, [ports["logits"]])

@@ -103,8 +103,10 @@ def compose(spec, encoder: onnx.GraphProto | None, step: onnx.GraphProto, opset:
                helper.make_tensor_value_info("sequences_lengths", TensorProto.INT64, ["batch"])]
     graph = helper.make_graph(b.nodes, b.name, inputs, outputs, list(b.initializers.values()))
     _dedupe(graph)
-    model = helper.make_model(graph,
-                              opset_imports=[helper.make_opsetid("", opset)], producer_name="tfspec", ir_version=10)
+    domains = sorted({n.domain for n in step.node if n.domain} | {n.domain for n in (encoder.node if encoder else [])
+                                                                 if n.domain})  # int4's MatMulNBits
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]
+                              + [helper.make_opsetid(d, 1) for d in domains], producer_name="tfspec", ir_version=10)
     helper.set_model_props(model, metadata or {})
     return model
 
@@ -234,7 +236,10 @@ def _dedupe(graph: onnx.GraphProto, outer: dict[str, str] | None = None) -> None
     alias = dict(outer or {})
     kept = []
     for tensor in graph.initializer:
-        key = (tensor.data_type, tuple(tensor.dims), tensor.raw_data or numpy_helper.to_array(tensor).tobytes())
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:  # a streamed export's: equal where it points
+            key = (tensor.data_type, tuple(tensor.dims), tuple((e.key, e.value) for e in tensor.external_data))
+        else:
+            key = (tensor.data_type, tuple(tensor.dims), tensor.raw_data or numpy_helper.to_array(tensor).tobytes())
         if key in seen:
             alias[tensor.name] = seen[key]
             continue

@@ -242,11 +242,12 @@ class Emit:
 
 
 def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 18,
-         dtype: str = "float32", metadata: dict[str, str] | None = None) -> onnx.ModelProto:
+         dtype: str = "float32", metadata: dict[str, str] | None = None, quant=None, sink=None) -> onnx.ModelProto:
     """The ONNX graph ``kind`` (see the module docstring) of ``graph`` with ``weights``
-    (IR parameter name -> array)."""
+    (IR parameter name -> array, or a mapping that reads them lazily), quantised with
+    ``quant`` (``int4.Int4``), its initializers written to ``sink`` (``external.ExternalData``)."""
     discover(__package__)  # every module of the backend registers its lowerings: a new op is one file
-    ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights)
+    ports, b = graph.ports, Builder(f"{graph.name}.{kind}", opset, dtype, weights, quant, sink)
     static, shortlist, inplace = (kind == f"decoder_{k}" for k in ("static", "shortlist", "inplace"))
     if static or shortlist or inplace:
         kind = "decoder"

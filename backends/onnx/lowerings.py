@@ -26,7 +26,7 @@ lowering = registrar(LOWERINGS, "ONNX lowerings for IR op")
 
 @lowering("embedding")
 def embedding(e, node: Node, tokens: str) -> str:
-    x = e.b.op("Gather", e.b.param(node.params["weight"]), tokens)
+    x = e.b.gather(node.params["weight"], tokens)
     scale = node.attrs["scale"]
     return e.b.op("Mul", x, e.b.const(scale)) if scale != 1.0 else x
 
@@ -200,7 +200,7 @@ def projection(e, node: Node, x: str) -> str:
     """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5):
     flat (B * L, vocab) logits; in step graphs (B, vocab), the last position's only, or the
     shortlist's candidates' only (B, n) in the shortlist step graph (``Emit.shortlisted``)."""
-    b, d = e.b, e.b.weights[node.params["weight"]].shape[1]
+    b, d = e.b, e.b.shape(node.params["weight"])[1]
     if e.kind == "step":  # only the next token's distribution is wanted: (B, d) rows
         last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
         x = b.op("Reshape", last, b.ints(-1, d))
@@ -208,7 +208,7 @@ def projection(e, node: Node, x: str) -> str:
     if node.attrs["scale"] != 1.0:
         x = b.op("Mul", x, b.const(node.attrs["scale"]))
     weight, bias = node.params["weight"], node.params.get("bias")
-    logits = b.linear(x, weight, bias) if e.shortlist is None else e.shortlisted(x, weight, bias)
+    logits = b.linear(x, weight, bias, table=True) if e.shortlist is None else e.shortlisted(x, weight, bias)
     if (cap := node.attrs.get("softcap")) is None:
         return logits
     return b.op("Mul", b.op("Tanh", b.op("Div", logits, b.const(float(cap)))), b.const(float(cap)))  # Gemma 2

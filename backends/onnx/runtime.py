@@ -108,7 +108,7 @@ class OnnxModel:
         warn_if_both_runtimes()
         self._wanted, self._options = providers(device), session_options(threads)
         wanted = self._wanted
-        self.sessions = {}
+        self.sessions = _Sessions(self)
         self.graphs = False
         """Whether the static step graph's session captures CUDA graphs."""
         for kind in self.manifest["graphs"]:
@@ -116,6 +116,9 @@ class OnnxModel:
                 continue  # opened when asked for (static_session): CPU decoding keeps the growing cache
             if kind in ("generate", "decoder_shortlist"):
                 continue  # opened when asked for (generate_session, decoder(shortlist=True))
+            if kind == "model" and "decoder" in self.manifest["graphs"] and "weights" in self.manifest:
+                continue  # a streamed export's full-sequence graph: opened when run (``_Sessions``), so that
+                # decoding holds one session's copy of the weights, not two
             if kind == "decoder_inplace" and wanted[0] != "CPUExecutionProvider":
                 continue  # GroupQueryAttention in float32 is onnxruntime's CPU kernel only
             self._open(kind, capture=kind == "decoder_static" and cuda_graphs)
@@ -239,6 +242,20 @@ class OnnxModel:
         session = session or _session(path, self._options, self._wanted)
         _check_metadata(path, session, self.manifest, kind)
         self.sessions[kind] = session
+
+
+class _Sessions(dict):
+    """Graph kind -> session; a graph of the manifest not opened yet opens when first asked for."""
+
+    def __init__(self, model: OnnxModel):
+        super().__init__()
+        self.model = model
+
+    def __missing__(self, kind: str):
+        if kind not in self.model.manifest["graphs"]:
+            raise KeyError(kind)
+        self.model._open(kind)
+        return self[kind]
 
 
 def _session(path: Path, options, wanted: list):

@@ -25,8 +25,8 @@ def cmd_export(args) -> int:
     if args.tokenizer is not None:
         _check_tokenizer(args, spec, home)
     if args.format == "hf":
-        if args.opset is not None or args.int8 or args.static_cache or args.generate or args.fused:
-            flag = ("--opset" if args.opset is not None else "--int8" if args.int8 else
+        if args.opset is not None or args.int8 or args.int4 or args.static_cache or args.generate or args.fused:
+            flag = ("--opset" if args.opset is not None else "--int8" if args.int8 else "--int4" if args.int4 else
                     "--static-cache" if args.static_cache else "--generate" if args.generate else "--fused")
             raise TfspecError(f"{flag} applies to --format onnx; a Hugging Face checkpoint keeps float weights "
                               "and has no graphs")
@@ -46,18 +46,30 @@ def cmd_export(args) -> int:
         raise TfspecError(reason)  # before building (and loading) the model
     if args.generate and "tgt" not in build_graph(spec).ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
+    from tfspec.cli.stream import choose_route, export_stream, int4_options
+
+    quant = int4_options(args)
+    stream, need = choose_route(args, spec, quant)
+    started = time.perf_counter()
+    if stream:
+        result, result.checks = export_stream(args, spec, quant, need)
+        return _report(args, spec, home, result, started)
     model = model_to_export(spec, args)
     shortlist = _shortlist(args, spec, home) if args.shortlist is not None else None
-    started = time.perf_counter()
     if args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
     else:
         result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
                         int8=args.int8, static_cache=args.static_cache, generate=args.generate, shortlist=shortlist,
                         fused=args.fused)
+    return _report(args, spec, home, result, started)
+
+
+def _report(args, spec, home, result, started: float) -> int:
+    """Print what was written, the tokenizer copied and the checks; the exit status."""
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
-          f"{'float16' if args.fp16 else 'float32'}); onnx.checker: ok")
+          f"{'float16' if args.fp16 else 'float32'}{', int4 weights' if args.int4 else ''}); onnx.checker: ok")
     if result.in_place_cache:
         print(f"note: in-place cache {result.in_place_cache}; decoding uses the standard step graph")
     copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format == "onnx")
@@ -69,6 +81,9 @@ def cmd_export(args) -> int:
               "onnxruntime_genai loads the model; feed token ids with Generator.append_tokens")
     if args.no_check:
         return 0
+    if args.int4:
+        print("parity: the int4 graphs against PyTorch holding the same int4 weights (tolerance relative to the "
+              "largest logit), and against float32 (the quantisation error)")
     print("parity with the PyTorch backend (onnxruntime CPU" + (", fed as onnxruntime-genai feeds it):"
                                                                if args.format == "genai" else "):"))
     for check in result.checks:
@@ -306,6 +321,25 @@ def register(command) -> None:
                         "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md); "
                         "float32 parity is checked first, then greedy "
                         "agreement with float32 is reported")
+    c.add_argument("--int4", action="store_true",
+                   help="ONNX and genai: 4-bit weights for every projection (onnxruntime's MatMulNBits, blocks along "
+                        "the input dimension; 1/8 of float32's bytes, so faster where decoding is bound by memory), "
+                        "quantised tensor by tensor while streaming (a bf16 checkpoint never becomes float32 in "
+                        "full); checked against PyTorch holding the same int4 weights and against float32")
+    c.add_argument("--int4-block", type=int, choices=[32, 64, 128], default=32, metavar="N",
+                   help="with --int4: values per scale, 32, 64 or 128 (default 32: smallest error)")
+    c.add_argument("--int4-zero-points", action="store_true",
+                   help="with --int4: a 4-bit zero point per block (asymmetric) instead of symmetric blocks")
+    c.add_argument("--int4-embeddings", choices=["int8", "int4"], default="int8",
+                   help="with --int4: bits of the token embedding table and the output projection, in symmetric "
+                        "blocks (default int8: they take the largest share of the 4-bit error)")
+    c.add_argument("--int4-calibrate", type=Path, metavar="FILE",
+                   help="with --int4: activation-aware scales (AWQ-style) from the model run on FILE's lines of "
+                        "text, instead of rounding to nearest (models whose float32 form fits in memory)")
+    c.add_argument("--stream", action="store_true",
+                   help="ONNX and genai: write the weights one tensor at a time from SPEC's safetensors into one "
+                        "external data file (model.onnx.data), never the whole model in memory; chosen by itself "
+                        "with --int4 and when the float32 model would not fit")
     c.add_argument("--static-cache", action="store_true",
                    help="ONNX: also write decoder_static.onnx, a decoding step over a preallocated cache whose shapes "
                         "never change, which onnxruntime's CUDA provider captures as CUDA graphs (one launch per step "

@@ -83,8 +83,10 @@ def register(command) -> None:
     c.add_argument("--architecture", metavar="CLASS", help="the transformers class to import as, e.g. BertModel "
                    "(with the pooler) or BertForMaskedLM (with the masked-LM head); default: config.json's "
                    "architectures. Tensors of other heads are left out with a note")
-    c.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
-                   help="dtype of the written weights (default float32, whatever the checkpoint holds)")
+    c.add_argument("--dtype", choices=["auto", "float32", "float16", "bfloat16"], default="auto",
+                   help="dtype of the written weights (default auto: the checkpoint's own float type, so a bf16 "
+                        "7B checkpoint stays 13 GiB instead of becoming a 27 GiB float32 copy; float32 where its "
+                        "tensors mix types or are pickled)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--verbose", action="store_true", help="also list the config.json fields read as not changing "
                    "the computation (bookkeeping, generation settings, fields transformers' class does not read), "

@@ -52,10 +52,13 @@ def family_of(config: dict, where: str) -> Family:
 
 
 def import_checkpoint(directory: str | Path, output: str | Path, name: str | None = None,
-                      architecture: str | None = None, dtype: str = "float32", progress: bool = True) -> Imported:
+                      architecture: str | None = None, dtype: str = "auto", progress: bool = True) -> Imported:
+    """``dtype`` "auto": the checkpoint's own float type (float32 where its tensors mix types)."""
     directory, output = Path(directory), Path(output)
     check_writable(output)
     checkpoint = open_checkpoint(directory)
+    if dtype == "auto":
+        dtype = stored_dtype(checkpoint)
     where = str(directory / CONFIG)
     family = family_of(checkpoint.config, where)
     architecture = _architecture(family, checkpoint.config, architecture, where)
@@ -75,6 +78,12 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
             shutil.copyfile(path, staging / path.name)
         result.files = sorted(p.name for p in staging.iterdir())
     return result
+
+
+def stored_dtype(checkpoint: Checkpoint) -> str:
+    """The one float type every stored float tensor has (safetensors), else float32."""
+    codes = {t.dtype for t in checkpoint.tensors.values() if isinstance(t.dtype, str) and t.dtype.startswith(("F", "BF"))}
+    return {"F16": "float16", "BF16": "bfloat16"}.get(codes.pop(), "float32") if len(codes) == 1 else "float32"
 
 
 def _architecture(family: Family, config: dict, chosen: str | None, where: str) -> str:

@@ -15,6 +15,8 @@ import json
 import math
 import struct
 import warnings
+import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -129,9 +131,46 @@ def _write(f: BinaryIO, name: str, shape: tuple[int, ...], array: np.ndarray, co
         raise ValueError(f"{name}: shape {array.shape}, header says {shape}")
     array = np.ascontiguousarray(array, dtype=np.float32)
     if code == "BF16":  # round to nearest even, keeping NaN a NaN
-        bits = array.view(np.uint32).astype(np.uint64)
-        rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+        bits = array.view(np.uint32)  # no overflow below NaN's bit patterns (0xFF807FFF at most)
+        with np.errstate(over="ignore"):
+            rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
         array = np.where(np.isnan(array), np.uint16(0x7FC0), rounded)
     elif code == "F16":
         array = array.astype("<f2")
     f.write(array.tobytes())
+
+
+class SafetensorsWeights(Mapping):
+    """A safetensors file's tensors as a read-only mapping whose values are read (as float32)
+    only when asked for, one at a time: ``shapes`` answers shape questions without reading.
+    ``peak`` counts the most values alive at once, so a streaming consumer can prove it holds
+    a bounded number of tensors."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.entries = read_header(self.path)[0]
+        self.shapes = {name: entry.shape for name, entry in self.entries.items()}
+        self.live = self.peak = self.reads = 0
+        self.on_read = None
+        """Called with each name read (a progress bar)."""
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        array = read_tensor(self.entries[name])
+        self.live, self.reads = self.live + 1, self.reads + 1
+        self.peak = max(self.peak, self.live)
+        weakref.finalize(array, self._freed)
+        if self.on_read is not None:
+            self.on_read(name)
+        return array
+
+    def _freed(self) -> None:
+        self.live -= 1
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def dtypes(self) -> set[str]:
+        return {entry.dtype for entry in self.entries.values()}

@@ -1,0 +1,212 @@
+"""The streamed route of ``tfspec export``: weights from a safetensors file into one external
+data file, one tensor at a time (``backends/onnx/streamed.py``), for ``--int4``, ``--stream``,
+and models whose float32 PyTorch form would not fit in memory.
+
+The memory each route needs is printed before anything is read; a model is refused only when
+even the streamed route cannot fit, naming its largest tensor. Parity with PyTorch needs the
+float32 model: where it fits it is checked in full, else the export says what was checked
+instead (a one-layer model cut from the same weights, exported and compared the same way).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tfspec.errors import TfspecError
+from tfspec.ir import build_graph
+
+GiB = 1 << 30
+
+
+def int4_options(args):
+    """``--int4`` and its settings as ``int4.Int4``, or None; conflicting flags refused."""
+    if not args.int4:
+        for flag, value in (("--int4-block", args.int4_block != 32), ("--int4-zero-points", args.int4_zero_points),
+                            ("--int4-embeddings", args.int4_embeddings != "int8"),
+                            ("--int4-calibrate", args.int4_calibrate is not None)):
+            if value:
+                raise TfspecError(f"{flag} sets how --int4 quantises: add --int4")
+        return None
+    for flag, value in (("--int8", args.int8), ("--fp16", args.fp16), ("--fused", args.fused),
+                        ("--shortlist", args.shortlist is not None), ("--static-cache", args.static_cache)):
+        if value:
+            raise TfspecError(f"--int4 writes float32 graphs whose projections are MatMulNBits: leave out {flag}")
+    from tfspec.backends.onnx.int4 import Int4
+
+    return Int4(args.int4_block, not args.int4_zero_points, 4 if args.int4_embeddings == "int4" else 8)
+
+
+def streamed_file(args, spec) -> Path | None:
+    """The safetensors file the streamed route reads (IR names: ``--weights``, else an imported
+    directory's model.safetensors), or None where the weights come from elsewhere."""
+    chosen = Path(args.weights) if args.weights else Path(args.spec) / "model.safetensors"
+    if chosen.suffix != ".safetensors" or not chosen.is_file():
+        return None
+    from tfspec.interop.hf.tensors import read_header
+
+    names = read_header(chosen)[0].keys()
+    return chosen if set(build_graph(spec).params) <= names else None
+
+
+def choose_route(args, spec, quant) -> tuple[bool, object]:
+    """(stream?, the memory needs), printing what each route needs and what is available."""
+    from tfspec.backends.onnx.streamed import available, needs
+
+    graph = build_graph(spec)
+    params = graph.num_params
+    quantised = params // 2 + params // 8 if quant is not None else 4 * params
+    need, free = needs(graph, quantised), available()
+    file = streamed_file(args, spec)
+    stream = quant is not None or args.stream or (file is not None and free and need.floating > free)
+    print(f"memory: {params:,} parameters; float32 route ~{need.floating / GiB:.1f} GiB, streamed route "
+          f"~{need.streamed / GiB:.1f} GiB (largest tensor {need.largest}), {free / GiB:.1f} GiB available; "
+          f"{'streaming' if stream else 'float32 route'}", file=sys.stderr)
+    if stream and free and need.streamed > free:
+        raise TfspecError(f"{spec.name}: even streamed, the export needs ~{need.streamed / GiB:.1f} GiB "
+                          f"({need.largest} in float32, and onnxruntime's copy of the written weights); "
+                          f"{free / GiB:.1f} GiB is available")
+    if stream and file is None and free and need.floating > free:
+        raise TfspecError(f"{args.weights or args.spec}: streaming reads a safetensors file with tfspec's "
+                          f"parameter names (`tfspec import` writes one); these weights would be loaded whole "
+                          f"(~{need.floating / GiB:.1f} GiB), more than the {free / GiB:.1f} GiB available")
+    if stream and (args.int8 or args.fused or args.shortlist is not None):
+        flag = "--int8" if args.int8 else "--fused" if args.fused else "--shortlist"
+        raise TfspecError(f"{flag} rewrites graphs held whole in memory; a streamed export cannot (--int4 "
+                          "quantises while streaming)")
+    return stream, need
+
+
+def export_stream(args, spec, quant, need) -> tuple[object, list]:
+    """Write the export by streaming; returns (the export, its checks: empty with --no-check)."""
+    from tfspec.backends.onnx.streamed import available, export_streamed
+
+    graph, started = build_graph(spec), time.perf_counter()
+    kinds = ["genai"] if args.format == "genai" else _kinds(graph)
+    file, model, scratch = streamed_file(args, spec), None, None
+    if file is None:  # a training run's checkpoint or random weights: held whole (they fit: choose_route)
+        model = _torch_model(spec, args)
+        scratch = tempfile.TemporaryDirectory(prefix=".weights-", dir=Path(args.output).parent)
+        file = _save(model, Path(scratch.name) / "model.safetensors")
+    else:
+        print(f"weights: {file} (streamed)", file=sys.stderr)
+    try:
+        result, reader = export_streamed(graph, file, Path(args.output), kinds, args.opset,
+                                         "float16" if args.fp16 else "float32", quant, args.generate,
+                                         genai=args.format == "genai")
+        print(f"streamed: {reader.reads} tensors read, at most {reader.peak} in memory at once, in "
+              f"{time.perf_counter() - started:.1f}s" + (f"; {quant.describe()}" if quant else ""))
+        if args.no_check:
+            return result, []
+        free = available()
+        if free and need.floating > free:
+            return result, _truncated(args, spec, file, quant, need, free)
+        return result, _checks(args, result.directory, model or _torch_model(spec, args), quant)
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+
+
+def _kinds(graph) -> list[str]:
+    ports = graph.ports
+    return ["model"] + (["encoder"] if "src" in ports else []) + (["decoder"] if "tgt" in ports else [])
+
+
+def _torch_model(spec, args):
+    from tfspec.cli.models import model_to_export
+
+    return model_to_export(spec, args)
+
+
+def _save(model, path: Path) -> Path:
+    from tfspec.interop.hf.tensors import write_safetensors
+
+    params = dict(model.named_parameters())
+    write_safetensors(path, {n: tuple(p.shape) for n, p in params.items()}, "float32",
+                      ((n, p.detach().float().numpy()) for n, p in params.items()), {"format": "pt"})
+    return path
+
+
+def _checks(args, directory: Path, model, quant, label: str = "") -> list:
+    """Parity of the written graphs with the PyTorch ``model``: in full for float32 graphs,
+    both ``int4_parity`` checks for int4 ones (``model`` then holds the int4 weights)."""
+    from tfspec.backends.onnx import OnnxModel
+
+    fp16 = args.fp16
+    if args.format == "genai":
+        from tfspec.backends.onnx.genai_parity import check_genai_parity
+        from tfspec.backends.onnx.int4_parity import SAME_WEIGHTS, dequantised, logit_scale
+
+        path = directory / "model.onnx"
+        if quant is None:
+            return check_genai_parity(path, model, tolerance=5e-2 if fp16 else 1e-4)
+        model = dequantised(model, path)
+        return check_genai_parity(path, model, tolerance=SAME_WEIGHTS * logit_scale(model))
+    onnx_model = OnnxModel(directory, device="cpu")
+    if quant is not None:
+        from tfspec.backends.onnx.int4_parity import check_int4
+
+        checks = check_int4(onnx_model, model, quant.block)
+    else:
+        from tfspec.backends.onnx.parity import check_parity
+
+        checks = check_parity(onnx_model, model, tolerance=5e-2 if fp16 else 1e-4)
+    if args.generate:
+        from tfspec.backends.onnx.generator import check_generate
+
+        checks += check_generate(OnnxModel(directory, device="cpu"))
+    return checks
+
+
+def _truncated(args, spec, file: Path, quant, need, free: int) -> list:
+    """Parity where the float32 model does not fit: the spec cut to its first layer, exported
+    from the same weights the same way, checked in full against PyTorch."""
+    import torch
+
+    from tfspec.backends.onnx.streamed import export_streamed
+    from tfspec.backends.torch import build_module
+    from tfspec.interop.hf.tensors import SafetensorsWeights
+
+    print(f"parity: the float32 model needs ~{need.floating / GiB:.1f} GiB, {free / GiB:.1f} GiB is available: "
+          "checking its first layer (embeddings, layer 0, final norm and output projection of these weights) "
+          "instead of the whole model", file=sys.stderr)
+    cut = _first_layer(spec)
+    graph = build_graph(cut)
+    model = build_module(cut).eval()
+    weights = SafetensorsWeights(file)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(torch.from_numpy(weights[name]))
+    with tempfile.TemporaryDirectory(prefix=".first-layer-", dir=Path(args.output).parent) as scratch:
+        export_streamed(graph, file, Path(scratch), ["genai"] if args.format == "genai" else _kinds(graph),
+                        args.opset, "float16" if args.fp16 else "float32", quant, genai=args.format == "genai",
+                        progress=False)
+        args = _without_generate(args)
+        checks = _checks(args, Path(scratch), model, quant)
+    from tfspec.checks import Check
+
+    return [Check(f"first layer only: {c.name}", c.diff, c.tolerance) for c in checks]
+
+
+def _first_layer(spec):
+    """``spec`` with one layer in each stack (the first group's kind, for grouped stacks)."""
+    from tfspec.spec import Spec
+
+    data = spec.model_dump(mode="json")
+    for stack in ("encoder", "decoder"):
+        if data.get(stack):
+            if data[stack].get("groups"):
+                data[stack]["groups"] = [data[stack]["groups"][0] | {"layers": 1}]
+            else:
+                data[stack]["layers"] = 1
+    return Spec.model_validate(data)
+
+
+def _without_generate(args):
+    import copy
+
+    args = copy.copy(args)
+    args.generate = False
+    return args
