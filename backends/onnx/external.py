@@ -53,7 +53,3 @@ class ExternalData:
 
     def close(self) -> None:
         self.file.close()
-
-    @property
-    def bytes(self) -> int:
-        return self.path.stat().st_size

@@ -56,6 +56,21 @@ def needs(graph: Graph, quantised_bytes: int) -> Needs:
     return Needs(12 * sum(params.values()), 16 * params[largest] + quantised_bytes + (256 << 20), largest)
 
 
+def written_bytes(graph: Graph, quant) -> int:
+    """Bytes of the weights an export writes (what onnxruntime holds to run it): float32, or
+    int4 projections and int8/int4 tables with one float32 scale per block."""
+    if quant is None:
+        return 4 * graph.num_params
+    from .awq import tables
+
+    special, total = tables(graph), 0
+    for name, p in graph.params.items():
+        n = math.prod(p.shape)
+        bits = quant.tables if name in special else 4 if len(p.shape) == 2 else 32
+        total += n * bits // 8 + (4 * n // quant.block if bits < 32 else 0)
+    return total
+
+
 def available() -> int:
     """Bytes of memory available now (/proc/meminfo's MemAvailable), or 0 where unknown."""
     try:

@@ -52,7 +52,7 @@ def cmd_export(args) -> int:
     stream, need = choose_route(args, spec, quant)
     started = time.perf_counter()
     if stream:
-        result, result.checks = export_stream(args, spec, quant, need)
+        result, result.checks = export_stream(args, spec, quant, need, home)
         return _report(args, spec, home, result, started)
     model = model_to_export(spec, args)
     shortlist = _shortlist(args, spec, home) if args.shortlist is not None else None

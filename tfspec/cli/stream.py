@@ -53,12 +53,11 @@ def streamed_file(args, spec) -> Path | None:
 
 def choose_route(args, spec, quant) -> tuple[bool, object]:
     """(stream?, the memory needs), printing what each route needs and what is available."""
-    from tfspec.backends.onnx.streamed import available, needs
+    from tfspec.backends.onnx.streamed import available, needs, written_bytes
 
     graph = build_graph(spec)
     params = graph.num_params
-    quantised = params // 2 + params // 8 if quant is not None else 4 * params
-    need, free = needs(graph, quantised), available()
+    need, free = needs(graph, written_bytes(graph, quant)), available()
     file = streamed_file(args, spec)
     stream = quant is not None or args.stream or (file is not None and free and need.floating > free)
     print(f"memory: {params:,} parameters; float32 route ~{need.floating / GiB:.1f} GiB, streamed route "
@@ -79,8 +78,9 @@ def choose_route(args, spec, quant) -> tuple[bool, object]:
     return stream, need
 
 
-def export_stream(args, spec, quant, need) -> tuple[object, list]:
-    """Write the export by streaming; returns (the export, its checks: empty with --no-check)."""
+def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, list]:
+    """Write the export by streaming; returns (the export, its checks: empty with --no-check).
+    ``home``: the directory whose tokenizer reads ``--int4-calibrate``'s text."""
     from tfspec.backends.onnx.streamed import available, export_streamed
 
     graph, started = build_graph(spec), time.perf_counter()
@@ -93,6 +93,8 @@ def export_stream(args, spec, quant, need) -> tuple[object, list]:
     else:
         print(f"weights: {file} (streamed)", file=sys.stderr)
     try:
+        if args.int4_calibrate is not None:
+            quant = _calibrated(args, spec, file, quant, need, home)
         result, reader = export_streamed(graph, file, Path(args.output), kinds, args.opset,
                                          "float16" if args.fp16 else "float32", quant, args.generate,
                                          genai=args.format == "genai")
@@ -107,6 +109,49 @@ def export_stream(args, spec, quant, need) -> tuple[object, list]:
     finally:
         if scratch is not None:
             scratch.cleanup()
+
+
+def _calibrated(args, spec, file: Path, quant, need, home: Path | None):
+    """``quant`` with activation-aware scales from the float32 model run on the calibration text."""
+    import dataclasses
+
+    from tfspec.backends.onnx.awq import channel_scales
+    from tfspec.backends.onnx.streamed import available
+    from tfspec.data.codecs import open_codec
+    from tfspec.interop.hf.tensors import SafetensorsWeights
+
+    free = available()
+    if free and need.floating > free:
+        raise TfspecError(f"--int4-calibrate runs the float32 model on the text: ~{need.floating / GiB:.1f} GiB, "
+                          f"{free / GiB:.1f} GiB available; leave it out to round to nearest while streaming")
+    if spec.family != "decoder-only":
+        raise TfspecError(f"--int4-calibrate: {spec.name} is {spec.family}; calibration runs decoder-only models on text")
+    codec = open_codec(home, spec.vocab) if home is not None else None
+    if codec is None:
+        raise TfspecError(f"--int4-calibrate: {args.spec} has no tokenizer (tokenizer.json or tokenizer.model) "
+                          "to read the calibration text with")
+    limit = (spec.positional.limit or 512) - 1
+    try:
+        lines = [line for line in args.int4_calibrate.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise TfspecError(f"{args.int4_calibrate}: cannot read it as UTF-8 text ({e})") from None
+    sequences = [codec.prompt(line)[:min(limit, 512)] for line in lines[:128]]
+    if not sequences:
+        raise TfspecError(f"{args.int4_calibrate}: no text to calibrate with")
+    started = time.perf_counter()
+    graph = build_graph(spec)
+    scales = channel_scales(graph, SafetensorsWeights(file), sequences, quant.block, quant.symmetric)
+    print(f"calibration: {len(sequences)} lines, {sum(map(len, sequences)):,} tokens of {args.int4_calibrate}; "
+          f"activation-aware scales for {len(scales)} of {len(_projections(graph))} projections (the rest round "
+          f"to nearest, which was better on these activations), {time.perf_counter() - started:.1f}s",
+          file=sys.stderr)
+    return dataclasses.replace(quant, channel_scales=scales)
+
+
+def _projections(graph) -> list[str]:
+    from tfspec.backends.onnx.awq import tables
+
+    return [n for n, p in graph.params.items() if len(p.shape) == 2 and n not in tables(graph)]
 
 
 def _kinds(graph) -> list[str]:
