@@ -141,7 +141,8 @@ def main() -> None:
                    "prefill at --prefill tokens and peak RSS; the sizes above are then ignored")
     p.add_argument("--layers-override", type=int, help="with --shape: this many layers instead of the published depth")
     p.add_argument("--prefill", type=int, default=512, help="with --shape: prompt tokens of the prefill column")
-    p.add_argument("--quick", action="store_true", help="with --shape: a smoke run (2 layers, 1 round, 16 new tokens)")
+    p.add_argument("--quick", action="store_true", help="with --shape: a smoke run (2 layers, a 16,384-token vocabulary, 1 round, 16 "
+                   "new tokens)")
     args = p.parse_args()
     if args.shape:
         return published(args)
@@ -199,7 +200,8 @@ def published(args) -> None:
         args.layers_override, args.rounds, args.new = args.layers_override or 2, 1, 16
     with tempfile.TemporaryDirectory(prefix="bench-generate-", dir=os.environ.get("BENCH_TMP")) as tmp:
         work = Path(tmp)
-        params, vocab = llm_engines.write_published(args.shape, args.layers_override, work / "hf")
+        params, vocab = llm_engines.write_published(args.shape, args.layers_override, work / "hf",
+                                                    16384 if args.quick else None)
         prompts, prefill = save_prompts(work, vocab, args.prompt, args.prefill)
         jobs, reads = llm_engines.prepare(work / "hf", work)
         print(llm_engines.checked(jobs, work / "hf", {"prompts": {}, "n": args.new, "check": prompts["8"]},
@@ -210,7 +212,7 @@ def published(args) -> None:
         results = interleave(timing, args.rounds, args.threads, lambda: reads_bw.append(read.run(args.threads)[0]))
         (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
     layers = args.layers_override or SHAPES[args.shape][1]["num_hidden_layers"]
-    print(f"\n{args.shape} shape, random weights, {params / 1e6:.0f}M parameters ({layers} layers): prompt "
+    print(f"\n{args.shape} shape{' (smoke run: vocabulary 16,384)' if args.quick else ''}, random weights, {params / 1e6:.0f}M parameters ({layers} layers): prompt "
           f"{args.prompt} -> exactly {args.new} new tokens, greedy, {args.threads} threads, median of {args.rounds}, "
           f"each engine in a fresh process of its own every round; meanwhile other processes used "
           f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; {cpu_name()}; read "

@@ -35,14 +35,15 @@ SHAPES = {
 """Published configurations (Qwen/Qwen2.5-0.5B, meta-llama/Llama-3.2-1B, TinyLlama-1.1B)."""
 
 
-def write_published(shape: str, layers: int | None, directory: Path) -> tuple[int, int]:
-    """Random weights in ``shape`` (``layers`` overriding its depth, for a quick look), saved
-    by transformers with a trained sentencepiece tokenizer: (parameters, vocabulary size)."""
+def write_published(shape: str, layers: int | None, directory: Path, vocab: int | None = None) -> tuple[int, int]:
+    """Random weights in ``shape`` (``layers`` and ``vocab`` overriding its depth and vocabulary,
+    for a smoke run), saved by transformers with a trained sentencepiece tokenizer: (parameters,
+    vocabulary size)."""
     import torch
     import transformers
 
     family, config = SHAPES[shape]
-    config = dict(config, **({"num_hidden_layers": layers} if layers else {}))
+    config = dict(config, **({"num_hidden_layers": layers} if layers else {}), **({"vocab_size": vocab} if vocab else {}))
     config = getattr(transformers, f"{family}Config")(max_position_embeddings=4096, bos_token_id=1,
                                                       eos_token_id=2, **config)
     torch.manual_seed(0)
@@ -55,17 +56,18 @@ def write_published(shape: str, layers: int | None, directory: Path) -> tuple[in
 
 def tfspec_exports(hf_dir: Path, work: Path) -> dict[str, Path]:
     """Name -> directory of tfspec's exports (fp32, int8, and int4 where this tfspec has
-    `export --int4`), made by the CLI as a user would (`--fused`: the faster CPU graphs)."""
+    `export --int4`), made by the CLI as a user would: fp32 and int8 with `--fused` (the faster
+    CPU graphs); int4 is written streamed, which `--fused` cannot rewrite, so its graphs are plain."""
     tfspec = str(Path(sys.executable).with_name("tfspec"))
     subprocess.run([tfspec, "import", str(hf_dir), "-o", str(work / "imported"), "--quiet"], check=True)
-    flags = {"tfspec fp32": [], "tfspec int8": ["--int8"]}
+    flags = {"tfspec fp32": ["--fused"], "tfspec int8": ["--fused", "--int8"]}
     if "--int4" in subprocess.run([tfspec, "export", "--help"], capture_output=True, text=True).stdout:
         flags["tfspec int4"] = ["--int4"]
     out = {}
     for name, extra in flags.items():
         out[name] = work / name.replace(" ", "-")
-        subprocess.run([tfspec, "export", str(work / "imported"), "-o", str(out[name]), "--fused", "--no-check",
-                        *extra], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([tfspec, "export", str(work / "imported"), "-o", str(out[name]), "--no-check", *extra],
+                       check=True, stdout=subprocess.DEVNULL)
     return out
 
 

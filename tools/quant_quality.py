@@ -101,6 +101,22 @@ def measure(source: Path, work: Path, lines: list[list[int]], calibration: Path,
     return {name: forced[name] | {"greedy_agreement": agree[name]} for name in models}
 
 
+def reimported(run: Path, work: Path) -> Path:
+    """``run``'s weights written as a Hugging Face checkpoint (`export --format hf`: its spec
+    and newest weights) and read back by `tfspec import`, the path every published model takes."""
+    import yaml
+
+    from tfspec.cli.models import run_spec, run_weights
+
+    _, meta = run_spec(run)
+    (work / "spec.yaml").write_text(yaml.safe_dump(meta["spec"]))
+    tfspec = str(Path(sys.executable).with_name("tfspec"))
+    subprocess.run([tfspec, "export", str(work / "spec.yaml"), "--weights", str(run_weights(run, None)), "--format",
+                    "hf", "-o", str(work / "hf")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([tfspec, "import", str(work / "hf"), "-o", str(work / "imported"), "--quiet"], check=True)
+    return work / "imported"
+
+
 def held_out(run: Path, data: Path, lang: str, limit: int) -> list[list[int]]:
     """The first ``limit`` test lines of ``data`` in ``lang`` as BOS + ids + EOS by ``run``'s tokenizer."""
     from tfspec.cli.models import run_spec
@@ -126,12 +142,9 @@ def main() -> None:
     calibration = args.work / "calibration.txt"
     args.work.mkdir(parents=True, exist_ok=True)
     calibration.write_text("\n".join((args.data / f"train.{args.lang}").read_text().splitlines()[:256]) + "\n")
-    tfspec = str(Path(sys.executable).with_name("tfspec"))
-    subprocess.run([tfspec, "export", str(args.run), "--format", "hf", "-o", str(args.work / "hf")], check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run([tfspec, "import", str(args.work / "hf"), "-o", str(args.work / "imported"), "--quiet"], check=True)
+    imported = reimported(args.run, args.work)
     results = {"trained": measure(args.run, args.work / "trained", lines, calibration, args.threads),
-               "imported": measure(args.work / "imported", args.work / "imported-exports", lines, calibration,
+               "imported": measure(imported, args.work / "imported-exports", lines, calibration,
                                    args.threads)}
     print(f"{len(lines)} held-out lines of {args.data / f'test.{args.lang}'}, {sum(map(len, lines)) - len(lines)} "
           f"next tokens; greedy: 64 lines, 4 prompt tokens + 24")
