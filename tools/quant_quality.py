@@ -72,9 +72,10 @@ def teacher_forced(models: dict, lines: list[list[int]], batch: int = 32) -> dic
         rows = order[start:start + batch]
         width = max(map(len, rows))
         ids = np.array([r + [0] * (width - len(r)) for r in rows], np.int64)
-        real = np.array([[j < len(r) - 1 for j in range(width - 1)] for r in rows])
+        mask = np.array([[j < len(r) for j in range(width)] for r in rows], np.int64)  # <unk> is id 0 too
+        real = mask[:, 1:].astype(bool)
         targets = ids[:, 1:][real]
-        out = {name: m.logits(tgt=ids)[:, :-1][real] for name, m in models.items()}
+        out = {name: m.logits(tgt=ids, attention_mask=mask)[:, :-1][real] for name, m in models.items()}
         for name in models:
             for key, value in scores(out[name], out["fp32"], targets).items():
                 totals[name][key] += value
