@@ -102,18 +102,33 @@ def measure(source: Path, work: Path, lines: list[list[int]], calibration: Path,
     return {name: forced[name] | {"greedy_agreement": agree[name]} for name in models}
 
 
-def reimported(run: Path, work: Path) -> Path:
-    """``run``'s weights written as a Hugging Face checkpoint (`export --format hf`: its spec
-    and newest weights) and read back by `tfspec import`, the path every published model takes."""
+def model_directory(run: Path, work: Path) -> Path:
+    """``run``'s spec, newest weights and tokenizer as one directory (the layout `tfspec import`
+    writes): `export --int4-calibrate` reads its calibration text with the tokenizer beside the spec."""
+    import shutil
+
     import yaml
 
     from tfspec.cli.models import run_spec, run_weights
 
     _, meta = run_spec(run)
-    (work / "spec.yaml").write_text(yaml.safe_dump(meta["spec"]))
+    out = work / "trained-model"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "spec.yaml").write_text(yaml.safe_dump(meta["spec"]))
+    shutil.copy(run_weights(run, None), out / "model.safetensors")
+    shutil.copy(run / meta.get("tokenizer", "tokenizer.model"), out / "tokenizer.model")
+    return out
+
+
+def reimported(trained: Path, work: Path) -> Path:
+    """The trained weights written as a Hugging Face checkpoint (`export --format hf`, the
+    tokenizer beside them) and read back by `tfspec import`, the path every published model takes."""
+    import shutil
+
     tfspec = str(Path(sys.executable).with_name("tfspec"))
-    subprocess.run([tfspec, "export", str(work / "spec.yaml"), "--weights", str(run_weights(run, None)), "--format",
-                    "hf", "-o", str(work / "hf")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([tfspec, "export", str(trained), "--format", "hf", "-o", str(work / "hf")], check=True,
+                   stdout=subprocess.DEVNULL)
+    shutil.copy(trained / "tokenizer.model", work / "hf" / "tokenizer.model")
     subprocess.run([tfspec, "import", str(work / "hf"), "-o", str(work / "imported"), "--quiet"], check=True)
     return work / "imported"
 
@@ -143,8 +158,9 @@ def main() -> None:
     calibration = args.work / "calibration.txt"
     args.work.mkdir(parents=True, exist_ok=True)
     calibration.write_text("\n".join((args.data / f"train.{args.lang}").read_text().splitlines()[:256]) + "\n")
-    imported = reimported(args.run, args.work)
-    results = {"trained": measure(args.run, args.work / "trained", lines, calibration, args.threads),
+    trained = model_directory(args.run, args.work)
+    imported = reimported(trained, args.work)
+    results = {"trained": measure(trained, args.work / "trained", lines, calibration, args.threads),
                "imported": measure(imported, args.work / "imported-exports", lines, calibration,
                                    args.threads)}
     print(f"{len(lines)} held-out lines of {args.data / f'test.{args.lang}'}, {sum(map(len, lines)) - len(lines)} "
@@ -154,7 +170,7 @@ def main() -> None:
     for model, rows in results.items():
         for name, r in rows.items():
             print(f"| {model} | {name} | {r['perplexity']:.2f} | {r['perplexity'] / rows['fp32']['perplexity'] - 1:+.1%} "
-                  f"| {r['next_token_agreement']:.1%} | {r['greedy_agreement']:.1%} | {r['kl']:.4f} |")
+                  f"| {r['next_token_agreement']:.1%} | {r['greedy_agreement']:.1%} | {r['kl']:.2e} |")
 
 
 if __name__ == "__main__":
