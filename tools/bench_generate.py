@@ -204,6 +204,8 @@ def published(args) -> None:
                                                     16384 if args.quick else None)
         prompts, prefill = save_prompts(work, vocab, args.prompt, args.prefill)
         jobs, reads = llm_engines.prepare(work / "hf", work)
+        jobs, why = llm_engines.llama_buffers(jobs, {"prompts": {}, "n": 2, "check": prompts["1"]}, args.threads)
+        print(why)
         print(llm_engines.checked(jobs, work / "hf", {"prompts": {}, "n": args.new, "check": prompts["8"]},
                                   args.threads))
         reads_bw, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})

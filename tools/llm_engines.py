@@ -122,6 +122,22 @@ def gguf_bytes(path: Path) -> int:
     return sum(n for name, n in tensors.items() if tied or name != "token_embd.weight")
 
 
+def llama_buffers(jobs: dict[str, Job], check: dict, threads: int) -> tuple[dict, str]:
+    """(``jobs`` with llama.cpp's extra buffer types off where they crash, a line saying so):
+    on a 2-core AMX Xeon, llama.cpp 0.3.36 built with GGML_NATIVE segfaulted in llama_decode on
+    every quantised file with them on (F32 ran); off, the peer loses its repacked kernels."""
+    off = {}
+    for name, job in jobs.items():
+        if job.function == "llama_generate" and not name.endswith(" bare"):
+            try:
+                job.but(kwargs=check).run(threads)
+            except SystemExit:
+                off[name] = True
+    jobs = {n: j.but(kwargs={"extra_buffers": False}) if n.removesuffix(" bare") in off else j for n, j in jobs.items()}
+    return jobs, (f"llama.cpp: extra buffer types (repacking, AMX) crashed on {', '.join(off)}; those run without "
+                  "them (slower than llama.cpp's best on this CPU)" if off else "llama.cpp: extra buffer types on")
+
+
 def checked(jobs: dict[str, Job], hf_dir: Path, check: dict, threads: int) -> str:
     """A line: greedy tokens of the float32 engines equal to transformers' (each in a process
     of its own); the quantised ones differ by design on random weights."""

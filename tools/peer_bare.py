@@ -167,14 +167,17 @@ def genai_generate(threads: int, model: str, prompts: dict, n: int, session_opti
 
 
 def llama_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None,
-                   prefill: str | None = None):
+                   prefill: str | None = None, extra_buffers: bool = True):
     """``ct2_generate`` for llama.cpp (llama-cpp-python's C API, a GGUF file): every row of a
     batch is a sequence of its own in one context (llama.cpp's batched decoding), one
-    ``llama_decode`` per step for all of them, the greedy choice taken from its logits."""
+    ``llama_decode`` per step for all of them, the greedy choice taken from its logits.
+    ``extra_buffers``: llama.cpp's extra weight buffer types (repacked Q4_0/Q8_0, AMX)."""
     import llama_cpp as L
 
     L.llama_backend_init()
-    lm = L.llama_model_load_from_file(model.encode(), L.llama_model_default_params())
+    model_params = L.llama_model_default_params()
+    model_params.use_extra_bufts = extra_buffers
+    lm = L.llama_model_load_from_file(model.encode(), model_params)
     params = L.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 8 * 1024, 1024, 512, 8
     params.n_threads = params.n_threads_batch = threads
