@@ -208,10 +208,13 @@ def llama_generate(threads: int, model: str, prompts: dict, n: int, check: str |
 
 
 def peak_rss() -> int:
-    """Bytes of the largest resident set this process had (Linux reports KiB)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """Bytes of the largest resident set this process had: VmHWM, which starts afresh at exec
+    (getrusage's ru_maxrss does not: a worker would report its parent's peak); 0 off Linux."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
 
 
 def generate(run, prompts: dict, n: int, check: str | None, prefill: str | None = None):
