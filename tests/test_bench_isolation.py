@@ -126,3 +126,13 @@ def test_the_peer_in_the_table_and_bare_run_in_processes_holding_ctranslate2_onl
         "settings": [[1, 1]], "n": 4})
     (table, table_pid), (bare, bare_pid) = job.run(1), dataclasses.replace(job, bare=True).run(1)
     assert len(table) == len(bare) == 1 and table_pid != bare_pid
+
+
+def test_a_job_runs_under_its_own_interpreter(tmp_path, monkeypatch):
+    """An engine installed in a venv of its own (llama-cpp-python) runs in that venv's python."""
+    (tmp_path / "where.py").write_text("import sys\n\ndef work(threads):\n    return sys.executable\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    other = tmp_path / "python"
+    other.symlink_to(sys.executable)
+    assert Job("where", "work", python=str(other)).run(1)[0] == str(other)
+    assert Job("where", "work").run(1)[0] == sys.executable

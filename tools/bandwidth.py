@@ -67,14 +67,23 @@ def read_bandwidth(threads: int, rounds: int = 7) -> float:
         torch.set_num_threads(previous)
 
 
+ROW_READERS = {"Gather", "RotaryEmbedding", "GroupQueryAttention"}
+"""Operators that read a few rows of a constant table a step (the token embedding; the cos and
+sin caches that RotaryEmbedding and GroupQueryAttention index by position), not the whole."""
+FOUR_BITS = (21, 22, 23)
+"""ONNX's UINT4, INT4 and FLOAT4E2M1 tensor types: two values a byte."""
+
+
 def weights_read_per_step(step_graph: str | Path) -> int:
     """Bytes of weights one step of ``step_graph`` (an exported ``decoder.onnx``) reads: every
-    initializer that a node other than Gather consumes. An embedding table only Gather reads
-    gives up a few rows a step; a table tied to the output projection is read whole by it."""
-    import onnx
-    from onnx import numpy_helper
+    initializer that a node other than ROW_READERS consumes. An embedding table only Gather
+    reads gives up a few rows a step; a table tied to the output projection is read whole by it.
+    Sizes come from each tensor's shape and type: external data is not loaded."""
+    import math
 
-    model = onnx.load(str(step_graph))
+    import onnx
+
+    model = onnx.load(str(step_graph), load_external_data=False)
     readers: dict[str, set[str]] = {}
 
     def visit(graph) -> None:
@@ -88,8 +97,10 @@ def weights_read_per_step(step_graph: str | Path) -> int:
     visit(model.graph)
     total = 0
     for tensor in model.graph.initializer:
-        if readers.get(tensor.name, set()) - {"Gather"}:
-            total += numpy_helper.to_array(tensor).nbytes
+        if readers.get(tensor.name, set()) - ROW_READERS:
+            bits = 4 if tensor.data_type in FOUR_BITS else 8 * onnx.helper.tensor_dtype_to_np_dtype(
+                tensor.data_type).itemsize
+            total += math.prod(tensor.dims) * bits // 8
     return total
 
 

@@ -22,6 +22,15 @@ measured once per round (tools/bandwidth.py), each engine reaches.
     python tools/bench_generate.py                      # ~4 minutes on 2 quiet cores (3 rounds)
     python tools/bench_generate.py --layers 4 --rounds 2  # a quick look
     python tools/bench_generate.py --experts 8 --top-k 2  # Mixtral-shaped: 8 experts of d_ff, 2 per token
+    python tools/bench_generate.py --shape qwen2.5-0.5b    # against llama.cpp and ORT GenAI int4 (below)
+    python tools/bench_generate.py --shape llama-3.2-1b --quick   # a smoke run: 2 layers, 1 round
+
+With ``--shape`` (tools/llm_engines.py), random weights in a published model's shape go to
+tfspec (fp32, --int8, --int4; `export --fused`), llama.cpp (F32, Q8_0, Q4_0 by its own converter
+and quantiser: tools/to_gguf.py; batch 8 through its batched decoding, each row a sequence of
+one context) and ONNX Runtime GenAI's int4 model builder: decode tokens/s at batch 1 and 8,
+prefill tokens/s of a --prefill-token prompt, each engine's peak RSS, the bytes of weights a
+step reads in each engine's own files and the fraction of the bandwidth at batch 1.
 
 With ``--experts``, transformers writes a MixtralForCausalLM instead; onnxruntime-genai's format
 carries no mixture of experts and CTranslate2's converter registers no Mixtral, so both sit out;
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +54,7 @@ import numpy as np
 from bandwidth import cpu_name, fraction, weights_read_per_step
 from bench_decode import cpu_seconds
 from isolated import Job, interleave, with_bare
+from llm_engines import SHAPES
 from peer_bare import BARE_LIMIT, fastest_ct2, generate, invalid
 from tfspec import build_graph, load_spec
 from tfspec.analysis import analyze_params
@@ -109,14 +120,14 @@ def prepare(args, hf_dir: Path, words: list[str], work: Path) -> dict[str, Job]:
     return with_bare(jobs, [name for name in jobs if not name.startswith("tfspec")])
 
 
-def ours(threads: int, directory: str, prompts: dict, n: int, check: str | None = None):
+def ours(threads: int, directory: str, prompts: dict, n: int, check: str | None = None, prefill: str | None = None):
     """In a worker: ``peer_bare.generate`` for tfspec's KV-cached greedy search on onnxruntime."""
     from tfspec.backends.onnx import OnnxModel
     from tfspec.search import SearchOptions, search
 
     dec = OnnxModel(directory, device="cpu", threads=threads).decoder()
     return generate(lambda rows, k: search(dec, None, SearchOptions(beam=1, min_length=k, max_length=k, max_extra=k),
-                                           rows), prompts, n, check)
+                                           rows), prompts, n, check, prefill)
 
 
 def main() -> None:
@@ -125,15 +136,19 @@ def main() -> None:
                           ("kv-heads", 4), ("prompt", 32), ("new", 64), ("rounds", 3), ("threads", 2),
                           ("experts", 0), ("top-k", 2)):
         p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--shape", choices=sorted(SHAPES), help="a published LLM's shape (random weights) on tfspec "
+                   "fp32/int8/int4 against llama.cpp F32/Q8_0/Q4_0 and ORT GenAI int4 (tools/llm_engines.py), with "
+                   "prefill at --prefill tokens and peak RSS; the sizes above are then ignored")
+    p.add_argument("--layers-override", type=int, help="with --shape: this many layers instead of the published depth")
+    p.add_argument("--prefill", type=int, default=512, help="with --shape: prompt tokens of the prefill column")
+    p.add_argument("--quick", action="store_true", help="with --shape: a smoke run (2 layers, a 16,384-token vocabulary, 1 round, 16 "
+                   "new tokens)")
     args = p.parse_args()
-    rng = np.random.default_rng(0)
+    if args.shape:
+        return published(args)
     with tempfile.TemporaryDirectory(prefix="bench-generate-") as tmp:
         work = Path(tmp)
-        prompts = {}
-        for b in SETTINGS:
-            np.save(work / f"prompts-{b}.npy", np.hstack([np.ones((b, 1), np.int64),
-                                                          rng.integers(3, args.vocab, (b, args.prompt))]))
-            prompts[str(b)] = str(work / f"prompts-{b}.npy")
+        prompts, _ = save_prompts(work, args.vocab, args.prompt, args.prefill)
         params, words = write_llama(args, work / "hf")
         jobs = prepare(args, work / "hf", words, work)
         check = {"prompts": {}, "n": args.new, "check": prompts["8"]}
@@ -166,6 +181,49 @@ def main() -> None:
     sys.exit(table(args, results, step_bytes, statistics.median(reads)))
 
 
+def save_prompts(work: Path, vocab: int, width: int, prefill: int) -> tuple[dict, str]:
+    """(batch -> .npy of prompts of ``width`` random tokens after BOS, .npy of one prompt of
+    ``prefill`` tokens)."""
+    rng, prompts = np.random.default_rng(0), {}
+    for b in SETTINGS:
+        np.save(work / f"prompts-{b}.npy", np.hstack([np.ones((b, 1), np.int64), rng.integers(3, vocab, (b, width))]))
+        prompts[str(b)] = str(work / f"prompts-{b}.npy")
+    np.save(work / "prefill.npy", np.hstack([np.ones((1, 1), np.int64), rng.integers(3, vocab, (1, prefill - 1))]))
+    return prompts, str(work / "prefill.npy")
+
+
+def published(args) -> None:
+    """``--shape``: every engine of tools/llm_engines.py on one published shape, isolated."""
+    import llm_engines
+
+    if args.quick:
+        args.layers_override, args.rounds, args.new = args.layers_override or 2, 1, 16
+    with tempfile.TemporaryDirectory(prefix="bench-generate-", dir=os.environ.get("BENCH_TMP")) as tmp:
+        work = Path(tmp)
+        params, vocab = llm_engines.write_published(args.shape, args.layers_override, work / "hf",
+                                                    16384 if args.quick else None)
+        prompts, prefill = save_prompts(work, vocab, args.prompt, args.prefill)
+        jobs, reads = llm_engines.prepare(work / "hf", work)
+        jobs, why = llm_engines.llama_buffers(jobs, {"prompts": {}, "n": 2, "check": prompts["1"]}, args.threads)
+        print(why)
+        print(llm_engines.checked(jobs, work / "hf", {"prompts": {}, "n": args.new, "check": prompts["8"]},
+                                  args.threads))
+        reads_bw, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})
+        timing = {n: job.but(kwargs={"prompts": prompts, "n": args.new, "prefill": prefill}) for n, job in jobs.items()}
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        results = interleave(timing, args.rounds, args.threads, lambda: reads_bw.append(read.run(args.threads)[0]))
+        (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
+    layers = args.layers_override or SHAPES[args.shape][1]["num_hidden_layers"]
+    print(f"\n{args.shape} shape{' (smoke run: vocabulary 16,384)' if args.quick else ''}, random weights, {params / 1e6:.0f}M parameters ({layers} layers): prompt "
+          f"{args.prompt} -> exactly {args.new} new tokens, greedy, {args.threads} threads, median of {args.rounds}, "
+          f"each engine in a fresh process of its own every round; meanwhile other processes used "
+          f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; {cpu_name()}; read "
+          f"bandwidth {statistics.median(reads_bw) / 1e9:.1f} GB/s")
+    rows = llm_engines.table(results, reads, statistics.median(reads_bw), SETTINGS, args.new, args.prefill)
+    print("\n".join(rows))
+    sys.exit(1 if any(r.startswith("INVALID") for r in rows) else 0)
+
+
 def table(args, results: dict, step_bytes: int, bandwidth: float) -> int:
     """Print the table; 1 (the exit status) when a peer column ran below its bare speed."""
     names = list(results)
@@ -176,7 +234,7 @@ def table(args, results: dict, step_bytes: int, bandwidth: float) -> int:
     print("|---|" + "---|" * (len(names) + len(ratios) + 1))
     invalid_cells = []
     for i, batch in enumerate(SETTINGS):
-        speed = {n: batch * args.new / statistics.median(r[i] for r in results[n]) for n in names}
+        speed = {n: batch * args.new / statistics.median(r["seconds"][i] for r in results[n]) for n in names}
         print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) + " | " +
               " | ".join(f"{speed[t] / speed[n]:.2f}" for t, n in ratios) + " | " +
               ", ".join(f"{fraction(step_bytes, speed[n] / batch, bandwidth):.0%}" for n in names) + " |")

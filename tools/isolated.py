@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 TOOLS = Path(__file__).resolve().parent
-ENGINES = ("torch", "onnxruntime", "ctranslate2", "transformers", "onnxruntime_genai")
+ENGINES = ("torch", "onnxruntime", "ctranslate2", "transformers", "onnxruntime_genai", "llama_cpp")
 """Top-level modules of the engines compared: each starts thread pools of its own, which is
 why no two may share a timing process."""
 
@@ -43,6 +43,9 @@ class Job:
     bare: bool = False
     env: dict = dataclasses.field(default_factory=dict)
     """Environment variables of the process on top of the parent's (an engine's backend switch)."""
+    python: str = ""
+    """The worker's interpreter (default: the parent's): an engine installed in a venv of its own
+    (llama-cpp-python) runs there; its worker imports the standard library, numpy and the tool."""
 
     def but(self, **changes) -> Job:
         """This job with another function or extra keyword arguments."""
@@ -56,7 +59,7 @@ class Job:
                           "kwargs": {"threads": threads, **self.kwargs}})
         script = ["-I", str(TOOLS / "peer_bare.py")] if self.bare else [str(TOOLS / "isolated.py")]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **self.env)
-        done = subprocess.run([sys.executable, *script, job], capture_output=True, text=True, env=env)
+        done = subprocess.run([self.python or sys.executable, *script, job], capture_output=True, text=True, env=env)
         if done.returncode:
             raise SystemExit(f"{self.module}.{self.function} failed in its own process (exit {done.returncode}):\n"
                              + done.stderr[-4000:])

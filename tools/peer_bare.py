@@ -1,4 +1,4 @@
-"""The peers' timing functions (CTranslate2, transformers), importing nothing but the peer.
+"""The peers' timing functions (CTranslate2, transformers, onnxruntime-genai, llama.cpp), importing nothing but the peer.
 
 A table's peer column runs these through the harness (tools/isolated.py, one fresh process
 per round); run as a script under ``python -I`` (tools/ not on the path), the same functions
@@ -110,7 +110,8 @@ def ct2_lines(threads: int, model: str, compute: str, sources: str, batch: int, 
     return {"seconds": seconds, "outputs": outputs}
 
 
-def ct2_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None):
+def ct2_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None,
+                 prefill: str | None = None):
     """Seconds to generate exactly ``n`` tokens greedily after each batch of ``prompts`` (batch
     -> .npy of ids); with ``check`` (.npy), instead the tokens generated after those prompts."""
     import ctranslate2
@@ -123,10 +124,11 @@ def ct2_generate(threads: int, model: str, prompts: dict, n: int, check: str | N
         res = gen.generate_batch([[words[i] for i in row] for row in rows], max_length=k, min_length=k,
                                  sampling_topk=1, include_prompt_in_result=False)
         return [[index[t] for t in r.sequences[0]] for r in res]
-    return generate(run, prompts, n, check)
+    return generate(run, prompts, n, check, prefill)
 
 
-def hf_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None):
+def hf_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None,
+                prefill: str | None = None):
     """``ct2_generate`` for transformers' ``generate`` (KV cache, SDPA, greedy) on the saved model."""
     import torch
     import transformers
@@ -139,11 +141,11 @@ def hf_generate(threads: int, model: str, prompts: dict, n: int, check: str | No
             out = hf.generate(torch.from_numpy(rows), max_new_tokens=k, min_new_tokens=k, do_sample=False,
                               pad_token_id=0)
         return out[:, rows.shape[1]:].tolist()
-    return generate(run, prompts, n, check)
+    return generate(run, prompts, n, check, prefill)
 
 
 def genai_generate(threads: int, model: str, prompts: dict, n: int, session_options: dict,
-                   check: str | None = None):
+                   check: str | None = None, prefill: str | None = None):
     """``ct2_generate`` for onnxruntime-genai's own loop on its export of the same weights, its
     session given ``threads`` and ``session_options`` (tfspec's spinning setting)."""
     import onnxruntime_genai as og
@@ -161,16 +163,74 @@ def genai_generate(threads: int, model: str, prompts: dict, n: int, session_opti
         while not generator.is_done():
             generator.generate_next_token()
         return [generator.get_sequence(i)[rows.shape[1]:].tolist() for i in range(len(rows))]
-    return generate(run, prompts, n, check)
+    return generate(run, prompts, n, check, prefill)
 
 
-def generate(run, prompts: dict, n: int, check: str | None):
-    """The tokens ``run`` makes after the ``check`` prompts, or its seconds at every batch of
-    ``prompts`` after an 8-token warm-up at each: the loop every generation worker shares."""
+def llama_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None,
+                   prefill: str | None = None, extra_buffers: bool = True):
+    """``ct2_generate`` for llama.cpp (llama-cpp-python's C API, a GGUF file): every row of a
+    batch is a sequence of its own in one context (llama.cpp's batched decoding), one
+    ``llama_decode`` per step for all of them, the greedy choice taken from its logits.
+    ``extra_buffers``: llama.cpp's extra weight buffer types (repacked Q4_0/Q8_0, AMX)."""
+    import llama_cpp as L
+
+    L.llama_backend_init()
+    model_params = L.llama_model_default_params()
+    model_params.use_extra_bufts = extra_buffers
+    lm = L.llama_model_load_from_file(model.encode(), model_params)
+    params = L.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 8 * 1024, 1024, 512, 8
+    params.n_threads = params.n_threads_batch = threads
+    ctx = L.llama_init_from_model(lm, params)
+    vocab = L.llama_vocab_n_tokens(L.llama_model_get_vocab(lm))
+    batch = L.llama_batch_init(8 * 1024, 0, 8)
+
+    def step(tokens: list[tuple[int, int, int, bool]]) -> list[int]:
+        """Decode (token, position, sequence, wants logits) entries; the argmax of each wanted."""
+        for i, (token, pos, seq, wanted) in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, wanted
+            batch.seq_id[i][0] = seq
+        batch.n_tokens = len(tokens)
+        if L.llama_decode(ctx, batch):
+            raise RuntimeError("llama_decode failed")
+        return [int(np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), (vocab,)).argmax())
+                for i, t in enumerate(tokens) if t[3]]
+
+    def run(rows, k):
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        width = rows.shape[1]
+        last = step([(int(t), p, s, p == width - 1) for s, row in enumerate(rows) for p, t in enumerate(row)])
+        out = [last]
+        for p in range(width, width + k - 1):
+            out.append(last := step([(t, p, s, True) for s, t in enumerate(last)]))
+        return np.array(out).T
+    return generate(run, prompts, n, check, prefill)
+
+
+def peak_rss() -> int:
+    """Bytes of the largest resident set this process had: VmHWM, which starts afresh at exec
+    (getrusage's ru_maxrss does not: a worker would report its parent's peak); 0 off Linux."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+
+def generate(run, prompts: dict, n: int, check: str | None, prefill: str | None = None):
+    """The tokens ``run`` makes after the ``check`` prompts, or {"seconds": at every batch of
+    ``prompts`` after an 8-token warm-up at each, then (with ``prefill``, a long prompt) the
+    seconds to read that prompt and give one token, "rss": the process's peak resident bytes}:
+    the loop every generation worker shares."""
     if check is not None:
         return [[int(t) for t in row] for row in run(np.load(check), n)]
     rows = [np.load(path) for path in prompts.values()]
-    return timed([lambda r=r: run(r, n) for r in rows], [lambda r=r: run(r, 8) for r in rows])
+    calls, warm = [lambda r=r: run(r, n) for r in rows], [lambda r=r: run(r, 8) for r in rows]
+    if prefill is not None:
+        long = np.load(prefill)
+        calls.append(lambda: run(long, 1))
+        warm.append(lambda: run(long[:, : long.shape[1] // 2], 1))
+    return {"seconds": timed(calls, warm), "rss": peak_rss()}
 
 
 def invalid(peer: str, speed: float, bare: float) -> str | None:
@@ -185,7 +245,7 @@ if __name__ == "__main__":
     stdout = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # stdout carries the answer only
     result = globals()[job["function"]](**job["kwargs"])
-    held = [m for m in ("torch", "onnxruntime", "ctranslate2", "transformers", "onnxruntime_genai", "tfspec",
+    held = [m for m in ("torch", "onnxruntime", "ctranslate2", "transformers", "onnxruntime_genai", "llama_cpp", "tfspec",
                         "isolated") if m in sys.modules and m not in job["engines"]]
     if held:
         sys.exit(f"refused: the bare process imported {', '.join(held)}, not only {', '.join(job['engines'])}")
