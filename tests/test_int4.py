@@ -6,6 +6,7 @@ holding one checkpoint tensor at a time, and decoding from int4 exports (generat
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -235,3 +236,27 @@ def test_export_that_cannot_fit_even_streamed_is_refused_by_name(cli, tmp_path, 
     code, out, err = cli("export", ours, "-o", tmp_path / "q4", "--int4")
     assert code == 2 and "even streamed" in err and "self_attn.w_qkv in float32" in err, err  # its largest tensor
     assert not (tmp_path / "q4").exists() or not any((tmp_path / "q4").iterdir())
+
+
+@pytest.fixture(scope="module")
+def sample_tokenizer(tmp_path_factory):
+    """1,000 sentencepiece pieces of the sample (trained outside a test: sentencepiece's log
+    needs a real file descriptor, which captured output has not)."""
+    from tfspec.data import sample_dir
+    from tfspec.data.tokenizer import train_tokenizer
+
+    return train_tokenizer(sample_dir(), 1000, out_dir=tmp_path_factory.mktemp("spm"))
+
+
+def test_calibration_reads_text_with_the_tokenizer_given(cli, tmp_path, sample_tokenizer):
+    """A spec without a tokenizer of its own (as a training run's export is) calibrates with the
+    sentencepiece model of --tokenizer, the one the export ships."""
+    model = sample_tokenizer
+    spec = tmp_path / "lm.yaml"
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    spec.write_text(f"extends: {examples / 'llama-lm.yaml'}\n"
+                    "vocab: {size: 1000, pad_id: 0, unk_id: 0, bos_id: 1, eos_id: 2}\n", encoding="utf-8")
+    (tmp_path / "calibration.txt").write_text("A short line of text.\nAnother one.\n", encoding="utf-8")
+    code, out, err = cli("export", spec, "-o", tmp_path / "awq", "--int4", "--tokenizer", model,
+                         "--int4-calibrate", tmp_path / "calibration.txt")
+    assert code == 0 and "calibration: 2 lines" in err, out + err

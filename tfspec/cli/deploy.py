@@ -121,7 +121,6 @@ def _shortlist(args, spec, home: Path | None):
     """``--shortlist CORPUS_DIR``: the shortlist (``tfspec.shortlist``) counted over the corpus's
     training pairs, read with the tokenizer the export ships (``--tokenizer`` or the spec's own)."""
     from tfspec.data import read_split
-    from tfspec.data.codecs import SentencePieceCodec
     from tfspec.data.corpus import load_manifest
     from tfspec.shortlist import build
 
@@ -130,8 +129,7 @@ def _shortlist(args, spec, home: Path | None):
     if spec.family != "encoder-decoder":
         raise TfspecError(f"--shortlist: {spec.name} does not translate sources (family {spec.family}); a shortlist "
                           "maps source tokens to target candidates")
-    codec = (SentencePieceCodec(Path(args.tokenizer), spec.vocab) if args.tokenizer is not None
-             else open_codec(home, spec.vocab) if home is not None else None)
+    codec = export_codec(args, spec, home)
     if codec is None:
         raise TfspecError(f"--shortlist: {args.spec} has no tokenizer to read {args.shortlist} with; "
                           "give --tokenizer MODEL")
@@ -164,6 +162,16 @@ def _check_replaceable(output: Path) -> None:
     if output.is_dir() and not ((output / "tfspec.json").is_file() or (output / "genai_config.json").is_file()):
         if any(not p.name.startswith(".") for p in output.iterdir()):
             raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
+
+
+def export_codec(args, spec, home: Path | None):
+    """The tokenizer the export ships, to read text with (``--shortlist``, ``--int4-calibrate``):
+    ``--tokenizer`` (a training run's, by default), else the spec directory's own; None without one."""
+    from tfspec.data.codecs import SentencePieceCodec
+
+    if args.tokenizer is not None:
+        return SentencePieceCodec(Path(args.tokenizer), spec.vocab)
+    return open_codec(home, spec.vocab) if home is not None else None
 
 
 def _check_tokenizer(args, spec, home: Path | None) -> None:
