@@ -3,13 +3,14 @@ same load from an outside load generator, guidellm, on the same model: throughpu
 token and inter-token latency percentiles at several request rates, and the saturation point.
 
     .venv/bin/python tools/bench_load.py --guidellm /path/to/venv/bin/guidellm \\
-        --llama-python /path/to/llama-venv/bin/python --llama-src /path/to/vendor/llama.cpp \\
+        --llama-python /path/to/llama-venv/bin/python \\
         [--hidden 512] [--layers 8] [--rates 1,2,4,8] [--seconds 30] [--threads 1] [--out DIR]
 
 The model is a random Llama (seed 0) with a sentencepiece tokenizer trained on the sample
 corpus (llama.cpp's converter refuses BPE tokenizers it does not know by their pre-tokenizer's
 hash), saved by transformers, then imported and exported by tfspec and converted to a float32
-GGUF by llama.cpp's own ``convert_hf_to_gguf.py``: the same weights at the same precision.
+GGUF by llama.cpp's own ``convert_hf_to_gguf.py`` (tools/to_gguf.py; $LLAMA_CPP_SOURCE names its
+tree): the same weights at the same precision.
 Weights are random, so every request runs to its ``max_tokens`` (guidellm sends ``ignore_eos``
 too), as a load test wants.
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -37,6 +37,7 @@ import urllib.request
 from pathlib import Path
 
 from bench_serve import pinned, split_cores
+from to_gguf import convert
 
 
 def build(directory: Path, hidden: int, layers: int, positions: int) -> tuple[Path, Path, Path]:
@@ -64,13 +65,6 @@ def build(directory: Path, hidden: int, layers: int, positions: int) -> tuple[Pa
                     ["export", directory / "ours", "-o", directory / "onnx", "--no-check"]):
         subprocess.run([sys.executable, "-m", "tfspec", *map(str, command)], check=True, capture_output=True)
     return directory / "onnx", directory / "model.gguf", hf
-
-
-def convert(hf: Path, gguf: Path, llama_src: Path) -> None:
-    """llama.cpp's converter, float32 (this interpreter has the torch and transformers it reads with)."""
-    env = os.environ | {"PYTHONPATH": str(llama_src / "gguf-py")}
-    subprocess.run([sys.executable, str(llama_src / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(gguf),
-                    "--outtype", "f32"], check=True, capture_output=True, env=env)
 
 
 def free_port() -> int:
@@ -149,7 +143,6 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--guidellm", required=True, help="the guidellm executable (a venv of its own)")
     p.add_argument("--llama-python", help="the python of a venv with llama-cpp-python[server] (omit: tfspec only)")
-    p.add_argument("--llama-src", type=Path, help="llama.cpp's sources (convert_hf_to_gguf.py, gguf-py)")
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--positions", type=int, default=1024)
@@ -164,7 +157,7 @@ def main() -> None:
     onnx, gguf, hf = build(out / "model", args.hidden, args.layers, args.positions)
     engines = ["tfspec"]
     if args.llama_python:
-        convert(hf, gguf, args.llama_src)
+        convert(hf, gguf, "f32")  # llama.cpp's converter run by this interpreter (its torch, transformers)
         engines.append("llama.cpp")
     servers, loader = split_cores(args.threads)
     print(f"server cores {sorted(servers) if servers else 'any'}, guidellm {sorted(loader) if loader else 'any'}; "
