@@ -105,7 +105,10 @@ class RunContext:
 
     def cached(self, key, build):
         """Something built once per call (a mask, a rotation table) and shared by the layers
-        that ask with the same key."""
+        that ask with the same key. Inside ``torch.compile`` it is built where asked: keys hold
+        spec objects Dynamo cannot hash, and building it once per compiled layer costs little."""
+        if torch.compiler.is_compiling():
+            return build()
         if key not in self._masks:
             self._masks[key] = build()
         return self._masks[key]
