@@ -18,8 +18,9 @@ Both come from the IR here:
 - the loss: the logits, their log-softmax, and the two gradients of that size the backward
   pass creates first.
 
-The peak is weights + moments + the larger of (activations + loss) at the start of the
-backward pass and the gradients at its end. Figures assume the PyTorch backend's ops (fused
+The peak is weights + moments + the largest of: the activations and the loss at the start of
+the backward pass, the activations and a recomputed layer (checkpointing), the gradients at
+its end. Figures assume the PyTorch backend's ops (fused
 SDPA attention, which keeps no L x L matrix unless the kind adds terms to the scores).
 """
 
@@ -58,10 +59,14 @@ class TrainMemory:
     """FSDP: weights and gradients held whole while a unit runs; DDP: its gradient buckets."""
     activations: int
     loss: int
+    recompute: int = 0
+    """With checkpointing: the largest layer's activations, rebuilt in the backward pass after
+    the loss's gradients are freed."""
 
     @property
     def peak(self) -> int:
-        return self.weights + self.optimizer + self.gathered + max(self.activations + self.loss, self.gradients)
+        held = self.weights + self.optimizer + self.gathered
+        return held + max(self.activations + max(self.loss, self.recompute), self.gradients)
 
 
 def _numel(shape, sizes: dict) -> int:
@@ -85,9 +90,9 @@ def estimate(graph: Graph, setup: Setup) -> TrainMemory:
         gathered = half * root + 4 * root + (2 * half + 4) * largest
     else:
         gathered = 4 * params if setup.shard == "ddp" and setup.ranks > 1 else 0
-    activations = _activations(graph, units, sizes, setup.checkpoint)
+    activations, recompute = _activations(graph, units, sizes, setup.checkpoint)
     logits = _numel(graph.node(graph.ports["logits"]).shape, sizes) * 4
-    return TrainMemory(weights, grads, moments, gathered, activations, 4 * logits)
+    return TrainMemory(weights, grads, moments, gathered, activations, 4 * logits, recompute)
 
 
 def layer_units(graph: Graph) -> dict[str, list[str]]:
@@ -107,21 +112,21 @@ def _unit_params(graph: Graph, names: list[str]) -> set[str]:
     return {p for name in names for p in graph.node(name).params.values()}
 
 
-def _activations(graph: Graph, units: dict[str, list[str]], sizes: dict, checkpoint: bool) -> int:
-    """Bytes the forward pass leaves for the backward pass: every op's saved tensors, each
-    counted once; with ``checkpoint``, a layer's inputs instead of its own, plus the largest
-    layer's while it is recomputed."""
+def _activations(graph: Graph, units: dict[str, list[str]], sizes: dict, checkpoint: bool) -> tuple[int, int]:
+    """(bytes the forward pass leaves for the backward pass, bytes a recomputed layer adds):
+    every op's saved tensors, each counted once; with ``checkpoint``, a layer's inputs instead
+    of its own, and the largest layer's again while the backward pass recomputes it."""
     saved = {}  # tensor name -> bytes
     for node in graph.nodes():
         saved |= _saved(graph, node, sizes)
     if not checkpoint:
-        return sum(saved.values())
+        return sum(saved.values()), 0
     unit_of = {name: prefix for prefix, names in units.items() for name in names}
     outside = {k: v for k, v in saved.items() if unit_of.get(k.split("#")[0]) is None}
     inputs = {i: _numel(graph.node(i).shape, sizes) * 4 for names in units.values() for name in names
               for i in graph.node(name).inputs if unit_of.get(i) != unit_of[name]}
     one = max((sum(v for k, v in saved.items() if unit_of.get(k.split("#")[0]) == p) for p in units), default=0)
-    return sum((outside | inputs).values()) + one
+    return sum((outside | inputs).values()), one
 
 
 def _saved(graph: Graph, node, sizes: dict) -> dict[str, int]:
