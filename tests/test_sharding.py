@@ -128,3 +128,28 @@ def test_cli_fsdp_under_torchrun_matches_one_process_on_small(tmp_path):
                     f"--master_port={_free_port()}", "-m", "tfspec", "train", *common, "--shard", "fsdp",
                     "--out", str(tmp_path / "two")], cwd=ROOT, check=True, capture_output=True)
     np.testing.assert_allclose(losses(tmp_path / "two"), losses(tmp_path / "one"), rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_fsdp_run_resumes_with_the_same_losses(tmp_path):
+    """Gathered whole on rank 0, a checkpoint written under FSDP resumes under FSDP (moments
+    sharded again) with the losses of the uninterrupted run."""
+    import torch.multiprocessing as mp
+
+    config = TrainConfig(**{**CONFIG.__dict__, "shard": "fsdp"})
+    mp.spawn(_worker, args=(2, _free_port(), tmp_path / "whole", config, "dense"), nprocs=2)
+    half = TrainConfig(**{**config.__dict__, "steps": 3})
+    mp.spawn(_worker, args=(2, _free_port(), tmp_path / "half", half, "dense"), nprocs=2)
+    mp.spawn(_resume_worker, args=(2, _free_port(), tmp_path / "half", config), nprocs=2)
+    np.testing.assert_allclose(losses(tmp_path / "half"), losses(tmp_path / "whole"), rtol=1e-5)
+
+
+def _resume_worker(rank, world, port, run, config):
+    os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    try:
+        train(SPECS["dense"](), copy_task(), run, config, torch.device("cpu"), resume=True, progress=False,
+              log=lambda m: None)
+    finally:
+        torch.distributed.destroy_process_group()
