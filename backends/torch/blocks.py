@@ -17,6 +17,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 
+class Carried:
+    """The call's ``RunContext`` as a block's argument. Wrappers copy the dataclasses, lists and
+    dicts they find in a module's arguments (FSDP moving inputs to the device); the ops must
+    see the call's own context, whose ``aux_losses`` the model sums after the pass."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+
+
 class LayerBlock(nn.Module):
     """One layer of a stack (``encoder.layers.0``): its op modules as children, its steps in
     IR order, the names it reads from outside (``reads``) and the names read after it
@@ -30,15 +41,15 @@ class LayerBlock(nn.Module):
         self.checkpointed = False
         """Recompute this layer's activations in the backward pass instead of keeping them."""
 
-    def forward(self, ctx, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, carried: Carried, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.checkpointed and torch.is_grad_enabled():
             # Non-reentrant: the saved tensors of the ops inside are recomputed on demand, which
             # also covers what leaves through ctx (a mixture of experts' load-balancing loss).
-            return checkpoint(self.run_steps, ctx, *inputs, use_reentrant=False)
-        return self.run_steps(ctx, *inputs)
+            return checkpoint(self.run_steps, carried, *inputs, use_reentrant=False)
+        return self.run_steps(carried, *inputs)
 
-    def run_steps(self, ctx, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        env = dict(zip(self.reads, inputs))
+    def run_steps(self, carried: Carried, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx, env = carried.ctx, dict(zip(self.reads, inputs))
         for step in self.steps:
             env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
         return tuple(env[w] for w in self.writes)

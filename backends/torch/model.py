@@ -21,7 +21,7 @@ from tfspec.padding import implied_mask
 from tfspec.registry import discover
 from tfspec.spec import Spec
 
-from .blocks import LayerBlock, group_plan, layer_prefixes, wire
+from .blocks import Carried, LayerBlock, group_plan, layer_prefixes, wire
 from .frames import frame_padding
 from .registry import LOWERINGS
 
@@ -263,7 +263,7 @@ class TorchModel(nn.Module):
         env = {ports[name]: value for name, value in feeds.items()}
         for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
             if isinstance(step, LayerBlock):
-                env.update(zip(step.writes, step(ctx, *[env[i] for i in step.reads])))
+                env.update(zip(step.writes, step(Carried(ctx), *[env[i] for i in step.reads])))
             else:
                 env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
         self.aux_loss = sum(ctx.aux_losses) if ctx.aux_losses else None
