@@ -15,6 +15,7 @@ Both come from the IR here:
   attention its queries, keys, values, output and log-sum-exp, a feed-forward layer its hidden
   activations. Tensors are counted once however many ops read them. With activation
   checkpointing a layer keeps only its inputs, and the backward pass recomputes one layer at a time;
+- a tied matrix's gradients: one per use and their sum, at once;
 - the loss: the logits, their log-softmax, and the two gradients of that size the backward
   pass creates first.
 
@@ -60,13 +61,15 @@ class TrainMemory:
     activations: int
     loss: int
     recompute: int = 0
+    tied: int = 0
+    """A matrix several ops use (tied embeddings): each use's gradient and their sum live at once."""
     """With checkpointing: the largest layer's activations, rebuilt in the backward pass after
     the loss's gradients are freed."""
 
     @property
     def peak(self) -> int:
         held = self.weights + self.optimizer + self.gathered
-        return held + max(self.activations + max(self.loss, self.recompute), self.gradients)
+        return held + max(self.activations + max(self.loss, self.recompute), self.gradients + self.tied)
 
 
 def _numel(shape, sizes: dict) -> int:
@@ -92,7 +95,12 @@ def estimate(graph: Graph, setup: Setup) -> TrainMemory:
         gathered = 4 * params if setup.shard == "ddp" and setup.ranks > 1 else 0
     activations, recompute = _activations(graph, units, sizes, setup.checkpoint)
     logits = _numel(graph.node(graph.ports["logits"]).shape, sizes) * 4
-    return TrainMemory(weights, grads, moments, gathered, activations, 4 * logits, recompute)
+    uses: dict[str, int] = {}
+    for node in graph.nodes():
+        for p in node.params.values():
+            uses[p] = uses.get(p, 0) + 1
+    tied = max((4 * graph.params[p].numel * k for p, k in uses.items() if k > 1), default=0)
+    return TrainMemory(weights, grads, moments, gathered, activations, 4 * logits, recompute, tied)
 
 
 def layer_units(graph: Graph) -> dict[str, list[str]]:
