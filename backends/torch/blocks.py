@@ -12,6 +12,8 @@ or compiling); the ops, their order and the state-dict keys stay what they are.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
@@ -22,10 +24,17 @@ class Carried:
     dicts they find in a module's arguments (FSDP moving inputs to the device); the ops must
     see the call's own context, whose ``aux_losses`` the model sums after the pass."""
 
-    __slots__ = ("ctx",)
+    __slots__ = ("ctx", "ran")
 
     def __init__(self, ctx):
-        self.ctx = ctx
+        self.ctx, self.ran = ctx, False
+
+    def context(self):
+        """The context for a pass over the block: the call's own the first time; for a
+        checkpointed block's recomputation, one whose auxiliary losses go nowhere (the first
+        pass's are in the loss already, and keeping these would keep the recomputed tensors)."""
+        first, self.ran = not self.ran, True
+        return self.ctx if first else replace(self.ctx, aux_losses=[])
 
 
 class LayerBlock(nn.Module):
@@ -49,7 +58,7 @@ class LayerBlock(nn.Module):
         return self.run_steps(carried, *inputs)
 
     def run_steps(self, carried: Carried, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx, env = carried.ctx, dict(zip(self.reads, inputs))
+        ctx, env = carried.context(), dict(zip(self.reads, inputs))
         for step in self.steps:
             env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
         return tuple(env[w] for w in self.writes)
