@@ -12,9 +12,29 @@ or compiling); the ops, their order and the state-dict keys stay what they are.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+
+class Carried:
+    """The call's ``RunContext`` as a block's argument. Wrappers copy the dataclasses, lists and
+    dicts they find in a module's arguments (FSDP moving inputs to the device); the ops must
+    see the call's own context, whose ``aux_losses`` the model sums after the pass."""
+
+    __slots__ = ("ctx", "ran")
+
+    def __init__(self, ctx):
+        self.ctx, self.ran = ctx, False
+
+    def context(self):
+        """The context for a pass over the block: the call's own the first time; for a
+        checkpointed block's recomputation, one whose auxiliary losses go nowhere (the first
+        pass's are in the loss already, and keeping these would keep the recomputed tensors)."""
+        first, self.ran = not self.ran, True
+        return self.ctx if first else replace(self.ctx, aux_losses=[])
 
 
 class LayerBlock(nn.Module):
@@ -30,15 +50,15 @@ class LayerBlock(nn.Module):
         self.checkpointed = False
         """Recompute this layer's activations in the backward pass instead of keeping them."""
 
-    def forward(self, ctx, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(self, carried: Carried, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.checkpointed and torch.is_grad_enabled():
             # Non-reentrant: the saved tensors of the ops inside are recomputed on demand, which
             # also covers what leaves through ctx (a mixture of experts' load-balancing loss).
-            return checkpoint(self.run_steps, ctx, *inputs, use_reentrant=False)
-        return self.run_steps(ctx, *inputs)
+            return checkpoint(self.run_steps, carried, *inputs, use_reentrant=False)
+        return self.run_steps(carried, *inputs)
 
-    def run_steps(self, ctx, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        env = dict(zip(self.reads, inputs))
+    def run_steps(self, carried: Carried, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx, env = carried.context(), dict(zip(self.reads, inputs))
         for step in self.steps:
             env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
         return tuple(env[w] for w in self.writes)

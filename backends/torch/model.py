@@ -21,7 +21,7 @@ from tfspec.padding import implied_mask
 from tfspec.registry import discover
 from tfspec.spec import Spec
 
-from .blocks import LayerBlock, group_plan, layer_prefixes, wire
+from .blocks import Carried, LayerBlock, group_plan, layer_prefixes, wire
 from .frames import frame_padding
 from .registry import LOWERINGS
 
@@ -105,7 +105,10 @@ class RunContext:
 
     def cached(self, key, build):
         """Something built once per call (a mask, a rotation table) and shared by the layers
-        that ask with the same key."""
+        that ask with the same key. Inside ``torch.compile`` it is built where asked: keys hold
+        spec objects Dynamo cannot hash, and building it once per compiled layer costs little."""
+        if torch.compiler.is_compiling():
+            return build()
         if key not in self._masks:
             self._masks[key] = build()
         return self._masks[key]
@@ -260,7 +263,7 @@ class TorchModel(nn.Module):
         env = {ports[name]: value for name, value in feeds.items()}
         for step in self._plan(tuple(sorted(env)), tuple(ports[o] for o in outputs)):
             if isinstance(step, LayerBlock):
-                env.update(zip(step.writes, step(ctx, *[env[i] for i in step.reads])))
+                env.update(zip(step.writes, step(Carried(ctx), *[env[i] for i in step.reads])))
             else:
                 env[step.name] = step.fn(ctx, *[env[i] for i in step.inputs])
         self.aux_loss = sum(ctx.aux_losses) if ctx.aux_losses else None

@@ -8,7 +8,7 @@ import sys
 import time
 
 from tfspec.analysis import analyze_params
-from tfspec.cli import analysis
+from tfspec.cli import analysis, train_memory
 from tfspec.cli.tables import millions, render
 from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
@@ -78,6 +78,8 @@ def cmd_report(args) -> int:
 
     spec = load_spec(args.spec)
     graph = build_graph(spec)
+    if args.train:
+        return train_memory.report(spec, graph, args)
     report = analyze_params(graph)
     costs = "" if args.format == "json" else analysis.report_text(spec, graph, args)  # fails before printing
     theirs = transformers_count(spec, report.total)
@@ -221,6 +223,7 @@ def register(command) -> None:
     c.add_argument("spec", metavar="SPEC")
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     analysis.add_report_options(c)
+    train_memory.add_options(c)
     c = command("table3", cmd_table3)
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     c = command("compile", cmd_compile,
