@@ -58,7 +58,14 @@ def test_base_at_full_size_matches_torch_flop_counter():
     assert counted(spec, 8, batch=1) == pytest.approx(analyze_flops(build_graph(spec), 8).forward, rel=0.01)
 
 
-@pytest.mark.parametrize("layer", [ex for examples in EXAMPLES.values() for ex in examples], ids=str)
+SCANNED_IN_CHUNKS = {"mamba2"}
+"""Kinds whose PyTorch lowering computes a recurrence in its quadratic chunk form (Mamba-2's
+state space duality, 128 positions at a time), which torch's counter counts, while the analysis
+counts the recurrence's linear work, as Table 1's row and the decoding step do."""
+
+
+@pytest.mark.parametrize("layer", [ex for kind, examples in EXAMPLES.items() for ex in examples
+                                   if kind not in SCANNED_IN_CHUNKS], ids=str)
 def test_every_layer_kind_matches_torch_flop_counter(layer, tmp_path):
     spec = model_for(layer, tmp_path)[1]  # two layers of [layer, ffn], d_model 16, in a fitting stack
     assert counted(spec, 9) == pytest.approx(2 * analyze_flops(build_graph(spec), 9).forward, rel=0.01)

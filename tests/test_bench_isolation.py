@@ -84,9 +84,11 @@ def test_the_comparisons_are_found():
     assert {"bench_decode", "bench_translate", "bench_generate", "bench_moe", "bench_serve"} <= set(COMPARISONS)
 
 
-OWN_PROCESSES = {"bench_restricted": "in_subprocess"}
+OWN_PROCESSES = {"bench_restricted": "in_subprocess", "bench_load": "server"}
 """Tools that start a fresh process per measured point their own way (and the function that
-does): bench_restricted's peak-memory figures need a process per point, one method each."""
+does): bench_restricted's peak-memory figures need a process per point, one method each;
+bench_load starts each engine's HTTP server as a process of its own, and the load generator
+as another (the parent only builds the model)."""
 
 
 @pytest.mark.parametrize("tool", COMPARISONS)

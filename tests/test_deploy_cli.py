@@ -185,7 +185,8 @@ def test_weights_that_do_not_match_the_spec(cli, exported, write_spec, tmp_path)
 def test_corrupt_weights_files(cli, tmp_path, name, content):
     (tmp_path / name).write_bytes(content)
     code, _, err = cli("export", "tiny", "--weights", tmp_path / name, "-o", tmp_path / "x")
-    assert code == 2 and "not a readable weights file" in err
+    assert code == 2 and ("not a readable weights file" in err or "corrupt safetensors header" in err), err
+    assert err.count("error:") == 1 and "Traceback" not in err
 
 
 def test_pickled_code_in_weights_is_not_run(cli, tmp_path):

@@ -167,7 +167,7 @@ def test_a_layer_stating_the_specs_own_values_is_the_same_model():
     ({"decoder": attention(positions={"kind": "relative_bias", "max_distance": 64})}, ["positions", "one per stack"]),
     ({"decoder": attention(heads=6, kv_heads=4)}, ["decoder.block[0]", "heads (6)", "kv_heads (4)"]),
     ({"decoder": attention(score="additive", softcap=30)}, ["softcap (30.0) caps dot-product scores"]),
-    ({"decoder": attention(qk_norm="layer")}, ["qk_norm", "'none', 'head', 'per_head' or 'all'"]),
+    ({"decoder": attention(qk_norm="layer")}, ["qk_norm", "'none', 'head', 'per_head', 'all' or 'l2'"]),
     ({"decoder": attention(d_k=7)}, ["d_k (7)", "even"]),
 ])
 def test_bad_layer_fields_are_clear_errors(fields, needles, write_spec, cli):

@@ -59,12 +59,8 @@ def read_weights(path: str | Path) -> dict[str, torch.Tensor]:
 
 
 def load_weights(model: TorchModel, path: str | Path) -> None:
-    """Copy the file's tensors into ``model``, refusing any mismatch with the spec. A directory
-    is a training checkpoint (``RUN/checkpoints/step-N``) of either format."""
-    if Path(path).is_dir():
-        from .training.checkpoint import load_checkpoint_weights
-
-        return load_checkpoint_weights(model, Path(path))
+    """Copy the file's tensors into ``model``, refusing any mismatch with the spec (a training
+    checkpoint's directory: ``training.checkpoint.load_any_weights``)."""
     tensors = checked_weights(model, path)
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -112,7 +112,7 @@ def evaluate_run(args, spec, meta: dict) -> int:
 
     from tfspec.backends.onnx import OnnxModel
     from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training.checkpoint import load_any_weights
     from tfspec.cli.models import run_weights
     from tfspec.data.digits import read_digit_lines
 
@@ -121,7 +121,7 @@ def evaluate_run(args, spec, meta: dict) -> int:
         torch.set_num_threads(args.threads)
     models = {}
     for objective in OBJECTIVES:
-        load_weights(model := build_module(spec), run_weights(run / objective, None))
+        load_any_weights(model := build_module(spec), run_weights(run / objective, None))
         models[objective] = model.eval()
     lines = read_digit_lines(data, args.split)[:args.limit]
     exported = OnnxModel(run / "onnx", device="cpu") if (run / "onnx" / "tfspec.json").is_file() else None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tfspec.cli.models import model_to_export
 from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
-from tfspec.data.codecs import open_codec
+from tfspec.data.codecs import open_codec, shipped_codec
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
 from tfspec.ir import build_graph
@@ -129,7 +129,7 @@ def _shortlist(args, spec, home: Path | None):
     if spec.family != "encoder-decoder":
         raise TfspecError(f"--shortlist: {spec.name} does not translate sources (family {spec.family}); a shortlist "
                           "maps source tokens to target candidates")
-    codec = export_codec(args, spec, home)
+    codec = shipped_codec(args.tokenizer, home, spec.vocab)
     if codec is None:
         raise TfspecError(f"--shortlist: {args.spec} has no tokenizer to read {args.shortlist} with; "
                           "give --tokenizer MODEL")
@@ -162,16 +162,6 @@ def _check_replaceable(output: Path) -> None:
     if output.is_dir() and not ((output / "tfspec.json").is_file() or (output / "genai_config.json").is_file()):
         if any(not p.name.startswith(".") for p in output.iterdir()):
             raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
-
-
-def export_codec(args, spec, home: Path | None):
-    """The tokenizer the export ships, to read text with (``--shortlist``, ``--int4-calibrate``):
-    ``--tokenizer`` (a training run's, by default), else the spec directory's own; None without one."""
-    from tfspec.data.codecs import SentencePieceCodec
-
-    if args.tokenizer is not None:
-        return SentencePieceCodec(Path(args.tokenizer), spec.vocab)
-    return open_codec(home, spec.vocab) if home is not None else None
 
 
 def _check_tokenizer(args, spec, home: Path | None) -> None:

@@ -50,7 +50,7 @@ def _decoder(directory: Path, weights: str | None):
         model = OnnxModel(directory)
         return model.decoder(), _decoder_only(model.spec), model.describe()
     from tfspec.backends.torch import TorchDecoder, build_module
-    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training.checkpoint import load_any_weights
     from tfspec.spec import load_spec
 
     spec = _decoder_only(load_spec(directory))
@@ -58,7 +58,7 @@ def _decoder(directory: Path, weights: str | None):
     if weights is None:
         raise TfspecError(f"{directory}: no model.safetensors; pass --weights (random weights generate noise)")
     model = build_module(spec)
-    load_weights(model, weights)
+    load_any_weights(model, weights)
     return TorchDecoder(model), spec, "PyTorch, CPU"
 
 

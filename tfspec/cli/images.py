@@ -153,7 +153,7 @@ def _load_model(run: Path, args):
     import torch
 
     from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training.checkpoint import load_any_weights
     from tfspec.cli.models import run_spec, run_weights, torch_device
 
     spec, meta = run_spec(run)
@@ -163,7 +163,7 @@ def _load_model(run: Path, args):
     if args.threads:
         torch.set_num_threads(args.threads)
     model = build_module(spec)
-    load_weights(model, run_weights(run, args.checkpoint if run == Path(args.run) else None))
+    load_any_weights(model, run_weights(run, args.checkpoint if run == Path(args.run) else None))
     return spec, meta, model.to(torch_device(args.device)).eval()
 
 

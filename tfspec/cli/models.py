@@ -56,7 +56,7 @@ def _check_run(meta) -> None:
 def run_weights(run: Path, chosen: str | None) -> Path:
     """The weights of a run to load: ``chosen`` (--checkpoint), else the average, else the
     newest checkpoint. A checkpoint is its weights file, or the directory itself when sharded
-    (``load_weights`` reads both)."""
+    (``load_any_weights`` reads both)."""
     from tfspec.backends.torch.training import checkpoint
 
     if chosen:
@@ -70,7 +70,7 @@ def run_weights(run: Path, chosen: str | None) -> Path:
     if (found[-1] / "model.safetensors").is_file():
         checkpoint.read_meta(found[-1])
         return found[-1] / "model.safetensors"
-    return found[-1]  # sharded: load_weights checks its files as it reads them
+    return found[-1]  # sharded: load_any_weights checks its files as it reads them
 
 
 def model_to_export(spec, args):
@@ -80,7 +80,7 @@ def model_to_export(spec, args):
     import torch
 
     from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training.checkpoint import load_any_weights
 
     torch.manual_seed(args.seed)
     model = build_module(spec)
@@ -89,7 +89,7 @@ def model_to_export(spec, args):
         print(f"weights: {own} (the directory's own; --weights picks others)", file=sys.stderr)
         args.weights = own
     if args.weights:
-        load_weights(model, args.weights)
+        load_any_weights(model, args.weights)
     else:
         print(f"note: no --weights given: exporting randomly initialised weights (seed {args.seed})", file=sys.stderr)
     return model

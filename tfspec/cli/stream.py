@@ -117,7 +117,7 @@ def _calibrated(args, spec, file: Path, quant, need, home: Path | None):
 
     from tfspec.backends.onnx.awq import channel_scales
     from tfspec.backends.onnx.streamed import available
-    from tfspec.cli.deploy import export_codec
+    from tfspec.data.codecs import shipped_codec
     from tfspec.interop.hf.tensors import SafetensorsWeights
 
     free = available()
@@ -126,7 +126,7 @@ def _calibrated(args, spec, file: Path, quant, need, home: Path | None):
                           f"{free / GiB:.1f} GiB available; leave it out to round to nearest while streaming")
     if spec.family != "decoder-only":
         raise TfspecError(f"--int4-calibrate: {spec.name} is {spec.family}; calibration runs decoder-only models on text")
-    codec = export_codec(args, spec, home)
+    codec = shipped_codec(args.tokenizer, home, spec.vocab)
     if codec is None:
         raise TfspecError(f"--int4-calibrate: {args.spec} has no tokenizer (tokenizer.json or tokenizer.model) "
                           "to read the calibration text with; give --tokenizer MODEL")

@@ -89,7 +89,7 @@ def cmd_evaluate(args) -> int:
     import torch
 
     from tfspec.backends.torch import build_module
-    from tfspec.backends.torch.checkpoint import load_weights
+    from tfspec.backends.torch.training.checkpoint import load_any_weights
     from tfspec.data import load_tokenizer, read_split
     from tfspec.search import SearchOptions
 
@@ -106,7 +106,7 @@ def cmd_evaluate(args) -> int:
         torch.set_num_threads(args.threads)
     weights = run_weights(run, args.checkpoint)
     model = build_module(spec)
-    load_weights(model, weights)
+    load_any_weights(model, weights)
     tokenizer = load_tokenizer(run / meta.get("tokenizer", TOKENIZER))
     pairs = read_split(Path(args.data or meta["data"]), args.split, meta["src"], meta["tgt"])
     if args.limit:

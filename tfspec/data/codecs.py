@@ -45,6 +45,15 @@ def open_codec(directory: Path, vocab):
     return None
 
 
+def shipped_codec(tokenizer: Path | None, home: Path | None, vocab):
+    """The tokenizer an export ships, to read text with (``--shortlist``, ``--int4-calibrate``):
+    ``tokenizer`` (``--tokenizer``; a training run's by default), else the spec directory
+    ``home``'s own; None without one."""
+    if tokenizer is not None:
+        return SentencePieceCodec(Path(tokenizer), vocab)
+    return open_codec(home, vocab) if home is not None else None
+
+
 def encode_words(codec, words: list[str]) -> tuple[list[int], list[int]]:
     """A line already split into ``words``, as the model reads it, and the position of each
     word's first subword (where a token task reads the word's label: transformers' convention

@@ -293,6 +293,15 @@ def load_checkpoint_weights(model: TorchModel, path: Path) -> None:
         load_weights(model, path / "model.safetensors")
 
 
+def load_any_weights(model: TorchModel, path: str | Path) -> None:
+    """``path``'s weights into ``model``: a weights file, or a training checkpoint's directory
+    (``RUN/checkpoints/step-N``) of either format: what commands given --weights read."""
+    if Path(path).is_dir():
+        load_checkpoint_weights(model, Path(path))
+    else:
+        load_weights(model, path)
+
+
 def average(paths: list[Path], model: TorchModel, out: Path) -> None:
     """The mean of the checkpoints' weights (§6.1 averages the last 5 or 20), written atomically."""
     total = None

@@ -281,13 +281,12 @@ class Family:
 
 
 def register(cls: type[Family]) -> type[Family]:
-    """Class decorator: file ``cls`` under its model type, with its task classes where it has
-    some (``task_heads.with_task_heads``); returns ``cls`` itself, for families that extend it."""
-    from tfspec.interop.hf.task_heads import with_task_heads  # it builds on this module
-
+    """Class decorator: file ``cls`` under its model type (the package then puts its task
+    classes in front, ``task_heads.with_task_heads``); returns ``cls`` itself, for families that
+    extend it."""
     if cls.model_type in FAMILIES:
         raise ValueError(f"family {cls.model_type!r} registered twice")
-    FAMILIES[cls.model_type] = with_task_heads(cls)
+    FAMILIES[cls.model_type] = cls
     return cls
 
 
