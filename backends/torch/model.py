@@ -151,8 +151,6 @@ class TorchModel(nn.Module):
         self.starts_with_pad = graph.spec.vocab.starts_with_pad
         self._steps: dict[str, _Step] = {}
         self.blocks = {prefix: LayerBlock() for prefix in layer_prefixes(graph)}
-        for prefix, block in self.blocks.items():
-            self._attach(prefix, block)
         self.layerwise = False
         """Run each layer of the plan as one call of its ``LayerBlock`` (set for FSDP,
         activation checkpointing and ``torch.compile``; the same ops either way)."""
@@ -164,14 +162,24 @@ class TorchModel(nn.Module):
                 raise TfspecError(f"the PyTorch backend cannot lower IR op {node.op!r} ({node.name})")
             fn = LOWERINGS[node.op](node, graph)
             if isinstance(fn, nn.Module):
+                self._attach_blocks(node.name)
                 self._attach(node.name, fn)
             self._steps[node.name] = _Step(node.name, fn, node.inputs)
+        self._attach_blocks()
         self._block_of = wire(self.blocks, self._steps, graph)
         self._tie()
         self._check_against_ir()
         self._plans: dict = {}
         self.aux_loss = None
         """The last forward pass's auxiliary loss (``RunContext.aux_losses`` summed), if any."""
+
+    def _attach_blocks(self, name: str | None = None) -> None:
+        """Attach the layer blocks not yet attached: the one ``name`` sits in (just before its
+        first module, so parameters keep the graph's order and a seed gives the weights it gave
+        before blocks existed), or, with no name, all that are left."""
+        for prefix, block in self.blocks.items():
+            if (name is None or name.startswith(prefix + ".")) and block not in self.modules():
+                self._attach(prefix, block)
 
     def _attach(self, name: str, module: nn.Module) -> None:
         parent = self
