@@ -20,10 +20,13 @@ from .int4 import dequantize
 from .parity import check_parity
 from .runtime import OnnxModel
 
-SAME_WEIGHTS = 3e-2
+SAME_WEIGHTS = 8e-2
 """Largest |diff| against the dequantised model, relative to the largest |logit|: onnxruntime's
-accuracy_level 4 quantises activations to int8 per block inside MatMulNBits (measured: 1.4% on tiny
-models, 1.8% on Llama-2-7B's first layer)."""
+accuracy_level 4 quantises activations to int8 per block inside MatMulNBits, an error that grows
+with a trained model's activation outliers (measured: 1.4% on tiny random models, 1.8% on
+Llama-2-7B's first layer, 6.1% at one step of a 3M-parameter Llama trained here). A wrong packing
+or scale errs by the logits' own size, so it still fails; the quantisation's cost is the check
+against float32 and, on text, tools/quant_quality.py."""
 FLOAT_RMS = {32: 0.35, 64: 0.4, 128: 0.45}
 """Largest RMS difference of the logits from float32's, relative to their RMS, per block size:
 the 4-bit error of random weights (trained models' perplexity tells more: BENCHMARKS.md)."""
