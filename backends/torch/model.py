@@ -151,6 +151,7 @@ class TorchModel(nn.Module):
         self.starts_with_pad = graph.spec.vocab.starts_with_pad
         self._steps: dict[str, _Step] = {}
         self.blocks = {prefix: LayerBlock() for prefix in layer_prefixes(graph)}
+        self._waiting = dict(self.blocks)  # blocks not yet attached (_attach_blocks)
         self.layerwise = False
         """Run each layer of the plan as one call of its ``LayerBlock`` (set for FSDP,
         activation checkpointing and ``torch.compile``; the same ops either way)."""
@@ -177,9 +178,8 @@ class TorchModel(nn.Module):
         """Attach the layer blocks not yet attached: the one ``name`` sits in (just before its
         first module, so parameters keep the graph's order and a seed gives the weights it gave
         before blocks existed), or, with no name, all that are left."""
-        for prefix, block in self.blocks.items():
-            if (name is None or name.startswith(prefix + ".")) and block not in self.modules():
-                self._attach(prefix, block)
+        for prefix in [p for p in self._waiting if name is None or name.startswith(p + ".")]:
+            self._attach(prefix, self._waiting.pop(prefix))
 
     def _attach(self, name: str, module: nn.Module) -> None:
         parent = self
