@@ -20,6 +20,12 @@ installed in a venv of its own (it has many dependencies): ``python -m venv V &&
 install guidellm==0.8.1``. For each engine guidellm first runs its ``throughput`` profile (all
 requests at once: the saturation throughput), then Poisson arrivals at each of ``--rates``;
 the table holds output tokens per second, TTFT and ITL p50/p99 and guidellm's error count.
+
+Both engines must do the same work: llama-cpp-python's server by default ends the stream it is
+sending as soon as another request arrives (``interrupt_requests``, turned off here) and ignores
+``ignore_eos`` (its requests forbid the end-of-sequence token by ``logit_bias``). guidellm counts
+the tokens asked for where a server sends no usage, so the table's ``short`` column counts
+requests that streamed fewer than 90% of them; any makes the table INVALID (exit status 1).
 """
 
 from __future__ import annotations
@@ -83,7 +89,7 @@ def server(engine: str, args, paths: dict, cores: set[int] | None):
     else:  # one request at a time (llama-cpp-python's server), the model's context for the longest
         command = [args.llama_python, "-m", "llama_cpp.server", "--model", str(paths["gguf"]), "--port", str(port),
                    "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads),
-                   "--n_ctx", str(args.positions), "--model_alias", "hf"]
+                   "--n_ctx", str(args.positions), "--model_alias", "hf", "--interrupt_requests", "false"]
     with pinned(cores):
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log.open("w"))
     try:
@@ -103,11 +109,18 @@ def server(engine: str, args, paths: dict, cores: set[int] | None):
             process.kill()
 
 
-def guidellm(args, url: str, profile: list[str], hf: Path, out: Path, cores: set[int] | None) -> list[dict]:
+EOS_BIAS = ",extras.body.logit_bias.2=-100"
+"""llama.cpp's server ignores ``ignore_eos``: its requests forbid the end-of-sequence token (id 2)
+by ``logit_bias`` instead, so that every request of both engines decodes ``--output-tokens``."""
+
+
+def guidellm(args, engine: str, url: str, profile: list[str], hf: Path, out: Path,
+             cores: set[int] | None) -> list[dict]:
     """guidellm's benchmarks of ``profile`` against ``url`` (its JSON report's ``benchmarks``)."""
     data = f"kind=synthetic_text,prompt_tokens={args.prompt_tokens},output_tokens={args.output_tokens}"
+    extras = EOS_BIAS if engine == "llama.cpp" else ""
     command = [args.guidellm, "run", "--backend",
-               f"kind=openai_http,target={url},request_format=/v1/completions,validate_backend=false",
+               f"kind=openai_http,target={url},request_format=/v1/completions,validate_backend=false{extras}",
                "--profile", *profile, "--constraint", f"kind=max_duration,seconds={args.seconds}",
                "--data", data, "--tokenizer", f"kind=huggingface_auto,model={hf}",
                "--output", f"kind=json,path={out}", "--disable-progress"]
@@ -118,7 +131,15 @@ def guidellm(args, url: str, profile: list[str], hf: Path, out: Path, cores: set
     return json.loads(out.read_text())["benchmarks"]
 
 
-def row(engine: str, bench: dict) -> dict:
+def short(bench: dict, tokens: int) -> int:
+    """Requests counted successful that streamed fewer than 90% of ``tokens`` (one event a token).
+    guidellm counts a request's asked-for tokens where the server sends no usage: a stream cut
+    short (llama-cpp-python's server ends the running stream when another request arrives, unless
+    told ``--interrupt_requests false``) would count as a full one."""
+    return sum(r["info"]["timings"]["token_iterations"] < 0.9 * tokens for r in bench["requests"]["successful"])
+
+
+def row(engine: str, bench: dict, tokens: int) -> dict:
     """One table row of a guidellm benchmark: output tokens/s, TTFT and ITL p50/p99 (ms), requests."""
     m, strategy = bench["metrics"], bench["config"]["strategy"]
     pct = lambda name, p: m[name]["successful"]["percentiles"][p]  # noqa: E731
@@ -127,15 +148,16 @@ def row(engine: str, bench: dict) -> dict:
     return {"engine": engine, "load": label, "tok_s": m["output_tokens_per_second"]["successful"]["mean"],
             "ttft_p50": pct("time_to_first_token_ms", "p50"), "ttft_p99": pct("time_to_first_token_ms", "p99"),
             "itl_p50": pct("inter_token_latency_ms", "p50"), "itl_p99": pct("inter_token_latency_ms", "p99"),
-            "ok": made["successful"], "errors": made["errored"], "incomplete": made["incomplete"]}
+            "ok": made["successful"], "errors": made["errored"], "incomplete": made["incomplete"],
+            "short": short(bench, tokens)}
 
 
 def table(rows: list[dict]) -> str:
-    head = "| engine | load | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | ok / errors / cut |"
+    head = "| engine | load | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | ok / errors / cut / short |"
     lines = [head, "|" + " --- |" * 6]
     for r in rows:
         lines.append(f"| {r['engine']} | {r['load']} | {r['tok_s']:.1f} | {r['ttft_p50']:.0f} / {r['ttft_p99']:.0f} "
-                     f"| {r['itl_p50']:.1f} / {r['itl_p99']:.1f} | {r['ok']} / {r['errors']} / {r['incomplete']} |")
+                     f"| {r['itl_p50']:.1f} / {r['itl_p99']:.1f} | {r['ok']} / {r['errors']} / {r['incomplete']} / {r['short']} |")
     return "\n".join(lines)
 
 
@@ -169,10 +191,13 @@ def main() -> None:
             for profile, name in ((["kind=throughput,max_concurrency=32"], "throughput"),
                                   (["kind=poisson,rate=1", "--override", "profile.rate", args.rates], "poisson")):
                 report = out / f"{engine}-{name}.json"
-                rows += [row(engine, b) for b in guidellm(args, url, profile, hf, report, loader)]
+                rows += [row(engine, b, args.output_tokens)
+                         for b in guidellm(args, engine, url, profile, hf, report, loader)]
         print(table([r for r in rows if r["engine"] == engine]), file=sys.stderr)
     print(table(rows))
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
+    if any(r["short"] for r in rows):
+        raise SystemExit("INVALID: requests counted successful streamed fewer tokens than asked (column 'short')")
 
 
 if __name__ == "__main__":

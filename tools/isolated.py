@@ -59,12 +59,23 @@ class Job:
                           "kwargs": {"threads": threads, **self.kwargs}})
         script = ["-I", str(TOOLS / "peer_bare.py")] if self.bare else [str(TOOLS / "isolated.py")]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **self.env)
+        if not self.bare and self.module != "peer_bare":
+            env = as_tfspec(env)
         done = subprocess.run([self.python or sys.executable, *script, job], capture_output=True, text=True, env=env)
         if done.returncode:
             raise SystemExit(f"{self.module}.{self.function} failed in its own process (exit {done.returncode}):\n"
                              + done.stderr[-4000:])
         answer = json.loads(done.stdout)
         return answer["result"], answer["pid"]
+
+
+def as_tfspec(env: dict) -> dict:
+    """``env`` as the ``tfspec`` command sets up its own process: huge pages for weights where the
+    kernel makes them opt-in (tfspec/hugepages.py; the command re-executes itself with them).
+    Peers (``peer_bare`` jobs) run as their own users start them."""
+    from tfspec import hugepages
+
+    return hugepages.environment(env) if hugepages.wanted(env) else env
 
 
 def interleave(jobs: dict[str, Job | Callable[[], Any]], rounds: int, threads: int,

@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Iterable
 
-from tfspec import __version__
+from tfspec import __version__, hugepages
 from tfspec.errors import TfspecError
 
 EPILOG = """\
@@ -49,6 +49,9 @@ COMMANDS = {
 }
 """Each subcommand: the module (in tfspec.cli) whose ``register`` adds it, and its line in
 ``tfspec --help``, which lists them in this order without importing any."""
+WEIGHTS = frozenset({"compile", "export", "translate", "generate", "serve", "import", "train", "average", "evaluate",
+                     "finetune", "transcribe", "sample"})
+"""Subcommands that hold weights: run with huge pages where the kernel makes them opt-in (``hugepages``)."""
 
 
 def parser(commands: Iterable[str] = COMMANDS) -> argparse.ArgumentParser:
@@ -87,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. The exception boundary: whatever input can cause (a bad spec, file or
     size, an unreadable path, a full disk, memory) ends as ``error:`` lines and exit 2; anything
     else is a bug in tfspec and keeps its traceback, under a line that says so."""
+    if argv is None and set(_named(sys.argv[1:])) & WEIGHTS:
+        hugepages.reexec()
     argv = sys.argv[1:] if argv is None else argv
     args = parser(_named(argv)).parse_args(argv)
     return guarded(args.fn, args)

@@ -1,0 +1,63 @@
+"""Transparent huge pages for weights, where the kernel makes them opt-in.
+
+With transparent huge pages in ``madvise`` mode (the default of Debian, Ubuntu and most cloud
+images), memory gets 2 MiB pages only where a program asks for them. numpy asks for its large
+arrays; onnxruntime's and PyTorch's allocators (glibc's malloc) do not, so their weights sit on
+4 KiB pages and a step that reads them pays a TLB miss every 4 KiB, dearly so in a virtual
+machine (two levels of page tables). On the 2-core Xeon VM where this was measured, one thread
+summed a 256 MB buffer at 2.4 GB/s on 4 KiB pages and 12.1 GB/s on huge pages, and a batch-1
+decoding step of a 100 MB Llama took 29.0 ms before and 10.0 ms after (BENCHMARKS.md).
+
+glibc reads its tunables only when a process starts, so the command line re-executes itself
+once, before anything is loaded, with ``glibc.malloc.hugetlb=1`` added to ``GLIBC_TUNABLES``
+(glibc 2.35 and later: malloc then madvises its large blocks). ``TFSPEC_HUGE_PAGES=0`` keeps
+the process as started. Nothing changes where the kernel gives huge pages to every program
+(``always``), forbids them (``never``), or the C library is not glibc.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+
+VARIABLE = "GLIBC_TUNABLES"
+TUNABLE = "glibc.malloc.hugetlb=1"
+SWITCH = "TFSPEC_HUGE_PAGES"
+"""Set to 0 to run without re-executing (to compare, or where exec is unwelcome)."""
+MODE = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def wanted(environ: dict | None = None, mode: Path | None = None) -> bool:
+    """Whether this process would get huge pages for its weights only by re-executing."""
+    environ, mode = os.environ if environ is None else environ, MODE if mode is None else mode
+    if environ.get(SWITCH) == "0" or TUNABLE in environ.get(VARIABLE, "") or not sys.platform.startswith("linux"):
+        return False
+    library, version = platform.libc_ver()
+    try:
+        if library != "glibc" or tuple(int(part) for part in version.split(".")[:2]) < (2, 35):
+            return False
+        return "[madvise]" in mode.read_text()
+    except (OSError, ValueError):
+        return False
+
+
+def environment(environ: dict | None = None) -> dict:
+    """``environ`` (default: this process's) with the tunable added, other tunables kept."""
+    environ = dict(os.environ if environ is None else environ)
+    environ[VARIABLE] = ":".join(part for part in (environ.get(VARIABLE, ""), TUNABLE) if part)
+    return environ
+
+
+def reexec() -> None:
+    """Replace this process by the same command line with huge pages on, where ``wanted``;
+    return (and run on as is) where not, or where the exec itself fails."""
+    if not wanted():
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], environment())
+    except OSError:
+        return
