@@ -29,6 +29,28 @@ def llama(tmp_path_factory):
     return llama_export(tmp_path_factory.mktemp("llama"))
 
 
+@pytest.fixture(scope="module")
+def fused(llama, tmp_path_factory):
+    """The same model exported with `--fused`: the in-place step graph beside the standard one."""
+    from tfspec.cli import main
+
+    out = tmp_path_factory.mktemp("fused") / "fused"
+    assert main(["export", str(llama.parent / "ours"), "-o", str(out), "--fused", "--no-check"]) == 0
+    assert "decoder_inplace" in json.loads((out / "tfspec.json").read_text())["graphs"]
+    return out
+
+
+@pytest.fixture(params=["standard", "in place"])
+def served(request, llama, fused):
+    """The export the server runs: rows join and leave over the standard step graph's cache, or
+    over the in-place one's buffers (a `--fused` export)."""
+    return llama if request.param == "standard" else fused
+
+
+ALONE: dict = {}
+"""Each request's `tfspec generate` alone, computed once for every export served."""
+
+
 def requests(count: int) -> list[dict]:
     """Prompts of 1 to 12 words from the sample corpus with their own max_tokens; every fifth
     sampled with its own seed and temperature, every seventh streamed."""
@@ -55,12 +77,12 @@ def alone(cli, directory, body) -> tuple[str, int]:
     return out.rstrip("\n"), int(re.search(r"\+ (\d+) new tokens", err).group(1))
 
 
-def test_20_concurrent_clients_get_generates_tokens(llama, cli, tmp_path):
+def test_20_concurrent_clients_get_generates_tokens(llama, served, cli, tmp_path):
     from test_serve import Server
 
     bodies = requests(20)
-    want = [alone(cli, llama, body) for body in bodies]
-    server = Server(llama, "--max-batch-tokens", 4096, "--max-top-k", 400, tmp=tmp_path)  # the whole vocabulary, as generate
+    want = ALONE.get("want") or ALONE.setdefault("want", [alone(cli, llama, body) for body in bodies])
+    server = Server(served, "--max-batch-tokens", 4096, "--max-top-k", 400, tmp=tmp_path)  # the whole vocabulary, as generate
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
 
     def ask(i: int):
@@ -85,7 +107,7 @@ class Steered:
     """The export's decoder, recording each step's batch size and calling ``at[step]()`` first."""
 
     def __init__(self, decoder, at: dict):
-        self.decoder, self.at, self.sizes = decoder, at, []
+        self.decoder, self.at, self.sizes, self.states = decoder, at, [], set()
 
     def __getattr__(self, name):
         return getattr(self.decoder, name)
@@ -94,10 +116,11 @@ class Steered:
         if len(self.sizes) in self.at:
             self.at.pop(len(self.sizes))()
         self.sizes.append(len(tokens))
+        self.states.add(type(state).__name__)
         return self.decoder.step(state, tokens, k, **kw)
 
 
-def test_rows_join_and_leave_between_steps(llama):
+def test_rows_join_and_leave_between_steps(llama, served):
     """A (sampled) runs alone; B (a longer prompt) and C arrive during step 3 and are prefilled
     at step 4, C is cancelled during step 6 and B reaches its limit at step 7: both leave
     before step 8. A and B equal their search alone; each join and leave takes effect at once."""
@@ -106,7 +129,7 @@ def test_rows_join_and_leave_between_steps(llama):
     from tfspec.serve.batcher import Job
     from tfspec.serve.scheduler import ContinuousBatcher, continuous
 
-    model = OnnxModel(llama, threads=1)
+    model = OnnxModel(served, threads=1)
     decoder = model.decoder()
     assert continuous(decoder)
     prompts = [[1, 40, 41, 42], [1] + list(range(50, 62)), [1, 70, 71]]
@@ -133,20 +156,17 @@ def test_rows_join_and_leave_between_steps(llama):
     want = [search(model.decoder(), None, o, prefix=np.array([p]))[0] for p, o in zip(prompts[:2], options[:2])]
     assert [g[0] for g in got] == want and [len(w) for w in want] == [12, 4]
     assert steered.sizes == [1, 1, 1, 1, 2, 3, 3, 2] + [1] * 5  # A's 12 tokens take 12 steps, one more prefills B, C
+    assert steered.states == ({"Buffers"} if served.name == "fused" else {"DeviceState"})  # joins keep buffers
     assert not jobs[2].future.done()  # a cancelled request is never answered (the server has answered 504 or 499)
 
 
-def test_a_fused_export_keeps_rows_joining_over_the_standard_cache(llama, tmp_path):
-    """`export --fused` writes the in-place step graph, whose buffers rows cannot join: the
-    server batches continuously over the standard step graph, and statically over the in-place one."""
-    from tfspec.backends.onnx.decoding import OnnxDecoder
+def test_a_fused_export_batches_continuously_over_its_in_place_buffers(fused):
+    """`export --fused` writes the in-place step graph: the server batches continuously over its
+    buffers (a step writes its keys and values where they lie; joins splice the buffers)."""
     from tfspec.backends.onnx.inplace import InPlaceDecoder
-    from tfspec.cli import main
     from tfspec.serve.service import ServeConfig, Service
 
-    assert main(["export", str(llama.parent / "ours"), "-o", str(tmp_path / "fused"), "--fused", "--no-check"]) == 0
-    assert "decoder_inplace" in json.loads((tmp_path / "fused" / "tfspec.json").read_text())["graphs"]
-    for batching, kind in (("continuous", OnnxDecoder), ("static", InPlaceDecoder)):
-        service = Service(ServeConfig(tmp_path / "fused", threads=1, batching=batching))
+    for batching in ("continuous", "static"):
+        service = Service(ServeConfig(fused, threads=1, batching=batching))
         assert service.continuous == (batching == "continuous")
-        assert type(service.batcher.decoder) is kind
+        assert type(service.batcher.decoder) is InPlaceDecoder

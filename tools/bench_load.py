@@ -8,7 +8,8 @@ token and inter-token latency percentiles at several request rates, and the satu
 
 The model is a random Llama (seed 0) with a sentencepiece tokenizer trained on the sample
 corpus (llama.cpp's converter refuses BPE tokenizers it does not know by their pre-tokenizer's
-hash), saved by transformers, then imported and exported by tfspec and converted to a float32
+hash), saved by transformers, then imported and exported by tfspec (``--fused``: the in-place step
+graph, what docs/serve.md advises for serving) and converted to a float32
 GGUF by llama.cpp's own ``convert_hf_to_gguf.py`` (tools/to_gguf.py; $LLAMA_CPP_SOURCE names its
 tree): the same weights at the same precision.
 Weights are random, so every request runs to its ``max_tokens`` (guidellm sends ``ignore_eos``
@@ -68,7 +69,7 @@ def build(directory: Path, hidden: int, layers: int, positions: int) -> tuple[Pa
                                       max_position_embeddings=positions, bos_token_id=1, eos_token_id=2)
     transformers.LlamaForCausalLM(config).save_pretrained(hf)
     for command in (["import", hf, "-o", directory / "ours", "--quiet"],
-                    ["export", directory / "ours", "-o", directory / "onnx", "--no-check"]):
+                    ["export", directory / "ours", "-o", directory / "onnx", "--fused", "--no-check"]):
         subprocess.run([sys.executable, "-m", "tfspec", *map(str, command)], check=True, capture_output=True)
     return directory / "onnx", directory / "model.gguf", hf
 

@@ -132,6 +132,10 @@ class OnnxDecoder:
             self.binding.bind_cpu_input("position_offset", NO_PADDING[1] if key_mask is None else state.position_offset)
         return key_mask
 
+    def cache_length(self, length: int) -> int:
+        """Columns of a cache of ``length`` positions: the standard step graph appends, so no more."""
+        return length
+
     def select(self, state: DeviceState, rows: np.ndarray, cross: bool) -> DeviceState:
         """Pasts: only the row map changes (the next step gathers them). Per-source values
         keep one row per source: when rows change sources (``cross``), the sources still

@@ -184,8 +184,13 @@ class InPlaceDecoder(OnnxDecoder):
         if gather:
             pasts = self._take(pasts, state.rows)
         if length > held[2]:
-            pasts = self._lengthened(pasts, -(-length // SLOTS) * SLOTS)
+            pasts = self._lengthened(pasts, self.cache_length(length))
         return state.values | pasts
+
+    def cache_length(self, length: int) -> int:
+        """Slots of buffers that hold ``length`` positions: a multiple of ``SLOTS``, room for the
+        next step's position at least."""
+        return -(-(length + 1) // SLOTS) * SLOTS
 
     def _lengthened(self, pasts: dict, length: int) -> dict:
         """``pasts`` copied into buffers of ``length`` slots."""

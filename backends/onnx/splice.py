@@ -6,7 +6,9 @@ row dropped), left-padded with zeros to one width and stacked, by a small graph 
 Slice, Pad and Concat built once per decoder: the caches never pass through the host (with
 CUDA, a join used to copy every cache to the host and back). The host computes only the key
 mask and each row's position shift, which the next step reads: a padded column is masked, so a
-row's tokens are the ones it gets alone.
+row's tokens are the ones it gets alone. The in-place step graph's buffers (``inplace``) are cut
+at the positions decoded and padded on the right to the decoder's room for more
+(``cache_length``), so the step after a join writes where it lies again.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ from onnx import TensorProto, helper, numpy_helper
 PARTS = ("a", "b")
 
 
+def cache_axis(shape: list) -> int:
+    """The axis of a ``past.*`` input that grows with the positions decoded: ``past_len`` in
+    the standard step graph, ``max_len`` (the buffer's slots) in the in-place one."""
+    return shape.index("past_len") if "past_len" in shape else shape.index("max_len")
+
+
 def live(state) -> tuple[int, int]:
     """(leading columns that are padding in every row, columns left) of ``state``."""
     dead = 0 if state.position_offset is None else int(state.position_offset.min())
@@ -27,18 +35,18 @@ def live(state) -> tuple[int, int]:
 
 def splice_graph(axes: dict[str, int], ranks: dict[str, int], dtype) -> bytes:
     """An ONNX graph: for each cache ``name`` (its cache axis ``axes[name]``), inputs ``name.a``
-    and ``name.b`` -> ``name.joined``: rows ``<part>_rows`` of each, cut from column
-    ``<part>_cut`` and left-padded by ``<part>_pad`` (int64 (1,)) columns, stacked."""
+    and ``name.b`` -> ``name.joined``: rows ``<part>_rows`` of each, columns ``<part>_cut`` to
+    ``<part>_end``, left-padded by ``<part>_pad`` and right-padded by ``room`` (int64 (1,))
+    columns, stacked."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    controls = [f"{p}_{c}" for p in PARTS for c in ("rows", "cut", "pad")]
-    nodes, inits = [], [numpy_helper.from_array(np.array([0], np.int64), "zero"),
-                        numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "end")]
-    nodes += [helper.make_node("Concat", [f"{p}_pad", "zero"], [f"{p}_pads"], axis=0) for p in PARTS]
+    controls = [f"{p}_{c}" for p in PARTS for c in ("rows", "cut", "end", "pad")] + ["room"]
+    nodes, inits = [], []
+    nodes += [helper.make_node("Concat", [f"{p}_pad", "room"], [f"{p}_pads"], axis=0) for p in PARTS]
     for name, axis in axes.items():
         inits.append(numpy_helper.from_array(np.array([axis], np.int64), f"{name}.axis"))
         for p in PARTS:
             nodes += [helper.make_node("Gather", [f"{name}.{p}", f"{p}_rows"], [f"{name}.{p}.rows"], axis=0),
-                      helper.make_node("Slice", [f"{name}.{p}.rows", f"{p}_cut", "end", f"{name}.axis"],
+                      helper.make_node("Slice", [f"{name}.{p}.rows", f"{p}_cut", f"{p}_end", f"{name}.axis"],
                                        [f"{name}.{p}.cut"]),
                       helper.make_node("Pad", [f"{name}.{p}.cut", f"{p}_pads", "", f"{name}.axis"],
                                        [f"{name}.{p}.padded"])]
@@ -57,22 +65,24 @@ class Splicer:
 
     def __init__(self, decoder):
         self.decoder = decoder
-        self.axes = {name: i.shape.index("past_len") for name, i in decoder.inputs.items()
-                     if name.startswith("past.")}
+        self.axes = {name: cache_axis(i.shape) for name, i in decoder.inputs.items() if name.startswith("past.")}
         self.session = self.binding = None
 
     def join(self, a, b):
         """One decoding state of ``a``'s rows then ``b``'s (module docstring)."""
         parts = [(state, *live(state)) for state in (a, b)]  # (state, dead columns, live width)
         width, n = max(w for _, _, w in parts), len(a.rows) + len(b.rows)
+        room = self.decoder.cache_length(width) - width
         if self.session is None:
             ranks = {name: len(self.decoder.inputs[name].shape) for name in self.axes}
             self.session = self.decoder.model.session(splice_graph(self.axes, ranks, self.decoder.dtype))
             self.binding = self.session.io_binding()
         bind = self.binding
         bind.clear_binding_outputs()
+        bind.bind_cpu_input("room", np.array([room], np.int64))
         for p, (state, dead, w) in zip(PARTS, parts):
-            for control, value in (("rows", state.rows), ("cut", [dead]), ("pad", [width - w])):
+            controls = {"rows": state.rows, "cut": [dead], "end": [state.offset], "pad": [width - w]}
+            for control, value in controls.items():
                 bind.bind_cpu_input(f"{p}_{control}", np.ascontiguousarray(value, np.int64))
             for name in self.axes:
                 bind.bind_ortvalue_input(f"{name}.{p}", state.values[name])

@@ -33,7 +33,8 @@ def continuous(decoder) -> bool:
         return False
     banded = any(getattr(s, "band", None) is not None and s.band() is not None
                  for layer in decoder.model.spec.plan("decoder") for s in layer.sublayers)
-    return not banded and all("past_len" in i.shape for name, i in decoder.inputs.items() if name.startswith("past."))
+    return not banded and all({"past_len", "max_len"} & set(i.shape)
+                              for name, i in decoder.inputs.items() if name.startswith("past."))
 
 
 @dataclass(eq=False)
