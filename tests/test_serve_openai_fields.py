@@ -154,3 +154,30 @@ def test_fuzzed_openai_fields_never_500(served):
         status, answer, _ = request(served.url + route, {"model": "m", "max_tokens": 3} | base | fields, timeout=30)
         assert status in (200, 400, 413, 422), (fields, answer)
     check()
+
+
+def test_a_row_that_only_lowers_tokens_asks_for_k_plus_those_and_picks_as_from_the_whole_vocabulary():
+    """Penalties and negative biases move tokens down only: the k likeliest after reshaping are
+    among the k + (tokens lowered) likeliest before, checked against reshaping the whole
+    vocabulary; a raised token (positive bias, negative penalty) needs the whole vocabulary."""
+    from tfspec.serve.logits import WHOLE_VOCABULARY, Shaper, Tweaks
+
+    rng = np.random.default_rng(0)
+    vocab = 300
+    for trial in range(50):
+        logprobs = rng.normal(size=vocab).astype(np.float32)
+        order = np.argsort(-logprobs)  # the step's candidates, likeliest first
+        bias = tuple((int(t), -float(rng.uniform(0.1, 5))) for t in rng.choice(order[:20], 3, replace=False))
+        shaper = Shaper(Tweaks(presence=0.7, frequency=0.4, bias=bias), vocab)
+        for token in rng.choice(order[:30], 5):
+            shaper.took(int(token))
+        for k in (1, 4):
+            n = shaper.candidates(k)
+            assert n < vocab
+            whole = np.argsort(-(logprobs + shaper.adjust), kind="stable")[:k]
+            ids = order[:n]
+            part = ids[np.argsort(-shaper(logprobs[ids], ids), kind="stable")[:k]]
+            assert set(part) == set(whole), trial
+    raised = Shaper(Tweaks(bias=((7, 2.0),)), vocab)
+    assert raised.candidates(1) == WHOLE_VOCABULARY
+    assert Shaper(Tweaks(frequency=-1.0), vocab).candidates(1) == 1  # nothing seen yet

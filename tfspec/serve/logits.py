@@ -44,16 +44,32 @@ class Shaper:
 
     def __init__(self, tweaks: Tweaks, vocab: int):
         self.tweaks, self.adjust, self.seen = tweaks, np.zeros(vocab, np.float32), set()
+        self.lowered, self.raised = set(), set()
+        """Tokens whose adjustment is below zero, and above."""
         for token, bias in tweaks.bias:
             self.adjust[token] += bias
+            self._file(token)
 
     def __call__(self, values: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """``values`` (k,) of candidates ``ids`` (k,), reshaped."""
         return values + self.adjust[ids]
 
+    def candidates(self, k: int) -> int:
+        """Candidates a step must return so that the row's ``k`` likeliest after reshaping are
+        among them. Lowering tokens only moves those down: the ``k`` likeliest reshaped are among
+        the ``k`` + (tokens lowered) likeliest as the step gives them. A raised token may come
+        from anywhere in the vocabulary, so then all of it (``WHOLE_VOCABULARY``)."""
+        return WHOLE_VOCABULARY if self.raised else k + len(self.lowered)
+
     def took(self, token: int) -> None:
         self.adjust[token] -= self.tweaks.frequency + (self.tweaks.presence if token not in self.seen else 0.0)
         self.seen.add(token)
+        self._file(token)
+
+    def _file(self, token: int) -> None:
+        value = self.adjust[token]
+        for group, member in ((self.lowered, value < 0), (self.raised, value > 0)):
+            (group.add if member else group.discard)(token)
 
 
 def score(token: int, values: np.ndarray, ids: np.ndarray, top: int) -> tuple:

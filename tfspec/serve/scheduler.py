@@ -60,9 +60,12 @@ class Row:
 
     @property
     def candidates(self) -> int:
-        """Candidates a step must return for it, banned tokens aside."""
+        """Candidates a step must return for it, banned tokens aside: what picking needs after
+        its penalties and biases (``Shaper.candidates``), or its reported alternatives."""
         picking = 1 if self.pick is None else self.pick.k
-        return max(picking, self.job.tweaks.candidates) if self.job.tweaks else picking
+        if self.shaper is not None:
+            picking = self.shaper.candidates(picking)
+        return max(picking, self.job.tweaks.logprobs or 0) if self.job.tweaks else picking
 
     def banned(self, decoder, stops) -> list[int]:
         return banned_tokens(decoder, stops, len(self.out), self.job.options.min_length)
