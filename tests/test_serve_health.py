@@ -140,7 +140,7 @@ def test_port_0_prints_the_port_it_bound(export, tmp_path):
 def test_connections_over_max_connections_are_refused_at_once(export, tmp_path):
     """Idle connections (a client that opens sockets and sends nothing) hold no more than
     ``--max-connections``: a request on one more is answered 503 at once, and once they close
-    requests are served again."""
+    requests are served again. The 503 says so as every refusal does (JSON, Retry-After)."""
     from test_serve import Server, request
 
     server = Server(export, "--max-connections", 3, tmp=tmp_path)
@@ -156,3 +156,4 @@ def test_connections_over_max_connections_are_refused_at_once(export, tmp_path):
     finally:
         assert server.stop() == 0
     assert refused[0] == 503 and served[0] == 200
+    assert refused[2]["Retry-After"] == "1" and "--max-connections" in refused[1]["error"]["message"]

@@ -4,6 +4,9 @@ seconds in all) and the process exits 0, as a rolling update or a scale-down exp
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import json
 import resource
 import signal
 import time
@@ -54,6 +57,27 @@ def connection_limit(config: ServeConfig) -> int:
     return DEFAULT_CONNECTIONS if files == resource.RLIM_INFINITY else max(min(DEFAULT_CONNECTIONS, files - 64), 1)
 
 
+BUSY = json.dumps({"error": {"message": "the server holds as many connections as --max-connections allows; retry",
+                              "type": "server_error", "param": None, "code": None}}).encode()
+
+
+async def _busy(scope, receive, send) -> None:
+    """503 to a request on a connection over ``--max-connections``, like every other refusal: JSON
+    in OpenAI's shape and Retry-After, which uvicorn's own answer (plain text) lacks."""
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(BUSY)).encode()),
+               (b"retry-after", b"1"), (b"connection", b"close")]
+    await send({"type": "http.response.start", "status": 503, "headers": headers})
+    await send({"type": "http.response.body", "body": BUSY, "more_body": False})
+
+
+def _answer_busy_as_tfspec() -> None:
+    """uvicorn's HTTP protocols answer over their connection limit with the ``service_unavailable``
+    they import, looked up at each refusal: point them at ``_busy``."""
+    for name in ("httptools_impl", "h11_impl"):
+        with contextlib.suppress(ImportError):  # httptools is optional (h11 is uvicorn's fallback)
+            importlib.import_module(f"uvicorn.protocols.http.{name}").service_unavailable = _busy
+
+
 def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int = 8000,
           log_level: str = "warning", announce=None) -> _Server:
     """The server over ``config`` with its model loaded. uvicorn picks httptools and uvloop
@@ -61,6 +85,7 @@ def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int 
     per request under load (BENCHMARKS.md)."""
     service = Service(config)
     app = create_app(config, service)
+    _answer_busy_as_tfspec()
     # uvicorn refuses a request once the open connections (this one counted) reach its limit
     return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                   timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on",
