@@ -34,6 +34,8 @@ def parallelize(model, device: torch.device, world: int, shard: str = "ddp", che
         raise TfspecError(f"--shard {shard!r}: choose one of {', '.join(SHARDINGS)}")
     if checkpoint_activations or compile or shard == "fsdp":
         model.layerwise = True
+    if compile:
+        allow_recompiles(len(model.blocks))
     for block in model.blocks.values():
         block.checkpointed = checkpoint_activations
         if compile:
@@ -50,6 +52,18 @@ def parallelize(model, device: torch.device, world: int, shard: str = "ddp", che
         fully_shard(unit if len(unit) > 1 else unit[0], mp_policy=policy)
     fully_shard(model, mp_policy=policy, reshard_after_forward=False)  # the root's are gathered again at once
     return model
+
+
+def allow_recompiles(blocks: int) -> None:
+    """Let Dynamo keep a compiled graph per block. Every block's ``forward`` is one code object,
+    and Dynamo keeps one cache per code object, guarded on the block (its steps and reads differ)
+    and on the pass (training, evaluation without gradients, FSDP's sharded parameters): past its
+    default limit of 8 entries it ran the remaining blocks eagerly."""
+    import torch._dynamo.config as dynamo
+
+    entries = 4 * blocks
+    dynamo.recompile_limit = max(dynamo.recompile_limit, entries)
+    dynamo.accumulated_recompile_limit = max(dynamo.accumulated_recompile_limit, entries)
 
 
 def shard_units(model) -> list[list[nn.Module]]:
