@@ -234,6 +234,9 @@ class Family:
     """How the family's *ForSequenceClassification reads the first position, which gives it its
     *ForSequenceClassification, *ForTokenClassification and *ForQuestionAnswering
     (``task_heads.py``); None: no task classes (decoders, BertGeneration)."""
+    task_class: ClassVar[type | None] = None
+    """The ``task_heads.TaskHeads`` subclass that puts the task classes in front of the family, where
+    its heads read settings of their own from the configuration (ModernBERT's); None: TaskHeads."""
     export_rank: ClassVar[int] = 0
     """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
     class (a family few people load ranks 1), then the first by model type."""
