@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_config_refused, assert_decoder_import_matches,
-                            assert_hf_round_trip, right_padded, save_random)
+                            assert_hf_round_trip, assert_pytorch_import_matches, right_padded, save_random)
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -42,6 +42,12 @@ CASES = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),
     "phimoe-window": ("PhimoeConfig", "PhimoeForCausalLM", {"num_local_experts": 4, "sliding_window": 6,
                                                             "router_jitter_noise": 0.1}),
+    # Phi-3.5-MoE's longrope over an original 8 positions (the batch is 13 long), its mscales made to differ
+    "phimoe-longrope": ("PhimoeConfig", "PhimoeForCausalLM", {
+        "num_local_experts": 4, "attention_bias": True, "router_jitter_noise": 0.3, "rope_parameters": {
+            "rope_type": "longrope", "rope_theta": 1000.0, "short_factor": [1.0, 1.5, 2.0, 3.0],
+            "long_factor": [2.0, 3.0, 5.0, 7.0], "short_mscale": 1.1, "long_mscale": 1.3,
+            "original_max_position_embeddings": 8}}),
     # attention sinks, sliding (6 tokens) and full layers alternating, a biased router, biased experts whose
     # clamp the perturbed branches reach, YaRN over 10 positions
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", {
@@ -62,7 +68,7 @@ def save(case: str, path):
     return save_random(model_class, getattr(transformers, config_class)(**SHAPE | fields), path)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [case for case in CASES if case != "phimoe-longrope"])  # its own test below
 def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
     tokens, keep = right_padded(VOCAB, PAD)
     assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
@@ -96,7 +102,36 @@ def test_default_config_counts_as_transformers(family, cli, tmp_path):
     assert_config_imports_at_count(cli, tmp_path / "hf", getattr(transformers, config_class)(), model_class)
 
 
-@pytest.mark.parametrize("case", [case for case in CASES if "-" not in case])
+@pytest.mark.parametrize("length", [6, 13])
+def test_phimoe_longrope_matches_transformers_within_and_past_the_original_length(length, cli, tmp_path):
+    """Phi-3.5-MoE's longrope as transformers' PhiMoE computes it (short_factor at every length,
+    short_mscale within the original 8 positions, long_mscale past them), in PyTorch and onnxruntime;
+    past it, 20 greedy tokens after 10-token prompts equal ``generate``'s through both caches (prompts
+    already past the original length: PhiMoE's generate recomputes its cache when it first passes it,
+    tfspec does not, as phi3.py says)."""
+    import numpy as np
+
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.backends.torch import TorchDecoder
+    from tfspec.search import SearchOptions, search
+
+    ref = save("phimoe-longrope", tmp_path / "hf")
+    tokens, keep = (t[:, :length] for t in right_padded(VOCAB, PAD))
+    model, ours, want = assert_pytorch_import_matches(cli, tmp_path / "hf", ref, tokens, keep)
+    assert cli("export", ours, "-o", tmp_path / "onnx")[0] == 0
+    onnx = OnnxModel(tmp_path / "onnx", device="cpu")
+    np.testing.assert_allclose(onnx.logits(tgt=tokens.numpy())[keep.numpy()], want[keep].numpy(), atol=1e-4, rtol=0)
+    if length > 8:
+        prompt = tokens[[0, 2], :10]
+        expected = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
+                                min_new_tokens=20, do_sample=False)[:, 10:].tolist()
+        assert PAD not in sum(expected, [])
+        options = SearchOptions(beam=1, max_length=20, min_length=20, max_extra=20)
+        assert search(TorchDecoder(model), None, options, prefix=prompt.numpy()) == expected
+        assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if "-" not in case] + ["phimoe-longrope"])
 def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     tokens, keep = right_padded(VOCAB, PAD)
     assert_hf_round_trip(cli, tmp_path / "original", save(case, tmp_path / "original"), CASES[case][1], tokens, keep)
@@ -122,8 +157,10 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("phimoe", {"router_jitter_noise": -0.1}, "router_jitter_noise must be at least 0"),
     ("phimoe", {"lm_head_bias": "yes"}, "lm_head_bias must be true or false"),
     ("phimoe", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 4,
-                                    "long_factor": [1.0] * 4, "short_mscale": 1.2, "long_mscale": 1.2,
-                                    "original_max_position_embeddings": 20}}, "rope type \"longrope\" is not supported"),
+                                    "long_factor": [1.0] * 4, "long_mscale": 1.2, "original_max_position_embeddings": 20}},
+     "short_mscale must be a number"),
+    ("phimoe", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
+     "rope type \"yarn\" is not supported"),
     ("phimoe", {"mlp_bias": True}, "unknown field mlp_bias"),
     ("gpt_oss", {"swiglu_alpha": 1.5}, "swiglu_alpha: 1.5 is not supported"),
     ("gpt_oss", {"swiglu_limit": 0.0}, "swiglu_limit must be positive"),
@@ -147,3 +184,4 @@ def test_gpt_oss_published_fields_transformers_ignores_import(cli, tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
     assert "experts_per_token" in (tmp_path / "ours" / "spec.yaml").read_text().split("name:")[0]
+
