@@ -23,6 +23,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, open_checkpoint, read_vocabulary,
                                           staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source
+from tfspec.interop.hf.mxfp4 import unpacked
 from tfspec.interop.hf.tensors import write_safetensors
 from tfspec.ir import build_graph
 from tfspec.spec import Spec
@@ -56,7 +57,7 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     """``dtype`` "auto": the checkpoint's own float type (float32 where its tensors mix types)."""
     directory, output = Path(directory), Path(output)
     check_writable(output)
-    checkpoint = open_checkpoint(directory)
+    checkpoint = unpacked(open_checkpoint(directory))
     if dtype == "auto":
         dtype = stored_dtype(checkpoint)
     where = str(directory / CONFIG)
