@@ -120,19 +120,26 @@ def test_round_trip_gives_the_original_logits_and_labels(family, task, cli, tmp_
                                atol=1e-4, rtol=0)
 
 
+def assert_sequence_logits(cli, directory, ref):
+    """``directory`` (a *ForSequenceClassification ``ref`` wrote) imports to transformers' logits
+    in PyTorch, one row per text of a right-padded batch; returns the imported directory."""
+    tokens, keep = right_padded(VOCAB, PAD)
+    ours = imported(cli, directory)
+    model = build_module(load_spec(ours)).eval()
+    load_weights(model, ours / "model.safetensors")
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), expected(ref, "ForSequenceClassification", tokens, keep),
+                                   atol=1e-4, rtol=0)
+    return ours
+
+
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_modernbert_pools_as_classifier_pooling_says(pooling, cli, tmp_path):
     """ModernBERT's sequence class without the head's bias, pooling the first position or the mean;
     read back from its own export, which writes the pooling and the head's activation and bias."""
     ref = save("ModernBert", "ForSequenceClassification", tmp_path / "hf", classifier_pooling=pooling,
                classifier_bias=False)
-    tokens, keep = right_padded(VOCAB, PAD)
-    ours = imported(cli, tmp_path / "hf")
-    model = build_module(load_spec(ours)).eval()
-    load_weights(model, ours / "model.safetensors")
-    with torch.no_grad():
-        torch.testing.assert_close(model(tokens), expected(ref, "ForSequenceClassification", tokens, keep),
-                                   atol=1e-4, rtol=0)
+    ours = assert_sequence_logits(cli, tmp_path / "hf", ref)
     code, out, err = cli("export", ours, "--weights", ours / "model.safetensors", "--format", "hf",
                          "-o", tmp_path / "exported")
     assert code == 0 and "parity: ok" in out, out + err
@@ -151,13 +158,7 @@ def test_labels_and_problem_type_are_kept(cli, tmp_path):
 def test_regression_head_has_one_output(cli, tmp_path):
     """num_labels 1 (STS-B's regression): one score per text, as transformers computes it."""
     ref = save("Bert", "ForSequenceClassification", tmp_path / "hf", id2label=None, label2id=None, num_labels=1)
-    tokens, keep = right_padded(VOCAB, PAD)
-    ours = imported(cli, tmp_path / "hf")
-    model = build_module(load_spec(ours)).eval()
-    load_weights(model, ours / "model.safetensors")
-    with torch.no_grad():
-        torch.testing.assert_close(model(tokens), expected(ref, "ForSequenceClassification", tokens, keep),
-                                   atol=1e-4, rtol=0)
+    assert_sequence_logits(cli, tmp_path / "hf", ref)
 
 
 @pytest.mark.parametrize("family,change,needle", [
