@@ -32,13 +32,15 @@ METHOD = "mxfp4"
 
 
 def dequantize(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
-    """float32 (E, 32 G, R) of uint8 ``blocks`` (E, R, G, 16) and ``scales`` (E, R, G)."""
+    """float32 (E, 32 G, R) of uint8 ``blocks`` (E, R, G, 16) and ``scales`` (E, R, G): one float32
+    copy of the tensor (scaled in place, returned as a transposed view; the writer copies what it
+    keeps), as gpt-oss-120b's 128 experts make each matrix 8.5 GB in float32."""
     values = np.empty((*blocks.shape[:-1], 2 * blocks.shape[-1]), dtype=np.float32)
     values[..., 0::2] = FP4_VALUES[blocks & 0x0F]
     values[..., 1::2] = FP4_VALUES[blocks >> 4]
-    values = np.ldexp(values, scales.astype(np.int32)[..., None] - 127)
+    np.ldexp(values, scales.astype(np.int32)[..., None] - 127, out=values)
     experts, rows = blocks.shape[:2]
-    return np.ascontiguousarray(values.reshape(experts, rows, -1).swapaxes(1, 2))
+    return values.reshape(experts, rows, -1).swapaxes(1, 2)
 
 
 @dataclass(frozen=True)
