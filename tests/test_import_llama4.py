@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_config_refused, assert_decoder_import_matches,
-                            assert_hf_round_trip, assert_pytorch_import_matches, right_padded, save_random)
+                            assert_hf_round_trip, assert_pytorch_import_matches, right_padded, save_random,
+                            transformers_count)
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -102,3 +103,98 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
 def test_unsupported_or_malformed_configs_are_refused_by_name(change, needle, cli, tmp_path):
     config = json.loads(transformers.Llama4TextConfig(**SHAPE).to_json_string()) | change
     assert_config_refused(cli, tmp_path, config, needle)
+
+
+SCOUT_TEXT = {
+    "attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "attn_scale": 0.1,
+    "attn_temperature_tuning": 4, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
+    "floor_scale": 8192, "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu", "hidden_size": 5120,
+    "initializer_range": 0.02, "interleave_moe_layer_step": 1, "intermediate_size": 8192,
+    "intermediate_size_mlp": 16384, "max_position_embeddings": 262144, "model_type": "llama4_text",
+    "moe_layers": list(range(48)), "no_rope_layers": [1, 1, 1, 0] * 12, "num_attention_heads": 40,
+    "num_experts_per_tok": 1, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 16,
+    "output_router_logits": False, "pad_token_id": 200018, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0, "torch_dtype": "bfloat16",
+    "use_cache": True, "use_qk_norm": True, "vocab_size": 202048}
+"""The text_config of meta-llama/Llama-4-Scout-17B-16E's config.json as published (transformers 4.51)."""
+SCOUT_VISION = {
+    "attention_dropout": 0.0, "hidden_act": "gelu", "hidden_size": 1408, "image_size": 336, "initializer_range": 0.02,
+    "intermediate_size": 5632, "model_type": "llama4_vision_model", "multi_modal_projector_bias": False,
+    "norm_eps": 1e-05, "num_attention_heads": 16, "num_channels": 3, "num_hidden_layers": 34, "patch_size": 14,
+    "pixel_shuffle_ratio": 0.5, "projector_dropout": 0.0, "projector_input_dim": 4096, "projector_output_dim": 4096,
+    "rope_theta": 10000, "vision_feature_layer": -1, "vision_feature_select_strategy": "default",
+    "vision_output_dim": 4096}
+TINY_VISION = {"hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+               "image_size": 28, "patch_size": 14, "projector_input_dim": 32, "projector_output_dim": 32,
+               "vision_output_dim": 32}
+
+
+def published(text: dict, vision: dict) -> dict:
+    """A config.json as Meta published Llama 4 (Llama4ForConditionalGeneration, text and vision nested)."""
+    return {"architectures": ["Llama4ForConditionalGeneration"], "boi_token_index": 200080,
+            "eoi_token_index": 200081, "image_token_index": 200092, "model_type": "llama4", "text_config": text,
+            "tie_word_embeddings": False, "transformers_version": "4.51.0", "vision_config": vision}
+
+
+def text_config(text: dict):
+    """``text`` as transformers 5 builds it: its Llama4TextConfig refuses the published integer
+    attn_temperature_tuning (4), which its modeling code reads by truth (``if self.attn_temperature_tuning``),
+    and never reads for_llm_compressor."""
+    fields = {k: v for k, v in text.items() if k != "for_llm_compressor"}
+    return transformers.Llama4TextConfig(**fields | {"attn_temperature_tuning": bool(text["attn_temperature_tuning"])})
+
+
+def test_published_multimodal_config_counts_the_text_model(cli, tmp_path):
+    """Llama-4-Scout's config.json as published imports as its text model, 107.8B parameters:
+    Llama4ForCausalLM's count built from its text_config; one note says the vision tower is left out."""
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text(json.dumps(published(SCOUT_TEXT, SCOUT_VISION)))
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 0, err
+    assert err.count("vision tower") == 1 and err.startswith("note: left out the vision tower"), err
+    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
+    assert code == 0 and json.loads(out)["params"]["total"] == transformers_count(text_config(SCOUT_TEXT),
+                                                                                  "Llama4ForCausalLM")
+
+
+def save_multimodal(path):
+    """A small Llama4ForConditionalGeneration (Scout's layer settings on SHAPE, a one-layer vision tower)
+    written by save_pretrained, its config.json's text_config then written as Scout's is (integer
+    attn_temperature_tuning, for_llm_compressor, rope_scaling); returns Llama4ForCausalLM built from that
+    text_config holding the language model's weights."""
+    scout = {k: SCOUT_TEXT[k] for k in ("attn_temperature_tuning", "for_llm_compressor", "interleave_moe_layer_step",
+                                        "rope_scaling", "rope_theta", "use_qk_norm")}
+    text = SHAPE | scout | {"moe_layers": [0, 1, 2, 3], "no_rope_layers": [1, 1, 1, 0],
+                            "rope_scaling": scout["rope_scaling"] | {"original_max_position_embeddings": 8}}
+    config = transformers.Llama4Config(text_config=text_config(text), vision_config=TINY_VISION)
+    model = save_random("Llama4ForConditionalGeneration", config, path)
+    written = json.loads((path / "config.json").read_text())
+    written["text_config"] = {k: v for k, v in written["text_config"].items() if k != "rope_parameters"} | text
+    (path / "config.json").write_text(json.dumps(written))
+    ref = transformers.Llama4ForCausalLM(text_config(text)).eval()
+    ref.load_state_dict(model.language_model.state_dict())
+    return ref
+
+
+def test_multimodal_checkpoint_imports_its_language_model(cli, tmp_path):
+    """language_model.* imported, the vision tower and projector left out in one note, logits those of
+    Llama4ForCausalLM built from the text_config; export --format hf writes that text model back."""
+    ref = save_multimodal(tmp_path / "hf")
+    code, _, err = cli("import", tmp_path / "hf", "-o", tmp_path / "noted")
+    assert code == 0 and err.count("vision tower") == 1, err
+    assert "left out 26 tensors (multi_modal_projector.linear_1.weight, ...)" in err, err
+    tokens, keep = right_padded(VOCAB, PAD)
+    assert_pytorch_import_matches(cli, tmp_path / "hf", ref, tokens, keep)
+    assert_hf_round_trip(cli, tmp_path / "hf", ref, "Llama4ForCausalLM", tokens, keep)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"text_config": [1]}, "text_config must be an object"),
+    ({"text_config": {"model_type": "llama"}}, "text_config.model_type: \"llama\" is not supported"),
+    ({"text_config": {"use_qk_norm": "yes"}}, "(text_config): use_qk_norm must be true or false"),
+    ({"text_config": {"mlp_bias": True}}, "(text_config): unknown field mlp_bias"),
+    ({"tie_word_embeddings": True}, "tie_word_embeddings: true is not supported")])
+def test_bad_multimodal_configs_are_refused_by_name(change, needle, cli, tmp_path):
+    assert_config_refused(cli, tmp_path, published(SCOUT_TEXT, SCOUT_VISION) | change, needle)

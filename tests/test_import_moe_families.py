@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from hf_checkpoints import (assert_config_imports_at_count, assert_config_refused, assert_decoder_import_matches,
-                            assert_hf_round_trip, right_padded, save_random)
+                            assert_hf_round_trip, assert_pytorch_import_matches, right_padded, save_random)
 from tfspec.spec import load_spec
 
 transformers = pytest.importorskip("transformers")
@@ -42,6 +43,12 @@ CASES = {
         "rope_parameters": {"rope_type": "default", "rope_theta": 1000.0}}),
     "phimoe-window": ("PhimoeConfig", "PhimoeForCausalLM", {"num_local_experts": 4, "sliding_window": 6,
                                                             "router_jitter_noise": 0.1}),
+    # Phi-3.5-MoE's longrope over an original 8 positions (the batch is 13 long), its mscales made to differ
+    "phimoe-longrope": ("PhimoeConfig", "PhimoeForCausalLM", {
+        "num_local_experts": 4, "attention_bias": True, "router_jitter_noise": 0.3, "rope_parameters": {
+            "rope_type": "longrope", "rope_theta": 1000.0, "short_factor": [1.0, 1.5, 2.0, 3.0],
+            "long_factor": [2.0, 3.0, 5.0, 7.0], "short_mscale": 1.1, "long_mscale": 1.3,
+            "original_max_position_embeddings": 8}}),
     # attention sinks, sliding (6 tokens) and full layers alternating, a biased router, biased experts whose
     # clamp the perturbed branches reach, YaRN over 10 positions
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", {
@@ -62,7 +69,7 @@ def save(case: str, path):
     return save_random(model_class, getattr(transformers, config_class)(**SHAPE | fields), path)
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", [case for case in CASES if case != "phimoe-longrope"])  # its own test below
 def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
     tokens, keep = right_padded(VOCAB, PAD)
     assert_decoder_import_matches(cli, tmp_path / "hf", save(case, tmp_path / "hf"), tokens, keep, PAD)
@@ -96,7 +103,36 @@ def test_default_config_counts_as_transformers(family, cli, tmp_path):
     assert_config_imports_at_count(cli, tmp_path / "hf", getattr(transformers, config_class)(), model_class)
 
 
-@pytest.mark.parametrize("case", [case for case in CASES if "-" not in case])
+@pytest.mark.parametrize("length", [6, 13])
+def test_phimoe_longrope_matches_transformers_within_and_past_the_original_length(length, cli, tmp_path):
+    """Phi-3.5-MoE's longrope as transformers' PhiMoE computes it (short_factor at every length,
+    short_mscale within the original 8 positions, long_mscale past them), in PyTorch and onnxruntime;
+    past it, 20 greedy tokens after 10-token prompts equal ``generate``'s through both caches (prompts
+    already past the original length: PhiMoE's generate recomputes its cache when it first passes it,
+    tfspec does not, as phi3.py says)."""
+    import numpy as np
+
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.backends.torch import TorchDecoder
+    from tfspec.search import SearchOptions, search
+
+    ref = save("phimoe-longrope", tmp_path / "hf")
+    tokens, keep = (t[:, :length] for t in right_padded(VOCAB, PAD))
+    model, ours, want = assert_pytorch_import_matches(cli, tmp_path / "hf", ref, tokens, keep)
+    assert cli("export", ours, "-o", tmp_path / "onnx")[0] == 0
+    onnx = OnnxModel(tmp_path / "onnx", device="cpu")
+    np.testing.assert_allclose(onnx.logits(tgt=tokens.numpy())[keep.numpy()], want[keep].numpy(), atol=1e-4, rtol=0)
+    if length > 8:
+        prompt = tokens[[0, 2], :10]
+        expected = ref.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20,
+                                min_new_tokens=20, do_sample=False)[:, 10:].tolist()
+        assert PAD not in sum(expected, [])
+        options = SearchOptions(beam=1, max_length=20, min_length=20, max_extra=20)
+        assert search(TorchDecoder(model), None, options, prefix=prompt.numpy()) == expected
+        assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if "-" not in case] + ["phimoe-longrope"])
 def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     tokens, keep = right_padded(VOCAB, PAD)
     assert_hf_round_trip(cli, tmp_path / "original", save(case, tmp_path / "original"), CASES[case][1], tokens, keep)
@@ -122,14 +158,18 @@ def test_round_trip_gives_the_original_logits(case, cli, tmp_path):
     ("phimoe", {"router_jitter_noise": -0.1}, "router_jitter_noise must be at least 0"),
     ("phimoe", {"lm_head_bias": "yes"}, "lm_head_bias must be true or false"),
     ("phimoe", {"rope_parameters": {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 4,
-                                    "long_factor": [1.0] * 4, "short_mscale": 1.2, "long_mscale": 1.2,
-                                    "original_max_position_embeddings": 20}}, "rope type \"longrope\" is not supported"),
+                                    "long_factor": [1.0] * 4, "long_mscale": 1.2, "original_max_position_embeddings": 20}},
+     "short_mscale must be a number"),
+    ("phimoe", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
+     "rope type \"yarn\" is not supported"),
     ("phimoe", {"mlp_bias": True}, "unknown field mlp_bias"),
     ("gpt_oss", {"swiglu_alpha": 1.5}, "swiglu_alpha: 1.5 is not supported"),
     ("gpt_oss", {"swiglu_limit": 0.0}, "swiglu_limit must be positive"),
     ("gpt_oss", {"mlp_bias": True}, "unknown field mlp_bias"),
     ("gpt_oss", {"layer_types": ["full_attention"]}, "layer_types gives 1 layers; num_hidden_layers is 3"),
-    ("gpt_oss", {"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config"),
+    ("gpt_oss", {"quantization_config": {"quant_method": "gptq", "bits": 4}},
+     "quantization_config: {\"quant_method\": \"gptq\", \"bits\": 4} is not supported"),
+    ("mixtral", {"quantization_config": {"quant_method": "mxfp4"}}, "quantization_config: {\"quant_method\": \"mxfp4\"} is not"),
     ("gpt_oss", {"num_experts_per_tok": 5}, "num_experts_per_tok (5) must be between 1 and num_local_experts (4)")])
 def test_unsupported_or_malformed_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, _, fields = CASES[case]
@@ -147,3 +187,88 @@ def test_gpt_oss_published_fields_transformers_ignores_import(cli, tmp_path):
     (tmp_path / "hf" / "config.json").write_text(json.dumps(config))
     assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
     assert "experts_per_token" in (tmp_path / "ours" / "spec.yaml").read_text().split("name:")[0]
+
+
+MXFP4 = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                            "model.embed_tokens", "lm_head"]}
+"""gpt-oss-20b's quantization_config as published."""
+GRID = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+"""e2m1's magnitudes, codes 0-7 (8-15 the same, negative)."""
+
+
+def mxfp4_packed(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """An expert matrix (E, in, out) as the OCP MXFP4 format stores it, packed here independently of
+    tfspec: per group of 32 inputs of one output, the power of two 2^e bringing its largest magnitude
+    within 6, each value rounded to the nearest e2m1 code (sign bit 3), two codes a byte, the even one
+    low. Returns blocks (E, out, in / 32, 16), scales e + 127 (E, out, in / 32), and the values they hold."""
+    x = w.transpose(1, 2).reshape(w.shape[0], w.shape[2], -1, 32)
+    exponent = torch.ceil(torch.log2(x.abs().amax(-1).clamp_min(1e-30) / 6.0)).clamp(-127, 127)
+    y = x / torch.exp2(exponent)[..., None]
+    code = (y.abs()[..., None] - GRID).abs().argmin(-1)
+    values = torch.where(y < 0, -GRID[code], GRID[code]) * torch.exp2(exponent)[..., None]
+    code = (code + 8 * (y < 0)).to(torch.uint8)
+    return (code[..., 0::2] | code[..., 1::2] << 4, (exponent + 127).to(torch.uint8),
+            values.reshape(w.shape[0], w.shape[2], -1).transpose(1, 2))
+
+
+def save_mxfp4(path):
+    """A small gpt-oss (experts 64 wide: MXFP4 packs inputs 32 at a time) written as published: experts
+    as MXFP4 blocks and scales, the rest float32, quantization_config mxfp4; returns transformers'
+    GptOssForCausalLM loading that directory, dequantizing on the CPU."""
+    from safetensors.torch import save_file
+
+    config_class, model_class, fields = CASES["gpt_oss"]
+    model = save_random(model_class, getattr(transformers, config_class)(**SHAPE | fields | {"intermediate_size": 64}),
+                        path)
+    tensors = {}
+    for name, value in model.state_dict().items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            tensors[name + "_blocks"], tensors[name + "_scales"], _ = mxfp4_packed(value)
+        else:
+            tensors[name] = value.contiguous()
+    save_file(tensors, path / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((path / "config.json").read_text()) | {"quantization_config": MXFP4}
+    (path / "config.json").write_text(json.dumps(config))
+    return model_class, transformers.GptOssForCausalLM.from_pretrained(
+        path, quantization_config=transformers.Mxfp4Config(dequantize=True), dtype=torch.float32).eval()
+
+
+def test_mxfp4_dequantizes_as_transformers():
+    """tfspec's MXFP4 reading equals transformers' own dequantization (integrations/mxfp4.py) on every
+    byte value and a spread of scales."""
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from tfspec.interop.hf.mxfp4 import dequantize
+
+    generator = torch.Generator().manual_seed(0)
+    blocks = torch.randint(0, 256, (3, 40, 2, 16), dtype=torch.uint8, generator=generator)
+    scales = torch.randint(100, 150, (3, 40, 2), dtype=torch.uint8, generator=generator)
+    theirs = convert_moe_packed_tensors(blocks, scales, dtype=torch.float32)
+    np.testing.assert_array_equal(dequantize(blocks.numpy(), scales.numpy()), theirs.numpy())
+
+
+def test_gpt_oss_published_mxfp4_weights_match_transformers(cli, tmp_path):
+    """MXFP4 experts dequantized on import: logits in PyTorch and onnxruntime those of transformers
+    loading the same directory (decoding is the unquantized gpt-oss test's), and export --format hf
+    writes them back unquantized."""
+    from tfspec.backends.onnx import OnnxModel
+
+    model_class, ref = save_mxfp4(tmp_path / "hf")
+    tokens, keep = right_padded(VOCAB, PAD)
+    _, ours, want = assert_pytorch_import_matches(cli, tmp_path / "hf", ref, tokens, keep)
+    assert cli("export", ours, "-o", tmp_path / "onnx")[0] == 0
+    got = OnnxModel(tmp_path / "onnx", device="cpu").logits(tgt=tokens.numpy())
+    np.testing.assert_allclose(got[keep.numpy()], want[keep].numpy(), atol=1e-4, rtol=0)
+    assert_hf_round_trip(cli, tmp_path / "hf", ref, model_class, tokens, keep)
+
+
+def test_mxfp4_blocks_without_scales_are_refused(cli, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    save_mxfp4(tmp_path / "hf")
+    tensors = load_file(tmp_path / "hf" / "model.safetensors")
+    del tensors["model.layers.0.mlp.experts.down_proj_scales"]
+    save_file(tensors, tmp_path / "hf" / "model.safetensors", metadata={"format": "pt"})
+    code, out, err = cli("import", tmp_path / "hf", "-o", tmp_path / "ours")
+    assert code == 2 and err.count("\n") == 1 and "'model.layers.0.mlp.experts.down_proj_blocks' has no" in err, err
+    assert not (tmp_path / "ours").exists()

@@ -1,6 +1,6 @@
 """`tfspec import` of fine-tuned encoders' task heads against transformers: *ForSequenceClassification,
 *ForTokenClassification and *ForQuestionAnswering of BERT, RoBERTa, XLM-RoBERTa, ALBERT, DeBERTa-v2,
-ELECTRA and DistilBERT, small random models (every weight perturbed, heads included) written by
+ELECTRA, DistilBERT and ModernBERT (its prediction head before every classifier, cls or mean pooling), small random models (every weight perturbed, heads included) written by
 ``save_pretrained`` with named labels, imported through the CLI: logits of the PyTorch backend and of
 the exported ONNX graph equal transformers' (sequence: one row per text; token and question answering:
 at the real positions of a right-padded batch; question answering's start and end logits stacked
@@ -39,6 +39,13 @@ FAMILIES = {
     "Electra": ("ElectraConfig", SMALL | dict(max_position_embeddings=40, embedding_size=16)),
     "DistilBert": ("DistilBertConfig", dict(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
                                             max_position_embeddings=40, pad_token_id=PAD)),
+    # global, local (3 tokens each side), global layers; the prediction head's SiLU (the layers' GELU),
+    # its bias and LayerNorm bias on, mean pooling (test_modernbert_cls_pooling: the first position)
+    "ModernBert": ("ModernBertConfig", dict(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+        local_attention=6, max_position_embeddings=40, pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
+        cls_token_id=1, sep_token_id=2, global_attn_every_n_layers=2, norm_eps=1e-3, norm_bias=True,
+        classifier_activation="silu", classifier_bias=True, classifier_pooling="mean")),
 }
 """family -> (config class, fields): shapes shrunk, epsilons off their defaults."""
 TASKS = ("ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
@@ -113,6 +120,34 @@ def test_round_trip_gives_the_original_logits_and_labels(family, task, cli, tmp_
                                atol=1e-4, rtol=0)
 
 
+def assert_sequence_logits(cli, directory, ref):
+    """``directory`` (a *ForSequenceClassification ``ref`` wrote) imports to transformers' logits
+    in PyTorch, one row per text of a right-padded batch; returns the imported directory."""
+    tokens, keep = right_padded(VOCAB, PAD)
+    ours = imported(cli, directory)
+    model = build_module(load_spec(ours)).eval()
+    load_weights(model, ours / "model.safetensors")
+    with torch.no_grad():
+        torch.testing.assert_close(model(tokens), expected(ref, "ForSequenceClassification", tokens, keep),
+                                   atol=1e-4, rtol=0)
+    return ours
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_modernbert_pools_as_classifier_pooling_says(pooling, cli, tmp_path):
+    """ModernBERT's sequence class without the head's bias, pooling the first position or the mean;
+    read back from its own export, which writes the pooling and the head's activation and bias."""
+    ref = save("ModernBert", "ForSequenceClassification", tmp_path / "hf", classifier_pooling=pooling,
+               classifier_bias=False)
+    ours = assert_sequence_logits(cli, tmp_path / "hf", ref)
+    code, out, err = cli("export", ours, "--weights", ours / "model.safetensors", "--format", "hf",
+                         "-o", tmp_path / "exported")
+    assert code == 0 and "parity: ok" in out, out + err
+    exported = json.loads((tmp_path / "exported" / "config.json").read_text())
+    assert (exported["classifier_pooling"], exported["classifier_activation"], exported["classifier_bias"]) == (
+        pooling, "silu", False)
+
+
 def test_labels_and_problem_type_are_kept(cli, tmp_path):
     save("Roberta", "ForSequenceClassification", tmp_path / "hf", problem_type="multi_label_classification")
     head = load_spec(imported(cli, tmp_path / "hf")).head
@@ -123,16 +158,12 @@ def test_labels_and_problem_type_are_kept(cli, tmp_path):
 def test_regression_head_has_one_output(cli, tmp_path):
     """num_labels 1 (STS-B's regression): one score per text, as transformers computes it."""
     ref = save("Bert", "ForSequenceClassification", tmp_path / "hf", id2label=None, label2id=None, num_labels=1)
-    tokens, keep = right_padded(VOCAB, PAD)
-    ours = imported(cli, tmp_path / "hf")
-    model = build_module(load_spec(ours)).eval()
-    load_weights(model, ours / "model.safetensors")
-    with torch.no_grad():
-        torch.testing.assert_close(model(tokens), expected(ref, "ForSequenceClassification", tokens, keep),
-                                   atol=1e-4, rtol=0)
+    assert_sequence_logits(cli, tmp_path / "hf", ref)
 
 
 @pytest.mark.parametrize("family,change,needle", [
+    ("ModernBert", {"classifier_pooling": "max"}, "classifier_pooling: \"max\" is not supported"),
+    ("ModernBert", {"classifier_activation": "sigmoid"}, "classifier_activation: \"sigmoid\" is not supported"),
     ("DebertaV2", {"pooler_hidden_size": 16}, "pooler_hidden_size (16) must equal hidden_size (32)"),
     ("Bert", {"id2label": {"0": "a", "2": "b"}}, "id2label's ids must be 0 .. 1"),
     ("Bert", {"num_labels": 3}, "num_labels (3) and id2label (5 labels) disagree"),
@@ -142,6 +173,6 @@ def test_bad_labels_are_refused_by_name(family, change, needle, cli, tmp_path):
     config = json.loads(getattr(transformers, config_class)(**shape | {
         "id2label": dict(enumerate(LABELS["ForTokenClassification"]))}).to_json_string())
     config |= {"architectures": [family + "ForTokenClassification"]} | change
-    if family == "DebertaV2":
+    if family in ("DebertaV2", "ModernBert"):
         config["architectures"] = [family + "ForSequenceClassification"]
     assert_config_refused(cli, tmp_path, config, needle)

@@ -17,6 +17,7 @@ import torch
 from tfspec.backends.torch import TorchDecoder, TorchModel
 from tfspec.layers.attention import block_plan
 from tfspec.checks import Check
+from tfspec.ir.rope_scaling import length_dependent
 from tfspec.search import SearchOptions, search
 
 from .attention import blocked
@@ -102,7 +103,7 @@ def _steps(decoder, model: TorchModel, src: np.ndarray | None, src_keep: np.ndar
             feeds = {"tgt": torch.from_numpy(tgt[:batch])} | ({} if s is None else {
                 "src": torch.from_numpy(s), "src_mask": torch.from_numpy(src_keep[:batch])})
             full = torch.log_softmax(model.run(feeds)["logits"], -1)
-        wanted = _stepped(model, s, tgt[:batch], src_keep) if _bounded_experts(model) else [
+        wanted = _stepped(model, s, tgt[:batch], src_keep) if _per_call(model) else [
             full[:, b - 1].numpy() for _, b in CHUNKS]
         state = decoder.start(s) if s is None else decoder.start(s, src_keep[:batch])
         if s is None:  # decoder-only: one empty state, copied per row
@@ -112,6 +113,15 @@ def _steps(decoder, model: TorchModel, src: np.ndarray | None, src_keep: np.ndar
             checks.append(Check(f"{name} after {a} tokens, batch {batch}",
                                 float(np.abs(log_probs - want).max()), tolerance))
     return checks
+
+
+def _per_call(model: TorchModel) -> bool:
+    """Whether a step computes otherwise than the full sequence at its positions: an expert
+    capacity (``_bounded_experts``), or rotary frequencies or their multiplier following the
+    length a call reaches (dynamic, longrope), as transformers' do per call."""
+    return _bounded_experts(model) or any(
+        isinstance(node.attrs.get("positions"), dict) and length_dependent(node.attrs["positions"])
+        for node in model.graph.nodes())
 
 
 def _bounded_experts(model: TorchModel) -> bool:
@@ -124,7 +134,7 @@ def _bounded_experts(model: TorchModel) -> bool:
 def _stepped(model: TorchModel, src: np.ndarray | None, tgt: np.ndarray,
              src_keep: np.ndarray | None = None) -> list[np.ndarray]:
     """The PyTorch backend's log-probabilities at the end of each of CHUNKS, fed chunk by chunk
-    to its cache as the step graph is (the reference where ``_bounded_experts``)."""
+    to its cache as the step graph is (the reference where ``_per_call``)."""
     decoder = TorchDecoder(model)
     state = decoder.start(src) if src_keep is None else decoder.start(src, src_keep[:len(src)])
     return [torch.log_softmax(model.run({"tgt": torch.from_numpy(tgt[:, a:b])}, state=state)["logits"][:, -1],

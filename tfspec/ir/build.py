@@ -62,17 +62,18 @@ class LayerBuilder:
         owner = self.per_stack.setdefault(role, f"{name}.{role}")
         return (shape, init) if owner == f"{name}.{role}" else owner
 
-    def norm(self, name: str, x: str, width: int | None = None) -> str:
+    def norm(self, name: str, x: str, width: int | None = None, rows: tuple = ("B", None)) -> str:
         """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``; without
         the bias or the gain where the spec says (``norm_bias``, ``norm_gain``); over ``width``
-        features (d_model unless narrower embeddings are normed: ALBERT, ELECTRA)."""
+        features (d_model unless narrower embeddings are normed: ALBERT, ELECTRA) of ``rows``
+        ((B, seq) by default; (B,) for one pooled vector per sequence)."""
         s, d = self.spec, width or self.spec.d_model
         params = {"weight": ((d,), "ones")} if s.norm_gain else {}
         if s.uses_norm_bias:
             params["bias"] = ((d,), "zeros")
         op = "rms_norm" if s.norm_type == "rms" else "layer_norm"
-        return self.wise(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params,
-                       shape=("B", self.seq, d))
+        rows = tuple(self.seq if r is None else r for r in rows)
+        return self.wise(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params, shape=(*rows, d))
 
 
 def build_graph(spec: Spec) -> Graph:

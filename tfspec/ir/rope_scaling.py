@@ -57,14 +57,27 @@ def ntk_exponents(pairs: int) -> np.ndarray:
 
 
 def longrope_long(scaling: Mapping[str, Any], length: int | None) -> bool:
-    """Whether LongRoPE uses its long factors: the call reaches past the original length."""
-    return length is not None and length > scaling["original_max_position_embeddings"]
+    """Whether LongRoPE uses its long factors: the call reaches past the original length (and
+    the scaling switches its frequencies there: not PhiMoE's, ``long_frequencies``)."""
+    return (scaling.get("long_frequencies", True) and length is not None
+            and length > scaling["original_max_position_embeddings"])
 
 
-def attention_factor(positional: Mapping[str, Any]) -> float:
+def long_attention_factor(positional: Mapping[str, Any]) -> float | None:
+    """LongRoPE's multiplier of cos and sin in calls past the original length where it differs
+    from ``attention_factor``'s (PhiMoE's long_mscale), else None: one factor for every call."""
+    factor = (positional.get("scaling") or {}).get("long_attention_factor")
+    return None if factor is None or factor == attention_factor(positional) else factor
+
+
+def attention_factor(positional: Mapping[str, Any], length: int | None = None) -> float:
     """The factor cos and sin are multiplied by (so every q·k of rotated features by its
-    square): YaRN's and LongRoPE's, given or derived from ``factor``; 1 for the other rules."""
+    square) in a call reaching ``length`` positions: YaRN's and LongRoPE's, given or derived from
+    ``factor`` (LongRoPE's ``long_attention_factor`` past the original length); 1 for the other rules."""
     scaling = positional.get("scaling") or {}
+    if (scaling.get("long_attention_factor") is not None and length is not None
+            and length > scaling["original_max_position_embeddings"]):
+        return scaling["long_attention_factor"]
     if scaling.get("attention_factor") is not None:
         return scaling["attention_factor"]
     if scaling.get("type") == "yarn":

@@ -38,9 +38,14 @@ DistilBERT's ReLU)."""
 class Transform(SpecModel):
     """A dense layer act(x W + b), d_model to d_model, between the pooled (or per-position) vector
     and the classifier: RoBERTa's and ELECTRA's classifier.dense, DeBERTa's ContextPooler,
-    DistilBERT's pre_classifier."""
+    DistilBERT's pre_classifier; normalised after the activation with ``norm`` (ModernBERT's
+    prediction head, dense + activation + LayerNorm, in front of all its task classifiers)."""
 
     activation: HeadActivation
+    bias: bool = True
+    """Whether the dense layer adds a bias b (ModernBERT's classifier_bias, off in its published models)."""
+    norm: bool = False
+    """Normalise act(x W + b) with the spec's norm (its type, epsilon, gain and bias) before the classifier."""
 
 
 class _Classifier(SpecModel):
@@ -56,14 +61,16 @@ class _Classifier(SpecModel):
     """The name of each class in id order (transformers' id2label); None: unnamed (LABEL_0, ...)."""
 
     def _classify(self, b: LayerBuilder, x: str, shape: tuple) -> str:
-        """Dropout, the transform if any (then dropout again), then logits = x W^T + b with W
-        (classes, d_model)."""
-        d = b.spec.d_model
-        if self.transform is not None:
+        """Dropout, the transform if any (and its norm; then dropout again), then logits = x W^T + b
+        with W (classes, d_model)."""
+        d, t = b.spec.d_model, self.transform
+        if t is not None:
             x = b.wise("head.dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
-            x = b.wise("head.transform", "dense", [x], attrs={"activation": self.transform.activation},
-                       component="head", params={"weight": ((d, d), "xavier_uniform"), "bias": ((d,), "zeros")},
+            x = b.wise("head.transform", "dense", [x], attrs={"activation": t.activation}, component="head",
+                       params={"weight": ((d, d), "xavier_uniform")} | ({"bias": ((d,), "zeros")} if t.bias else {}),
                        shape=shape[:-1] + (d,))
+            if t.norm:
+                x = b.norm("head.transform_norm", x, rows=shape[:-1])
         x = b.wise("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
         return b.op("classifier", "classifier", [x], attrs={"classes": self.classes}, component="head",
                     params={"weight": ((self.classes, d), "normal:0.02"), "bias": ((self.classes,), "zeros")},

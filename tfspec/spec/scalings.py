@@ -133,6 +133,13 @@ class LongRopeScaling(SpecModel):
     """Context extension the default attention factor reads; None: max_len / original."""
     attention_factor: Annotated[float, Field(gt=0.0, le=1e3)] | None = None
     """The multiplier of cos and sin; None: derived from factor."""
+    long_attention_factor: Annotated[float, Field(gt=0.0, le=1e3)] | None = None
+    """The multiplier of cos and sin in calls past the original length (PhiMoE's long_mscale, its
+    short_mscale the attention_factor); None: attention_factor in every call."""
+    long_frequencies: bool = True
+    """Whether calls past the original length rotate by long_factor. transformers' PhiMoE
+    (Phi-3.5-MoE) computes its frequencies without the call's length, short_factor's at every
+    length, and only its cos and sin multiplier switches (false)."""
 
     @model_validator(mode="after")
     def _pairs(self) -> LongRopeScaling:

@@ -10,7 +10,7 @@ import numpy as np
 from onnx import TensorProto
 
 from tfspec.ir.positions import rotary_frequencies
-from tfspec.ir.rope_scaling import attention_factor, length_dependent, ntk_exponents
+from tfspec.ir.rope_scaling import attention_factor, length_dependent, long_attention_factor, ntk_exponents
 
 from . import PositionStage, position_stage
 
@@ -37,13 +37,28 @@ def rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
 
 
 def _rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:
-    b, factor = e.b, attention_factor(positions)
-    at = e.positions(seq, x)
+    b, at = e.b, e.positions(seq, x)
     angles = b.op("Mul", b.op("Unsqueeze", b.op("Cast", at, to=TensorProto.DOUBLE), b.ints(-1)),
                   _frequencies(b, at, d, positions))
     angles = b.op("Unsqueeze", angles, b.ints(-2))
-    scaled = (lambda t: t) if factor == 1 else (lambda t: b.op("Mul", t, b.const(factor, np.float64)))
+    multiplier = _multiplier(b, at, positions)
+    scaled = (lambda t: t) if multiplier is None else (lambda t: b.op("Mul", t, multiplier))
     return tuple(b.op("Cast", scaled(b.op(f, angles)), to=b.elem_type) for f in ("Cos", "Sin"))
+
+
+def _multiplier(b, at: str, positions: dict) -> str | None:
+    """The attention factor cos and sin are multiplied by (None where it is 1): a constant, or
+    PhiMoE's long_mscale in calls past the original length and its short_mscale within."""
+    factor, long = attention_factor(positions), long_attention_factor(positions)
+    if long is None:
+        return None if factor == 1 else b.const(factor, np.float64)
+    past = b.op("Greater", _reach(b, at), b.const(np.int64(positions["scaling"]["original_max_position_embeddings"])))
+    return b.op("Where", past, b.const(long, np.float64), b.const(factor, np.float64))
+
+
+def _reach(b, at: str) -> str:
+    """The length a call reaches: its largest position ``at`` + 1 (a decoding step's total length)."""
+    return b.op("Add", b.op("ReduceMax", b.op("Reshape", at, b.ints(-1)), keepdims=0), b.const(np.int64(1)))
 
 
 def _frequencies(b, at: str, d: int, positions: dict) -> str:
@@ -55,7 +70,7 @@ def _frequencies(b, at: str, d: int, positions: dict) -> str:
         return b.const(fixed, np.float64)
     scaling = positions["scaling"]
     original = scaling["original_max_position_embeddings"]
-    reach = b.op("Add", b.op("ReduceMax", b.op("Reshape", at, b.ints(-1)), keepdims=0), b.const(np.int64(1)))
+    reach = _reach(b, at)
     if scaling["type"] == "longrope":
         long = rotary_frequencies(d, positions, original + 1).reshape(1, -1)
         return b.op("Where", b.op("Greater", reach, b.const(np.int64(original))), b.const(long, np.float64),

@@ -27,7 +27,8 @@ class Rotation:
     """The cos and sin one layer's rotary positions turn queries and keys by in a call: of
     fixed frequencies, or (dynamic and longrope scaling) of those for the length the call
     reaches, its last position + 1, as transformers' ``dynamic_rope_update`` reads it; times
-    the scaling's attention factor (YaRN, LongRoPE). Layers alike share one table per call."""
+    the scaling's attention factor (YaRN, LongRoPE; PhiMoE's for that length too). Layers alike
+    share one table per call."""
 
     def __init__(self, d: int, positions: dict):
         self.d, self.positions = d, positions
@@ -36,13 +37,14 @@ class Rotation:
 
     def __call__(self, ctx, seq: str, length: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         offset, rows = ctx.start(seq), ctx.positions.get(seq)
-        frequencies = self.frequencies
+        frequencies, factor = self.frequencies, self.factor
         if self.varies:
             reach = int(rows.max()) + 1 if rows is not None else offset + length
             frequencies = torch.from_numpy(rotary_frequencies(self.d, self.positions, reach))
+            factor = attention_factor(self.positions, reach)
         # seq in the key: rows of one sequence share positions, another's differ (a left-padded source)
-        return ctx.cached(("rotary", seq, offset, length, frequencies.numpy().tobytes(), self.factor), lambda: rotation(
-            frequencies, offset if rows is None else rows, length, x.device, x.dtype, self.factor))
+        return ctx.cached(("rotary", seq, offset, length, frequencies.numpy().tobytes(), factor), lambda: rotation(
+            frequencies, offset if rows is None else rows, length, x.device, x.dtype, factor))
 
 
 def rotation(frequencies: torch.Tensor, offset, length: int, device, dtype,

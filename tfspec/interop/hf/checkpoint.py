@@ -46,7 +46,8 @@ class Checkpoint:
     files: list[Path] = field(default_factory=list)
     """Weight files, empty for a configuration alone."""
     tensors: dict[str, Entry | np.ndarray] = field(default_factory=dict)
-    """Tensor name -> where it is (safetensors) or its value (pickled files, read whole)."""
+    """Tensor name -> where it is (safetensors) or its value (pickled files, read whole), or an
+    MXFP4 tensor's blocks and scales (``mxfp4.Packed``, once ``mxfp4.unpacked``)."""
     origin: dict[str, Path] = field(default_factory=dict)
     """Tensor name -> the file holding it."""
 
@@ -60,7 +61,9 @@ class Checkpoint:
 
     def read(self, name: str) -> np.ndarray:
         t = self.tensors[name]
-        return read_tensor(t) if isinstance(t, Entry) else t
+        if isinstance(t, np.ndarray):
+            return t
+        return read_tensor(t) if isinstance(t, Entry) else t.read()  # else MXFP4, dequantized (mxfp4.Packed)
 
     def where(self, name: str) -> str:
         return str(self.origin.get(name, self.directory))

@@ -234,6 +234,12 @@ class Family:
     """How the family's *ForSequenceClassification reads the first position, which gives it its
     *ForSequenceClassification, *ForTokenClassification and *ForQuestionAnswering
     (``task_heads.py``); None: no task classes (decoders, BertGeneration)."""
+    leaves_out: ClassVar[str | None] = None
+    """What of the published class the import leaves out (Llama 4's vision tower), the reason
+    its left-out tensors are noted under; a configuration imported alone notes it once too."""
+    task_class: ClassVar[type | None] = None
+    """The ``task_heads.TaskHeads`` subclass that puts the task classes in front of the family, where
+    its heads read settings of their own from the configuration (ModernBERT's); None: TaskHeads."""
     export_rank: ClassVar[int] = 0
     """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
     class (a family few people load ranks 1), then the first by model type."""
@@ -241,6 +247,11 @@ class Family:
     def spec_data(self, source: Source) -> dict:
         """The spec (as YAML-ready data) of a configuration and what its checkpoint holds."""
         raise NotImplementedError
+
+    def check(self, config: dict, where: str) -> dict[str, str]:
+        """``check_config`` of ``config`` (a family reading a nested configuration checks that too:
+        Llama 4's text_config): the fields present that do not change the computation -> why."""
+        return check_config(self, config, where)
 
     def rename(self, name: str) -> str:
         """A tensor name as current transformers writes it (older checkpoints differ)."""

@@ -19,10 +19,12 @@ A pre-RMSNorm decoder of grouped-query attention and mixtures of experts, as Mix
   ``interleave`` and ``transpose`` layouts);
 - rotary positions default to YaRN (factor 32 over 4096 positions, unclamped ramp), theta 150000.
 
-Refused by name: a ``swiglu_alpha`` other than 1.702 (tfspec's quick_gelu gain) and, as for
-every family, a ``quantization_config``: the published gpt-oss weights are MXFP4 blocks, which
-tfspec does not dequantise, so only checkpoints saved unquantised (bf16, float32) import.
-Defaults are GptOssConfig's (gpt-oss-120b's shape, 36 layers of 128 experts).
+The published weights are MXFP4 (``quantization_config: {quant_method: mxfp4}``, the experts'
+matrices as ``*_blocks`` and ``*_scales``): read as transformers dequantizes them (``mxfp4.py``),
+one tensor at a time; checkpoints saved unquantized (bf16, float32) import as they are.
+
+Refused by name: a ``swiglu_alpha`` other than 1.702 (tfspec's quick_gelu gain) and any other
+``quantization_config``. Defaults are GptOssConfig's (gpt-oss-120b's shape, 36 layers of 128 experts).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tfspec.interop.hf.family import Rule, Source, _show, number, register
 from tfspec.interop.hf.gemma2 import LAYER_TYPES, _checked_kinds
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, _counted, first_moe
+from tfspec.interop.hf.mxfp4 import METHOD, quant_method
 
 ALPHA = 1.702
 """The gate's sigmoid gain tfspec computes (quick_gelu): GptOssConfig's swiglu_alpha."""
@@ -65,6 +68,17 @@ class GptOss(Experts, Llama):
                 "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                     "truncate": False, "original_max_position_embeddings": 4096}}
     """GptOssConfig's values (its __post_init__ fills rope_parameters so when unset)."""
+
+    def check(self, config: dict, where: str) -> dict[str, str]:
+        """Llama's checks, the published weights' MXFP4 quantization_config read (``mxfp4.unpacked``
+        dequantizes their tensors), any other refused by name."""
+        settings = config.get("quantization_config")
+        if settings is None:
+            return super().check(config, where)
+        if quant_method(config) != METHOD:
+            raise TfspecError(f"{where}: quantization_config: {_show(settings)} is not supported; tfspec imports "
+                              f"{self.title} unquantized or as published, quant_method {METHOD} (dequantized)")
+        return super().check({k: v for k, v in config.items() if k != "quantization_config"}, where)
 
     def spec_data(self, source: Source) -> dict:
         c = self.defaults | _counted(source.config, self.expert_counts, source.where)

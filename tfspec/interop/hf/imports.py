@@ -22,7 +22,8 @@ from pydantic import ValidationError
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, open_checkpoint, read_vocabulary,
                                           staged_directory)
-from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source, check_config
+from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source
+from tfspec.interop.hf.mxfp4 import unpacked
 from tfspec.interop.hf.tensors import write_safetensors
 from tfspec.ir import build_graph
 from tfspec.spec import Spec
@@ -56,13 +57,13 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     """``dtype`` "auto": the checkpoint's own float type (float32 where its tensors mix types)."""
     directory, output = Path(directory), Path(output)
     check_writable(output)
-    checkpoint = open_checkpoint(directory)
+    checkpoint = unpacked(open_checkpoint(directory))
     if dtype == "auto":
         dtype = stored_dtype(checkpoint)
     where = str(directory / CONFIG)
     family = family_of(checkpoint.config, where)
     architecture = _architecture(family, checkpoint.config, architecture, where)
-    ignored = check_config(family, checkpoint.config, where)
+    ignored = family.check(checkpoint.config, where)
     names = _names(family, checkpoint) if checkpoint.has_weights else None
     source = Source(checkpoint.config, where, architecture, None if names is None else frozenset(names),
                     read_vocabulary(directory))
@@ -70,6 +71,8 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     graph = build_graph(spec)
     result = Imported(spec, architecture, output, graph.num_params, ignored=ignored)
     plan = _plan(family, spec, graph, architecture, checkpoint, names, result.notes) if names is not None else None
+    if plan is None and family.leaves_out:  # with weights, the note on its tensors says it
+        result.notes.append(f"left out {family.leaves_out}")
     with staged_directory(output) as staging:
         _write_spec(staging / SPEC_FILE, data, directory, architecture, ignored)
         if plan is not None:

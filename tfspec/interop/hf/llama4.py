@@ -98,7 +98,9 @@ class Llama4Text(Experts, Llama):
         "use_qk_norm", "no_rope_layers", "no_rope_layer_interval", "attention_chunk_size", "layer_types",
         "attn_temperature_tuning", "floor_scale", "attn_scale")
     ignored = Llama.ignored | MOE_IGNORED | {
-        "router_jitter_noise": "transformers' Llama 4 never reads it (no noise is added to the router)"}
+        "router_jitter_noise": "transformers' Llama 4 never reads it (no noise is added to the router)",
+        "for_llm_compressor": "a switch of transformers 4.51 (unfused experts for llm-compressor) that transformers 5 "
+                              "never reads; the published Llama 4 configs carry it"}
     expert_counts = ("num_local_experts",)
     renormalises = False
     routing = Experts.routing | {"scoring": "sigmoid", "normalize": False, "input_weighted": True}
@@ -145,7 +147,7 @@ class Llama4Text(Experts, Llama):
                      "causal": True}
         if rotary:
             return layer | ({"qk_norm": "l2"} if flag(c, "use_qk_norm", where) else {})
-        if not flag(c, "attn_temperature_tuning", where):
+        if not _switch(c, "attn_temperature_tuning", where):
             return layer | {"positions": "none"}
         return layer | {"positions": {"kind": "temperature", "temperature_floor": number(c, "floor_scale", where),
                                       "temperature_scale": number(c, "attn_scale", where, float)}}
@@ -235,3 +237,12 @@ class Llama4Text(Experts, Llama):
                 **({"floor_scale": tuned[0].temperature_floor, "attn_scale": tuned[0].temperature_scale}
                    if tuned else {}),
                 "moe_layers": [layer.index for layer in layers if any(s.kind == "moe" for s in layer.sublayers)]}
+
+
+def _switch(c: dict, key: str, where: str) -> bool:
+    """A switch transformers reads by its truth (``if self.attn_temperature_tuning``): true or false,
+    or an integer as transformers 4.51 wrote it (Llama-4-Scout's published config.json says 4)."""
+    value = c.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value != 0
+    return flag(c, key, where)

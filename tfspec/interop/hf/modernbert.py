@@ -18,7 +18,10 @@ A pre-norm encoder written with the spec's existing fields:
   (its ``attn_norm`` is an identity: that sub-layer's ``input_norm: false``), a final norm;
 - ModernBertForMaskedLM's head: dense (a bias if ``classifier_bias``: ``biases.head``), the
   classifier activation, LayerNorm, then the decoder tied to the token embeddings with a bias
-  if ``decoder_bias``.
+  if ``decoder_bias``;
+- the task classes (*ForSequenceClassification, *ForTokenClassification, *ForQuestionAnswering):
+  the same prediction head as the task head's ``transform`` (with ``norm``), then ``classifier``;
+  the sequence class pools as ``classifier_pooling`` says (cls or mean, ``ModernBertTaskHeads``).
 
 Refused by name: rope types other than default and a ``classifier_activation`` other than the
 layers' (tfspec's head uses the spec's activation). Defaults are ModernBertConfig's.
@@ -32,6 +35,7 @@ from itertools import groupby
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, flag, norm_rules,
                                       number, register)
+from tfspec.interop.hf.task_heads import Pooled, TaskHeads
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 """transformers' names for a local layer and a global one."""
@@ -39,6 +43,45 @@ THETA = {"full_attention": ("global_rope_theta", 160_000.0), "sliding_attention"
 """Layer type -> the field older files give its rotary base in, and ModernBertConfig's default."""
 SPECIAL_TOKENS = {"unk_id": ("[UNK]", 50280), "mask_id": ("[MASK]", 50284)}
 """Token and its id in ModernBERT-base's vocabulary, for ids only tokenizers and training read."""
+POOLING = {"cls": "first", "mean": "mean"}
+"""classifier_pooling -> the sequence head's ``pooling``: the first position, or the mean over
+the unmasked ones (as ModernBertForSequenceClassification weighs by its attention mask)."""
+
+
+class ModernBertTaskHeads(TaskHeads):
+    """ModernBERT's task classes: its prediction head (dense with a bias if classifier_bias, the
+    classifier_activation, the layers' LayerNorm) before the classifier of every class, at each
+    position for tokens and spans; the sequence class first pools as classifier_pooling says."""
+
+    def _reading(self, kind: str, c: dict, where: str) -> dict:
+        act = c.get("classifier_activation", "gelu")
+        transform = {"activation": "tanh" if act == "tanh" else activation(c, "classifier_activation", where, "gelu"),
+                     "bias": flag(c, "classifier_bias", where), "norm": True}
+        if kind != "sequence_classification":
+            return {"transform": transform}
+        pooling = c.get("classifier_pooling", "cls")
+        if pooling not in POOLING:
+            raise TfspecError(f"{where}: classifier_pooling: {_show(pooling)} is not supported; tfspec pools "
+                              f"{' or '.join(POOLING)} as transformers' ModernBertForSequenceClassification does")
+        return {"pooling": POOLING[pooling], "transform": transform}
+
+    def structure(self, spec) -> str | None:
+        head = spec.head
+        if head is not None and head.kind != "ctc" and (head.transform is None or not head.transform.norm):
+            return (f"{self.title}'s task classes read its prediction head: set head.transform with norm: true "
+                    "(a dense layer, its activation, then the layers' norm)")
+        return super().structure(spec)
+
+    def config(self, spec) -> dict:
+        config = super().config(spec)
+        if spec.head is None:
+            return config
+        transform = spec.head.transform
+        config |= {"classifier_activation": ACTIVATION_NAMES.get(transform.activation, transform.activation),
+                   "classifier_bias": transform.bias}
+        if spec.head.kind == "sequence_classification":
+            config["classifier_pooling"] = {v: k for k, v in POOLING.items()}[spec.head.resolved_pooling(spec)]
+        return config
 
 
 @register
@@ -51,14 +94,17 @@ class ModernBert(Family):
     masked_lm = "ModernBertForMaskedLM"
     heads = ("head.", "decoder.")
     grouped = True
+    task_heads = Pooled(dense="head.dense", norm="head.norm", answer="classifier", activation="gelu",
+                        base_pooler=False)
+    task_class = ModernBertTaskHeads
     mapped = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
               "hidden_activation", "max_position_embeddings", "norm_eps", "norm_bias", "pad_token_id", "bos_token_id",
               "eos_token_id", "attention_bias", "attention_dropout", "layer_types", "rope_parameters",
               "local_attention", "embedding_dropout", "mlp_bias", "mlp_dropout", "decoder_bias", "classifier_bias",
-              "classifier_activation", "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta")
+              "classifier_activation", "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",
+              "classifier_pooling")
     required = {"tie_word_embeddings": (True,), "rope_scaling": (None,)}
     ignored = {**dict.fromkeys(("cls_token_id", "sep_token_id"), "tokenizer settings"),
-               "classifier_pooling": "classification heads tfspec does not import",
                "deterministic_flash_attn": "how transformers runs the model (flash-attention kernels)",
                "reference_compile": "how transformers runs the model (torch.compile)",
                "repad_logits_with_grad": "how transformers runs the model (unpadded batches)",

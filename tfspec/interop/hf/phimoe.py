@@ -16,9 +16,16 @@ with these differences:
   refused. Training alone samples the experts (Gumbel noise) and jitters the input
   (``input_jitter_noise``); inference, what tfspec computes, does neither.
 
-Refused by name, besides Mixtral's refusals: rope types other than default (Phi-3.5-MoE's longrope
-with short_mscale and long_mscale: transformers' PhiMoE recomputes its frequencies per call in a
-way of its own, which tfspec does not reproduce). Defaults are PhimoeConfig's (Phi-3.5-MoE's shape).
+- Phi-3.5-MoE's ``longrope`` rotary scaling as transformers' PhiMoE computes it, which differs
+  from Phi-3's: its forward recomputes the frequencies without the call's length, so short_factor's
+  at every length (the spec's ``long_frequencies: false``; long_factor is kept, for export), and
+  multiplies cos and sin by short_mscale in calls within original_max_position_embeddings and by
+  long_mscale past it (``attention_factor`` and ``long_attention_factor``). (Microsoft's remote
+  code for the model switches to long_factor past the original length; transformers does not.)
+
+Refused by name, besides Mixtral's refusals: rope types other than default and longrope, and a
+longrope without numeric short_mscale and long_mscale (PhimoeConfig refuses it). Defaults are
+PhimoeConfig's (Phi-3.5-MoE's shape).
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ class Phimoe(Mixtral):
     title = "PhiMoE"
     architectures = {"PhimoeForCausalLM": "model.", "PhimoeModel": ""}
     export_architecture = "PhimoeForCausalLM"
-    mapped = Mixtral.mapped + ("attention_bias", "lm_head_bias", "router_jitter_noise")
+    mapped = Mixtral.mapped + ("attention_bias", "lm_head_bias", "router_jitter_noise",
+                               "original_max_position_embeddings")
     ignored = Llama.ignored | MOE_IGNORED | {
         "input_jitter_noise": "multiplies a layer's input by random noise while training only"}
     renormalises = False
-    rope_types = ("default",)
+    rope_types = ("default", "longrope")
     routing = {"scoring": "sparsemixer", "score_bias": False, "groups": 1, "routed_scale": 1.0}
     defaults = {"vocab_size": 32064, "intermediate_size": 6400, "num_key_value_heads": 8,
                 "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 1e6, "bos_token_id": 1,
@@ -72,6 +80,23 @@ class Phimoe(Mixtral):
             raise TfspecError(f"{where}: router_jitter_noise must be at least 0, got {eps}")
         return moe | {"scoring": "sparsemixer", "mixer_eps": eps}
 
+    def _rotary(self, c: dict, where: str) -> dict:
+        """Llama's rotary positions; a longrope's frequencies short_factor's at every length and its
+        cos and sin multiplier short_mscale's, long_mscale's past the original length."""
+        key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
+        if isinstance(c.get(key), dict) and "original_max_position_embeddings" in c:  # top level first, as PhimoeConfig
+            c = c | {key: c[key] | {"original_max_position_embeddings": c["original_max_position_embeddings"]}}
+        positional = super()._rotary(c, where)
+        if positional.get("scaling", {}).get("type") != "longrope":
+            return positional
+        rope = c[key]
+        short, long = (number(rope, key, f"{where}: rope_scaling", float) for key in ("short_mscale", "long_mscale"))
+        for key, value in (("short_mscale", short), ("long_mscale", long)):
+            if not 0 < value <= 1e3:
+                raise TfspecError(f"{where}: rope_scaling: {key} must be above 0 and at most 1000, got {value}")
+        scaling = positional["scaling"] | {"attention_factor": float(short), "long_frequencies": False}
+        return positional | {"scaling": scaling | ({"long_attention_factor": float(long)} if long != short else {})}
+
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Mixtral's, with each norm's shift, and the output's bias."""
         rules = with_shifts(super().rules(spec, architecture))
@@ -81,5 +106,15 @@ class Phimoe(Mixtral):
         return super().dropped(architecture) | {"lm_head.bias": "the output projection's bias (PhimoeModel has none)"}
 
     def config(self, spec) -> dict:
-        return super().config(spec) | {"attention_bias": spec.has_bias("q"), "lm_head_bias": spec.output_bias,
-                                       "router_jitter_noise": first_moe(spec).mixer_eps}
+        config = super().config(spec) | {"attention_bias": spec.has_bias("q"), "lm_head_bias": spec.output_bias,
+                                         "router_jitter_noise": first_moe(spec).mixer_eps}
+        rope = config.get("rope_scaling")
+        if rope is None or rope["rope_type"] != "longrope":
+            return config
+        rope = {k: v for k, v in rope.items() if k not in ("attention_factor", "long_attention_factor",
+                                                            "long_frequencies")}
+        scaling = spec.positional.scaling  # a longrope without its factor given PhiMoE refuses on reading it back
+        mscales = {} if scaling.attention_factor is None else {
+            "short_mscale": scaling.attention_factor,
+            "long_mscale": scaling.long_attention_factor or scaling.attention_factor}
+        return config | {"rope_scaling": rope | mscales}

@@ -53,6 +53,10 @@ class Pooled:
     ``activation`` its default."""
     base_pooler: bool = True
     """Whether the family's *Model has a pooler (BERT's, RoBERTa's; not ELECTRA's or DeBERTa's)."""
+    norm: str | None = None
+    """The tensor prefix of a norm of the dense layer's output (ModernBERT's head.norm)."""
+    answer: str = "qa_outputs"
+    """The tensor prefix of the question-answering class's linear layer (ModernBERT's classifier)."""
 
 
 def with_task_heads(family: type) -> type:
@@ -62,8 +66,8 @@ def with_task_heads(family: type) -> type:
     if pooled is None:
         return family
     names, prefix = family.export_architecture.removesuffix("Model"), family.architectures[family.masked_lm]
-    own = ("classifier.", "qa_outputs.") + ((pooled.dense.split(".")[0] + ".",) if pooled.dense else ())
-    return type(family.__name__, (TaskHeads, family), {
+    own = ("classifier.", pooled.answer + ".") + ((pooled.dense.split(".")[0] + ".",) if pooled.dense else ())
+    return type(family.__name__, (family.task_class or TaskHeads, family), {
         "__module__": family.__module__, "__doc__": family.__doc__, "__qualname__": family.__qualname__,
         "architectures": family.architectures | {f"{names}{suffix}": prefix for suffix in TASKS},
         "heads": tuple(dict.fromkeys(family.heads + own)), "task_names": names})
@@ -90,9 +94,8 @@ class TaskHeads:
             return super().spec_data(source)
         data = super().spec_data(replace(source, architecture=self.export_architecture, names=None))
         head = {"kind": kind} | self._classes(kind, source.config, source.where)
+        head |= self._reading(kind, source.config, source.where)
         pooler = kind == "sequence_classification" and self.pooled.dense is None
-        if kind == "sequence_classification":
-            head |= {"pooling": "first"} | self._transform(source.config, source.where)
         data = data | {"pooler": pooler, "head_transform": False, "output_bias": False, "head": head}
         if "embed_projection" in data:  # narrower embeddings: nothing goes back down to them (ALBERT, ELECTRA)
             data["embed_projection"] = data["embed_projection"] | {"out": None}
@@ -121,6 +124,11 @@ class TaskHeads:
             head["problem"] = PROBLEMS[problem]
         return head
 
+    def _reading(self, kind: str, c: dict, where: str) -> dict:
+        """How the head reads the encoder's output: the sequence class its first position, through
+        the family's dense layer if it has one; the token and span classes each position as it is."""
+        return {"pooling": "first"} | self._transform(c, where) if kind == "sequence_classification" else {}
+
     def _transform(self, c: dict, where: str) -> dict:
         """The head's dense layer, if the family's has one: its activation fixed, or (DeBERTa-v2's
         ContextPooler) pooler_hidden_act, which reads pooler_hidden_size features: hidden_size."""
@@ -142,9 +150,14 @@ class TaskHeads:
             return super().rules(spec, architecture)
         rules = super().rules(spec, self.export_architecture)
         prefix = {"sequence_classification": self.pooled.classifier, "token_classification": "classifier",
-                  "answer_span": "qa_outputs"}[spec.head.kind]
-        if spec.head.transform is not None:
-            rules += [Rule(f"head.transform.{p}", (f"{self.pooled.dense}.{p}",)) for p in ("weight", "bias")]
+                  "answer_span": self.pooled.answer}[spec.head.kind]
+        transform = spec.head.transform
+        if transform is not None:
+            rules += [Rule(f"head.transform.{p}", (f"{self.pooled.dense}.{p}",))
+                      for p in ("weight", "bias")[:1 + transform.bias]]
+        if transform is not None and transform.norm:
+            rules += [Rule(f"head.transform_norm.{p}", (f"{self.pooled.norm}.{p}",))
+                      for p in ("weight", "bias")[:1 + spec.uses_norm_bias]]
         return rules + [Rule(f"classifier.{p}", (f"{prefix}.{p}",)) for p in ("weight", "bias")]
 
     def dropped(self, architecture: str) -> dict[str, str]:
