@@ -60,10 +60,11 @@ def _convolved(e, node: Node, mixed: str, width: int, k: int, pad: str | None) -
     b, a = e.b, node.attrs
     pads, S0 = [k - 1, 0], None
     if e.carries(node):
+        S0, pads = _f32(b, e.state(node, "state", ["batch", a["heads"], a["d_k"], a["d_v"]])), [0, 0]
+    if e.carries(node) and k > 1:  # a kernel of 1 reads no earlier input
         mixed = b.op("Concat", e.state(node, "window", ["batch", k - 1, width]), mixed, axis=1)
         e.present(node, "window", b.op("Slice", mixed, b.ints(-(k - 1)), b.ints(np.iinfo(np.int64).max), b.ints(1)),
                   ["batch", k - 1, width])
-        S0, pads = _f32(b, e.state(node, "state", ["batch", a["heads"], a["d_k"], a["d_v"]])), [0, 0]
     conv = b.op("Conv", b.op("Transpose", mixed, perm=[0, 2, 1]), b.param(node.params["w_conv"]), group=width,
                 pads=pads)
     conv = activation(b, _f32(b, b.op("Transpose", conv, perm=[0, 2, 1])), "silu")
