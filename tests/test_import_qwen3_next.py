@@ -16,9 +16,9 @@ import json
 import pytest
 import torch
 
-from hf_checkpoints import (assert_config_refused, assert_decoder_import_matches, assert_hf_round_trip,
-                            assert_pytorch_import_matches, assert_step_after_prompt_matches, right_padded,
-                            save_random, transformers_count)
+from hf_checkpoints import (assert_config_imports_at_count, assert_config_refused, assert_decoder_import_matches,
+                            assert_hf_round_trip, assert_pytorch_import_matches, assert_step_after_prompt_matches,
+                            right_padded, save_random)
 
 transformers = pytest.importorskip("transformers")
 
@@ -87,12 +87,7 @@ def test_published_style_fields_change_nothing(cli, tmp_path):
 
 def test_default_config_counts_as_transformers(cli, tmp_path):
     """Qwen3NextConfig() (Qwen3-Next-80B-A3B's shape): tfspec report gives transformers' count."""
-    config = transformers.Qwen3NextConfig()
-    (tmp_path / "hf").mkdir()
-    (tmp_path / "hf" / "config.json").write_text(config.to_json_string())
-    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
-    code, out, _ = cli("report", tmp_path / "ours", "--format", "json")
-    assert code == 0 and json.loads(out)["params"]["total"] == transformers_count(config, "Qwen3NextForCausalLM")
+    assert_config_imports_at_count(cli, tmp_path / "hf", transformers.Qwen3NextConfig(), "Qwen3NextForCausalLM")
 
 
 @pytest.mark.slow
