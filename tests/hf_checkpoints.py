@@ -146,6 +146,28 @@ def assert_decoder_import_matches(cli, directory: Path, ref, tokens: torch.Tenso
     assert search(onnx.decoder(), None, options, prefix=prompt.numpy()) == expected  # the KV-cached step graph
 
 
+def assert_step_after_prompt_matches(cli, directory: Path, vocab: int, pad: int) -> None:
+    """The ONNX step graph of ``tfspec import directory``, fed a 9-token prompt, then its 10th
+    token with the state it carried (a recurrent layer's window and state, attention's keys and
+    values), gives the full-sequence graph's logits of the 10th position."""
+    import numpy as np
+
+    from tfspec.backends.onnx import OnnxModel
+
+    ours, onnx_dir = directory.with_name("step-imported"), directory.with_name("step-onnx")
+    assert cli("import", directory, "-o", ours, "--quiet")[0] == 0
+    assert cli("export", ours, "-o", onnx_dir)[0] == 0
+    onnx = OnnxModel(onnx_dir, device="cpu")
+    tokens = right_padded(vocab, pad)[0][:1, :10].numpy()
+    full = onnx.logits(tgt=tokens)[0, -1]
+    full = full - np.log(np.exp(full - full.max()).sum()) - full.max()
+    decoder = onnx.decoder()
+    state = decoder.start(None)
+    _, _, state = decoder.step(state, tokens[:, :9], 1)
+    values, ids, _ = decoder.step(state, tokens[:, 9:], 5)
+    np.testing.assert_allclose(np.asarray(values)[0], full[np.asarray(ids)[0]], atol=1e-4)
+
+
 def transformers_count(config, architecture: str) -> int:
     """Parameters of transformers' ``architecture`` built from ``config`` on the meta device."""
     import transformers

@@ -58,9 +58,9 @@ def test_base_at_full_size_matches_torch_flop_counter():
     assert counted(spec, 8, batch=1) == pytest.approx(analyze_flops(build_graph(spec), 8).forward, rel=0.01)
 
 
-SCANNED_IN_CHUNKS = {"mamba2"}
+SCANNED_IN_CHUNKS = {"mamba2", "gated_deltanet"}
 """Kinds whose PyTorch lowering computes a recurrence in its quadratic chunk form (Mamba-2's
-state space duality, 128 positions at a time), which torch's counter counts, while the analysis
+state space duality, 128 positions at a time; the gated delta rule's triangular solves, 64), which torch's counter counts, while the analysis
 counts the recurrence's linear work, as Table 1's row and the decoding step do."""
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from hf_checkpoints import (assert_config_refused, assert_decoder_import_matches, assert_hf_round_trip,
-                            assert_pytorch_import_matches, right_padded, save_random, transformers_count)
+                            assert_pytorch_import_matches, assert_step_after_prompt_matches, right_padded,
+                            save_random, transformers_count)
 
 transformers = pytest.importorskip("transformers")
 
@@ -49,20 +49,8 @@ def test_logits_and_greedy_tokens_match_transformers(case, cli, tmp_path):
 def test_a_step_after_the_prompt_gives_the_full_sequence_logits(cli, tmp_path):
     """The ONNX step graph fed a 9-token prompt, then its 10th token with the carried window and
     state, gives the full-sequence graph's logits of the 10th position."""
-    from tfspec.backends.onnx import OnnxModel
-
     save("hybrid", tmp_path / "hf")
-    assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
-    assert cli("export", tmp_path / "ours", "-o", tmp_path / "onnx")[0] == 0
-    onnx = OnnxModel(tmp_path / "onnx", device="cpu")
-    tokens = right_padded(VOCAB, PAD)[0][:1, :10].numpy()
-    full = onnx.logits(tgt=tokens)[0, -1]
-    full = full - np.log(np.exp(full - full.max()).sum()) - full.max()
-    decoder = onnx.decoder()
-    state = decoder.start(None)
-    _, _, state = decoder.step(state, tokens[:, :9], 1)
-    values, ids, _ = decoder.step(state, tokens[:, 9:], 5)
-    np.testing.assert_allclose(np.asarray(values)[0], full[np.asarray(ids)[0]], atol=1e-4)
+    assert_step_after_prompt_matches(cli, tmp_path / "hf", VOCAB, PAD)
 
 
 def test_fields_transformers_ignores_change_nothing(cli, tmp_path):

@@ -34,6 +34,8 @@ EXAMPLES = {
     "mamba2": [{"kind": "mamba2", "heads": 4, "head_dim": 4, "state": 8, "groups": 2},
                {"kind": "mamba2", "heads": 2, "head_dim": 8, "state": 4, "kernel": 3, "conv_bias": False, "bias": True,
                 "dt_min": 0.01}],
+    "gated_deltanet": [{"kind": "gated_deltanet", "heads": 4, "key_heads": 2, "d_k": 4, "d_v": 6},
+                       {"kind": "gated_deltanet", "heads": 2, "key_heads": 2, "d_k": 8, "d_v": 4, "kernel": 3}],
     "conv": [{"kind": "conv", "kernel": 3}, {"kind": "conv", "kernel": 3, "dilation": 2, "causal": True},
              {"kind": "conv", "kernel": 4, "separable": True}],
 }
@@ -117,7 +119,8 @@ def _reaches(sub, j: int, i: int, layers: int, n: int) -> bool:
         return i == j
     if kind == "self_attention" or (kind == "recurrent" and sub.bidirectional):
         return True
-    if kind in ("causal_self_attention", "latent_attention", "recurrent", "mamba2"):  # latent attention is causal
+    if kind in ("causal_self_attention", "latent_attention", "recurrent", "mamba2",
+                "gated_deltanet"):  # latent attention is causal
         return i >= j
     if kind == "restricted_self_attention":
         back = ahead = layers * sub.r

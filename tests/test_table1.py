@@ -100,3 +100,12 @@ def test_table1_command(cli):
 def test_table1_bad_options(cli, args, message):
     code, _, err = cli("table1", *args)
     assert code == 2 and err.startswith("error:") and message in err
+
+
+def test_a_size_in_a_denominator_bounds_nothing():
+    """n·d²/h (a per-head width d/h squared, times h) is at most n·d², never the other way round:
+    the class of their sum is O(n·d²), not empty (each once dropped the other)."""
+    from tfspec.analysis.asymptotics import big_o
+    from tfspec.analysis.flops import SYMBOLS as s
+
+    assert big_o(7 * s.n * s.h * s.d_k * s.d_v + 2 * s.n * s.d * s.h * s.d_v, s) == "O(n·d²)"

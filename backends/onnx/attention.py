@@ -54,7 +54,7 @@ def blocked(node: Node) -> bool:
 def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O (§3.2.2); keys and values have g heads
     (carried between steps as g), each serving h/g query heads."""
-    b, a, p = e.b, node.attrs, node.params
+    b, a = e.b, node.attrs
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
     stage, modifiers = stage_of(node), modifiers_of(a)
     plain = _plain(node, stage, modifiers)
@@ -72,11 +72,11 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         if stage is not None and stage.turn is not None:  # rotary positions
             q, k = stage.turn(e, q, k)
         if e.carries(node) and e.inplace:  # GroupQueryAttention over buffers it extends (``inplace``)
-            return b.linear(b.rows(attend_in_place(e, node, plain, q, k, v), h * d_v), p["w_o"], p.get("b_o"))
+            return _output(b, node, x, b.rows(attend_in_place(e, node, plain, q, k, v), h * d_v))
         whole = TILED.get(node.layer.kind) or (_banded if blocked(node) else None)
         if whole is not None and e.kind != "step" and plain:  # over (B, L, h*d) sequences
             q, k, v = (b.sequence(t, n * size) for t, n, size in ((q, h, d_k), (k, g, d_k), (v, g, d_v)))
-            return b.linear(b.rows(whole(e, node, q, k, v), h * d_v), p["w_o"], p.get("b_o"))
+            return _output(b, node, x, b.rows(whole(e, node, q, k, v), h * d_v))
         k, v = split_heads(b, k, g, d_k), split_heads(b, v, g, d_v)
         if e.carries(node) and e.static:  # written into the preallocated cache, which is passed on whole
             k = e.present(node, "key", e.write(node, "key", k, d_k), ["batch", g, "max_len", d_k])
@@ -105,6 +105,17 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         y = _explicit(e, node, stage, modifiers, q, k, v, mask)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
     b.flat.add(y)
+    return _output(b, node, x, y)
+
+
+def _output(b, node: Node, x: str, y: str) -> str:
+    """W^O over the concatenated heads y (B * L, h * d_v); with ``output_gate``, y times
+    sigmoid(x W_gate) first (the PyTorch backend's ``_output``)."""
+    p = node.params
+    if "w_gate" in p:
+        gate = b.rows(b.linear(x, p["w_gate"]), b.shape(p["w_gate"])[0])
+        y = b.op("Mul", y, b.op("Sigmoid", gate))
+        b.flat.add(y)
     return b.linear(y, p["w_o"], p.get("b_o"))
 
 

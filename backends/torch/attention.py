@@ -61,8 +61,7 @@ class MultiHeadAttention(OpModule):
                 q, k = self.turn(ctx, q, k)
             if cache is None and self.plain:
                 k, v = repeat_heads(k, h // g, 2), repeat_heads(v, h // g, 2)
-                return F.linear(self_attention(ctx, self.layer, self.q_seq, q, k, v, dropout), self.w_o,
-                                getattr(self, "b_o", None))
+                return self._output(x, self_attention(ctx, self.layer, self.q_seq, q, k, v, dropout))
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, g, Lq, d)
             if cache is not None:  # keys and values of earlier positions, then these
                 if self.node_name in cache:
@@ -90,6 +89,13 @@ class MultiHeadAttention(OpModule):
         else:
             y = self._explicit(ctx, q, k, v, mask, causal, dropout)
         y = y.transpose(1, 2).reshape(B, Lq, h * d_v)  # heads concatenated
+        return self._output(x, y)
+
+    def _output(self, x, y):
+        """W^O over the concatenated heads y (B, L, h * d_v); with ``output_gate``, y times
+        sigmoid(x W_gate) first."""
+        if getattr(self, "w_gate", None) is not None:
+            y = y * torch.sigmoid(F.linear(x, self.w_gate))
         return F.linear(y, self.w_o, getattr(self, "b_o", None))
 
     def _explicit(self, ctx, q, k, v, mask, causal, dropout):

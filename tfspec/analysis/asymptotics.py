@@ -39,7 +39,8 @@ def leading_monomials(expr: sympy.Expr, s) -> list[dict[str, int]]:
     powers = [p for p in powers if p.get("n", 0) == top]
     keep = []
     for p in powers:
-        bounded = any(q != p and all(q.get(x, 0) >= e for x, e in p.items()) for q in powers)
+        # every exponent, q's own too: n*d^2/h (a size in the denominator) does not bound n*d^2
+        bounded = any(q != p and all(q.get(x, 0) >= p.get(x, 0) for x in p.keys() | q.keys()) for q in powers)
         if not bounded and p not in keep:
             keep.append(p)
     return sorted(keep, key=lambda p: (p.get("d", 0), sorted(p.items())))

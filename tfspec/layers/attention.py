@@ -77,6 +77,10 @@ class AttentionCore(Sublayer):
     """A learned logit per head that joins every query's softmax as one more key with no value
     (gpt-oss's attention sinks): it takes a share of the attention weight, so the visible keys'
     weights sum to less than 1 and a head can attend to nothing. Off: weights sum to 1 (§3.2.1)."""
+    output_gate: bool = False
+    """Each head's output times sigmoid(x W_gate), elementwise, before W^O (Qwen3-Next's gated
+    attention, Qiu et al. 2025: a query-dependent gate that lets a head output nothing, without
+    an attention sink); W_gate is (h * d_v, d). Off: heads concatenated as they are (§3.2.2)."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     op: ClassVar[str] = "attention"
@@ -201,6 +205,8 @@ class AttentionCore(Sublayer):
         # Q K^T (pairs x d_k per head; additive scores w·tanh(q + k) cost the same products),
         # then the weighted sum of values (pairs x d_v per head).
         terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
+        if self.output_gate:
+            terms["gate"] = 2 * n * d * h * d_v
         return terms
 
     def lower(self, b, name, x):
@@ -220,6 +226,8 @@ class AttentionCore(Sublayer):
             params["w_score"] = ((h, d_k), "xavier_uniform")
         if layer.sinks:
             params["sinks"] = ((h,), "zeros")
+        if layer.output_gate:
+            params["w_gate"] = ((h * d_v, d), "xavier_uniform")
         positions = layer.positions if layer.positions.in_attention else None
         params |= qk_norm_params(layer, s)
         params |= layer.positions.definition.attention_params(b, name, layer)  # relative tables, T5's, DeBERTa's

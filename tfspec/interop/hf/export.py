@@ -126,7 +126,10 @@ def _joined(earlier: np.ndarray, value: np.ndarray, rule) -> np.ndarray:
     """A checkpoint tensor holding several IR parameters, in the rules' order: their blocks along
     the rule's axis (layout split) or their columns alternating along the last axis (layout
     interleave); for any other layout, two rules writing one tensor write the same values (the
-    last is kept)."""
+    last is kept). A family's own rule may say how it joins (``join``: Qwen3-Next's queries and
+    gates, head by head)."""
+    if (join := getattr(rule, "join", None)) is not None:
+        return join(earlier, value)
     if rule.layout == "interleave":
         return np.stack([earlier, value], -1).reshape(*value.shape[:-1], 2 * value.shape[-1])
     return np.concatenate([earlier, value], axis=rule.axis) if rule.layout == "split" else value

@@ -49,6 +49,9 @@ class Llama(Family):
     (StableLM); Llama's, Mistral's and Qwen2's rotary never reads the factor, so a configuration
     that sets one is refused rather than imported rotating fewer features than transformers does."""
 
+    hybrid: ClassVar[bool] = False
+    """Whether layers may hold a recurrent token mixer in place of attention (Qwen3-Next's gated DeltaNet)."""
+
     def spec_data(self, source: Source) -> dict:
         source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
@@ -104,6 +107,15 @@ class Llama(Family):
         if kind != "default":
             positional |= scaling_data(rope, kind, positional["max_len"], where)
         return positional
+
+    def structure(self, spec) -> str | None:
+        """Besides the shape, an attention sub-layer in every layer (``config`` reads the first's),
+        unless the family mixes in recurrent layers (``hybrid``: Qwen3-Next)."""
+        if reason := super().structure(spec):
+            return reason
+        if not self.hybrid and any(layer.attention is None for layer in spec.plan("decoder")):
+            return f"{self.title}'s layers each hold an attention layer; this spec has layers without one"
+        return None
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("decoder.embed.weight", ("embed_tokens.weight",)), Rule("decoder.norm.weight", ("norm.weight",))]
