@@ -5,8 +5,9 @@ images), memory gets 2 MiB pages only where a program asks for them. numpy asks 
 arrays; onnxruntime's and PyTorch's allocators (glibc's malloc) do not, so their weights sit on
 4 KiB pages and a step that reads them pays a TLB miss every 4 KiB, dearly so in a virtual
 machine (two levels of page tables). On the 2-core Xeon VM where this was measured, one thread
-summed a 256 MB buffer at 2.4 GB/s on 4 KiB pages and 12.1 GB/s on huge pages, and a batch-1
-decoding step of a 100 MB Llama took 29.0 ms before and 10.0 ms after (BENCHMARKS.md).
+summed a 256 MB PyTorch tensor at 7.1 GB/s on 4 KiB pages and 15.1 GB/s on huge pages, and a
+batch-1 decoding step of a 100 MB Llama took 11.2 ms before and 9.6 ms after; while other
+processes loaded the machine, 2.4 against 12.1 GB/s and 29.0 against 10.0 ms.
 
 glibc reads its tunables only when a process starts, so the command line re-executes itself
 once, before anything is loaded, with ``glibc.malloc.hugetlb=1`` added to ``GLIBC_TUNABLES``
