@@ -262,6 +262,10 @@ def render(rows: list[Row], apart: dict[str, str], command: str, seconds: float)
     for why in sorted(set(apart.values())):
         names = sorted(t for t, w in apart.items() if w == why)
         lines += ["", f"**{why[0].upper() + why[1:]} ({len(names)}):** {', '.join(names)}"]
+    from tfspec.interop.hf.family import FAMILIES
+
+    if texts := sorted(t for t in apart if t in FAMILIES):
+        lines += ["", f"Of these, `tfspec import` takes the text model of: {', '.join(texts)} (docs/interop.md)."]
     return "\n".join(lines) + "\n"
 
 
