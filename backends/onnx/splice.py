@@ -21,10 +21,15 @@ from onnx import TensorProto, helper, numpy_helper
 PARTS = ("a", "b")
 
 
-def cache_axis(shape: list) -> int:
-    """The axis of a ``past.*`` input that grows with the positions decoded: ``past_len`` in
-    the standard step graph, ``max_len`` (the buffer's slots) in the in-place one."""
-    return shape.index("past_len") if "past_len" in shape else shape.index("max_len")
+CACHE_AXES = ("past_len", "max_len")
+"""Names of a ``past.*`` input's axis that grows with the positions decoded: ``past_len`` in the
+standard step graph, ``max_len`` (the buffer's slots) in the in-place one."""
+
+
+def cache_axis(shape: list) -> int | None:
+    """The index of ``shape``'s cache axis (``CACHE_AXES``); None where it has none (a window or
+    a recurrent state of fixed size)."""
+    return next((shape.index(name) for name in CACHE_AXES if name in shape), None)
 
 
 def live(state) -> tuple[int, int]:

@@ -90,10 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run one subcommand. The exception boundary: whatever input can cause (a bad spec, file or
     size, an unreadable path, a full disk, memory) ends as ``error:`` lines and exit 2; anything
     else is a bug in tfspec and keeps its traceback, under a line that says so."""
-    if argv is None and set(_named(sys.argv[1:])) & WEIGHTS:
+    command_line = argv is None
+    argv = sys.argv[1:] if command_line else argv
+    named = _named(argv)
+    if command_line and WEIGHTS.intersection(named):
         hugepages.reexec()
-    argv = sys.argv[1:] if argv is None else argv
-    args = parser(_named(argv)).parse_args(argv)
+    args = parser(named).parse_args(argv)
     return guarded(args.fn, args)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfspec.backends.onnx.splice import Splicer, live
+from tfspec.backends.onnx.splice import Splicer, cache_axis, live
 from tfspec.search import Picker, among, banned_tokens, output_limits, stop_ids
 from tfspec.serve.batcher import Batcher, Job, settle
 from tfspec.serve.logits import Shaper, score
@@ -33,7 +33,7 @@ def continuous(decoder) -> bool:
         return False
     banded = any(getattr(s, "band", None) is not None and s.band() is not None
                  for layer in decoder.model.spec.plan("decoder") for s in layer.sublayers)
-    return not banded and all({"past_len", "max_len"} & set(i.shape)
+    return not banded and all(cache_axis(i.shape) is not None
                               for name, i in decoder.inputs.items() if name.startswith("past."))
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import resource
 import signal
 import time
@@ -14,6 +13,7 @@ import time
 import uvicorn
 
 from tfspec.serve.app import create_app
+from tfspec.serve.errors import ApiError
 from tfspec.serve.service import ServeConfig, Service
 
 
@@ -57,25 +57,18 @@ def connection_limit(config: ServeConfig) -> int:
     return DEFAULT_CONNECTIONS if files == resource.RLIM_INFINITY else max(min(DEFAULT_CONNECTIONS, files - 64), 1)
 
 
-BUSY = json.dumps({"error": {"message": "the server holds as many connections as --max-connections allows; retry",
-                              "type": "server_error", "param": None, "code": None}}).encode()
-
-
-async def _busy(scope, receive, send) -> None:
-    """503 to a request on a connection over ``--max-connections``, like every other refusal: JSON
-    in OpenAI's shape and Retry-After, which uvicorn's own answer (plain text) lacks."""
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(BUSY)).encode()),
-               (b"retry-after", b"1"), (b"connection", b"close")]
-    await send({"type": "http.response.start", "status": 503, "headers": headers})
-    await send({"type": "http.response.body", "body": BUSY, "more_body": False})
+BUSY = ApiError(503, "the server holds as many connections as --max-connections allows; retry",
+                headers={"Retry-After": "1", "Connection": "close"}).response()
+"""The answer to a request on a connection over ``--max-connections`` (an ASGI app), like every
+other refusal: JSON in OpenAI's shape and Retry-After, which uvicorn's own (plain text) lacks."""
 
 
 def _answer_busy_as_tfspec() -> None:
     """uvicorn's HTTP protocols answer over their connection limit with the ``service_unavailable``
-    they import, looked up at each refusal: point them at ``_busy``."""
+    they import, looked up at each refusal: point them at ``BUSY``."""
     for name in ("httptools_impl", "h11_impl"):
         with contextlib.suppress(ImportError):  # httptools is optional (h11 is uvicorn's fallback)
-            importlib.import_module(f"uvicorn.protocols.http.{name}").service_unavailable = _busy
+            importlib.import_module(f"uvicorn.protocols.http.{name}").service_unavailable = BUSY
 
 
 def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int = 8000,
