@@ -27,6 +27,9 @@ sending as soon as another request arrives (``interrupt_requests``, turned off h
 ``ignore_eos`` (its requests forbid the end-of-sequence token by ``logit_bias``). guidellm counts
 the tokens asked for where a server sends no usage, so the table's ``short`` column counts
 requests that streamed fewer than 90% of them; any makes the table INVALID (exit status 1).
+llama.cpp's own speed is measured last, in a bare process on the server's cores (its C API, one
+prompt and its tokens, ``tools/peer_bare.py``), and printed beside its server's single-stream
+speed: below 90% of it, the table is INVALID too.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ import urllib.request
 from pathlib import Path
 
 from bench_serve import pinned, split_cores
+from isolated import Job
+from peer_bare import BARE_LIMIT, invalid
 from to_gguf import convert
 
 
@@ -162,6 +167,30 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def llama_bare(args, gguf: Path, out: Path, cores: set[int] | None) -> float:
+    """llama.cpp's own speed, tokens/s: one ``--prompt-tokens`` prompt then ``--output-tokens``
+    greedy tokens through its C API in a process that imports nothing else (tools/peer_bare.py
+    under ``python -I``, median of its timed runs), on the server's cores: the control its
+    server's column is held to."""
+    import numpy as np
+
+    prompt = out / "bare-prompt.npy"
+    np.save(prompt, np.random.default_rng(0).integers(3, 2000, size=(1, args.prompt_tokens)))
+    job = Job("peer_bare", "llama_generate", ("llama_cpp",), {"model": str(gguf), "prompts": {"1": str(prompt)},
+                                                              "n": args.output_tokens}, bare=True, python=args.llama_python)
+    with pinned(cores):
+        seconds = job.run(args.threads)[0]["seconds"][0]
+    return args.output_tokens / seconds
+
+
+def served_alone(rows: list[dict], engine: str) -> float:
+    """Tokens/s of one stream of ``engine``'s server: 1000 / its median inter-token latency at the
+    lowest Poisson rate (llama-cpp-python's server decodes one request at a time at every load)."""
+    lowest = min((r for r in rows if r["engine"] == engine and "@" in r["load"]),
+                 key=lambda r: float(r["load"].split("@")[1].removesuffix("/s")))
+    return 1000 / lowest["itl_p50"]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--guidellm", required=True, help="the guidellm executable (a venv of its own)")
@@ -199,6 +228,12 @@ def main() -> None:
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     if any(r["short"] for r in rows):
         raise SystemExit("INVALID: requests counted successful streamed fewer tokens than asked (column 'short')")
+    if args.llama_python:
+        bare, alone = llama_bare(args, gguf, out, servers), served_alone(rows, "llama.cpp")
+        print(f"llama.cpp bare: {bare:.1f} tok/s (prompt included); its server, one stream (1000 / ITL p50): "
+              f"{alone:.1f} tok/s")
+        if why := invalid("llama.cpp's server", alone, bare):
+            raise SystemExit(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed")
 
 
 if __name__ == "__main__":
