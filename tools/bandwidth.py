@@ -6,7 +6,14 @@ not its arithmetic. There only fewer bytes per step go faster, and a cell is jud
 fraction of the bandwidth it reaches: bytes of weights read per step x steps per second /
 bytes per second the machine reads. Both numbers are measured here, in the benchmark's run.
 
+Which bytes per second depends on where the weights lie. A model larger than the caches streams
+from memory; a small one (`small`'s 19 MB step on a CPU with a large L3) stays in the last-level
+cache between steps and is read 2-3x as fast. So the bound of a cell is the read of a buffer of
+its step's size, summed again and again as steps read their weights (``read_bandwidth`` with
+``size``); the read of a buffer four times the cache is the memory bandwidth.
+
     python tools/bandwidth.py            # this machine's read bandwidth, 1 and 2 threads
+    python tools/bandwidth.py 19 164     # also over buffers of 19 and 164 MB
 """
 
 from __future__ import annotations
@@ -46,25 +53,37 @@ def cpu_name() -> str:
     return name
 
 
-def read_bandwidth(threads: int, rounds: int = 7) -> float:
-    """Bytes per second that ``threads`` threads read: the median time to sum a 512 MiB
-    float32 buffer (what a matrix-vector product over 512 MiB of weights must stream). torch
-    is imported here only: a benchmark reads the bandwidth in a process of its own."""
+def read_bandwidth(threads: int, rounds: int = 7, size: int = BUFFER_BYTES) -> float:
+    """Bytes per second that ``threads`` threads read: the median time to sum a float32 buffer
+    of ``size`` bytes (what a matrix-vector product over that many bytes of weights must
+    stream), summed back to back as often as a ``BUFFER_BYTES`` one is read once, so that a
+    buffer the caches hold is timed as a decoder's steps re-read theirs. The default streams
+    from memory. torch is imported here only: a benchmark reads the bandwidth in a process of
+    its own."""
     import torch
 
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        buffer = torch.ones(BUFFER_BYTES // 4, dtype=torch.float32)
+        buffer = torch.ones(max(size // 4, 1), dtype=torch.float32)
+        repeat = max(BUFFER_BYTES // size, 1)
         buffer.sum()  # pages touched before timing
         times = []
         for _ in range(rounds):
             start = time.perf_counter()
-            buffer.sum()
-            times.append(time.perf_counter() - start)
-        return BUFFER_BYTES / statistics.median(times)
+            for _ in range(repeat):
+                buffer.sum()
+            times.append((time.perf_counter() - start) / repeat)
+        return buffer.numel() * 4 / statistics.median(times)
     finally:
         torch.set_num_threads(previous)
+
+
+def read_bandwidths(threads: int, sizes: dict[str, int], rounds: int = 3) -> dict[str, float]:
+    """``read_bandwidth`` from memory (key "memory") and over a buffer of each of ``sizes``
+    (name -> bytes, e.g. each precision's step), in one process."""
+    return {"memory": read_bandwidth(threads, rounds)} | {
+        name: read_bandwidth(threads, rounds, size) for name, size in sizes.items()}
 
 
 ROW_READERS = {"Gather", "RotaryEmbedding", "GroupQueryAttention"}
@@ -110,7 +129,10 @@ def fraction(bytes_per_step: int, steps_per_second: float, bandwidth: float) -> 
 
 
 if __name__ == "__main__":
+    import sys
+
     for n in (1, 2):
-        print(f"{n} thread{'s' * (n > 1)}: {read_bandwidth(n) / 1e9:.1f} GB/s read "
-              f"(sum over {BUFFER_BYTES / 2**20:.0f} MiB, median of 7)")
+        for size in [BUFFER_BYTES] + [int(float(mb) * 1e6) for mb in sys.argv[1:]]:
+            print(f"{n} thread{'s' * (n > 1)}: {read_bandwidth(n, size=size) / 1e9:.1f} GB/s read "
+                  f"(sums over {size / 1e6:.0f} MB, median of 7)")
     print(cpu_name())

@@ -25,11 +25,13 @@ CTranslate2 runs under its faster CPU backend, Intel MKL or its others (``CT2_US
 is tried over every setting in a bare process first, and the choice is printed (on an AMX Xeon
 its default, MKL, decoded `small` ~10x slower).
 
-The memory limit is in the table: the machine's read bandwidth is measured in the same run
-(tools/bandwidth.py, once per round), and each cell shows the bytes of weights one step reads (tfspec's step
-graph; CTranslate2 reads the same matrices) and the fraction of the bandwidth each engine
-reaches at that speed. A batch-1 cell near 100% is bound by memory: only fewer bytes per step
-go faster there.
+The memory limit is in the table: each cell shows the bytes of weights one step reads (tfspec's
+step graph; CTranslate2 reads the same matrices) and the fraction of the read bandwidth each
+engine reaches at that speed, the bandwidth being measured in the same run (tools/bandwidth.py,
+once per round) over a buffer of the step's size read again and again: from memory for a model
+larger than the caches, from the last-level cache for one they hold (`small`'s 19 MB; the
+memory figure is printed too). A batch-1 cell near 100% is bound by reading its weights: only
+fewer bytes per step go faster there.
 
 CTranslate2 is a benchmark-only dependency (`pip install ctranslate2`); without it that
 engine is skipped.
@@ -366,16 +368,17 @@ def main() -> None:
             print(f"CTranslate2 backend, {why}")
         timing = with_bare(timing, [ENGINES["ct2"] + suffix for suffix in ("", " int8")],
                            lambda peer: peer.replace(ENGINES["ct2"], ENGINES["ct2"] + " bare"))
-        reads, read = [], Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3})
-        cpu, wall = cpu_seconds(), time.perf_counter()
-        results = interleave(timing, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
-        (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
-        times = {(tuple(s), name): [r[i] for r in results[name]] for name in timing for i, s in enumerate(settings)}
         ort = next((k for k in args.engines if k.startswith("ort") or k in ("static", "fused")), None)  # weights
         step_bytes = {} if ort is None else {
             suffix: weights_read_per_step(work / (ort + suffix.replace(" ", "-")) / "decoder.onnx")
             for suffix in (("", " int8") if args.int8 else ("",))}
-    bandwidth = (max if args.fastest else statistics.median)(reads)  # --fastest: the least disturbed read too
+        reads, read = [], Job("bandwidth", "read_bandwidths", ("torch",), {"sizes": step_bytes})
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        results = interleave(timing, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
+        (busy, steal, mine), wall = cpu_seconds() - cpu, time.perf_counter() - wall
+        times = {(tuple(s), name): [r[i] for r in results[name]] for name in timing for i, s in enumerate(settings)}
+    pick = max if args.fastest else statistics.median  # --fastest: the least disturbed reads too
+    bandwidth = {key: pick(r[key] for r in reads) for key in reads[0]}
     sys.exit(report(args, spec, settings, timing, times, step_bytes, bandwidth, wall, busy - mine, steal))
 
 
@@ -391,15 +394,18 @@ def report(args, spec, settings, runs, times, step_bytes, bandwidth, wall, other
           f"{wall / 60:.1f} min; meanwhile other processes used {max(others, 0) / wall:.2f} and the "
           f"hypervisor stole {steal / wall:.2f} of the {os.cpu_count()} cores; onnxruntime "
           f"{version('onnxruntime')}, torch {version('torch')}, ctranslate2 {ct2_version}, "
-          f"{cpu_name()}; read bandwidth {bandwidth / 1e9:.1f} GB/s "
-          f"({args.threads} threads, {'fastest' if args.fastest else 'median'} of one measurement per round)")
+          f"{cpu_name()}; read bandwidth ({args.threads} threads, {'fastest' if args.fastest else 'median'} of one "
+          f"measurement per round) {bandwidth['memory'] / 1e9:.1f} GB/s from memory"
+          + "".join(f", {bandwidth[s] / 1e9:.1f} GB/s over the {b / 1e6:.0f} MB of the{s or ' fp32'} step"
+                    for s, b in step_bytes.items()))
     names = [n for n in runs if not n.endswith(" int8")]
     orts = [n for n in names if n.startswith("ORT")]
     ratios = [(o, ref) for ref in (ENGINES["ct2"], ENGINES["torch"]) if ref in names for o in orts]
     ratios += [(SHORTLIST, ENGINES["ort18"])] if SHORTLIST in runs else []
     ratios += [(ENGINES["generate"], ENGINES["ort18"])] if {ENGINES["generate"], ENGINES["ort18"]} <= set(names) else []
     head = ["setting", "precision"] + [f"{n} (tok/s)" for n in names] + [f"{o} / {r}" for o, r in ratios]
-    head += ["weights/step (MB)", "% of read bandwidth: " + ", ".join(names)] if step_bytes else []
+    head += ["weights/step (MB)", "% of the read bandwidth over the step's bytes: " + ", ".join(names)] \
+        if step_bytes else []
     print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     invalid_cells = []
     for (batch, beam) in settings:
@@ -410,7 +416,8 @@ def report(args, spec, settings, runs, times, step_bytes, bandwidth, wall, other
             cells += [f"{speed[o] / speed[r]:.2f}" if o in speed and r in speed else "-" for o, r in ratios]
             if suffix in step_bytes:
                 cells += [f"{step_bytes[suffix] / 1e6:.0f}", ", ".join(
-                    f"{fraction(step_bytes[suffix], speed[n] / batch, bandwidth):.0%}" if n in speed and n != SHORTLIST
+                    f"{fraction(step_bytes[suffix], speed[n] / batch, bandwidth[suffix]):.0%}"
+                    if n in speed and n != SHORTLIST
                     else "-" for n in names)]  # the shortlist reads fewer rows than the step graph holds
             setting = f"batch {batch}, {'greedy' if beam == 1 else f'beam {beam}'}"
             print(f"| {setting} | {'int8' if suffix else 'fp32'} | " + " | ".join(cells) + " |")
