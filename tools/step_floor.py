@@ -90,9 +90,9 @@ def main() -> None:
     jobs = {"step": Job("bench_step", "steps", ("onnxruntime",), {"directory": str(args.export), "past": args.past}),
             "products": Job("step_floor", "products", ("onnxruntime",), {"directory": str(args.export)})}
     reads = []
-    read = Job("bandwidth", "read_bandwidths", ("torch",), {"sizes": {"step": step_bytes}})
+    read = Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3, "size": step_bytes})
     results = interleave(jobs, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
-    bandwidth = statistics.median(r["step"] for r in reads)
+    bandwidth = statistics.median(reads)
     print(f"{args.export}: {step_bytes / 1e6:.1f} MB of weights a step; read bandwidth over that many bytes "
           f"{bandwidth / 1e9:.1f} GB/s ({args.threads} threads), so a batch-1 step reads them in "
           f"{1e3 * step_bytes / bandwidth:.3f} ms at best; median of {args.rounds} rounds, each graph in a fresh "
