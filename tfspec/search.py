@@ -261,6 +261,8 @@ def beam_step(scores: np.ndarray, values: np.ndarray, ids: np.ndarray, stops: np
     candidates = (scores.reshape(-1, 1) + values).reshape(n, -1)  # (n, k * w)
     order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
     top, tokens, rows = candidates[line, order], ids.reshape(n, -1)[line, order], order // values.shape[1]
+    if not at_limit.any() and top[:, k - 1].min() > -np.inf and not among(tokens[:, :k], stops).any():
+        return _words_go_on(rows, tokens, top, finished, k)
     valid, ends = top > -np.inf, among(tokens, stops)
     word = valid & ~ends
     before = np.cumsum(word, 1) - word  # words ranked above each candidate
@@ -279,9 +281,21 @@ def beam_step(scores: np.ndarray, values: np.ndarray, ids: np.ndarray, stops: np
                 going=(finished + done.sum(1) < k) & ~at_limit & (count > 0))
 
 
+def _words_go_on(rows: np.ndarray, tokens: np.ndarray, top: np.ndarray, finished: np.ndarray, k: int) -> Step:
+    """``beam_step`` where its k best extensions are words and no sentence is at its limit (most
+    steps): they go on and nothing finishes. The general rule gives the same in ~4x the array
+    operations, each ~2 us at batch 1 (as many as the rest of a beam step's host work)."""
+    n = len(rows)
+    return Step(rows=rows[:, :k], tokens=tokens[:, :k], scores=top[:, :k], ended=np.zeros(n, dtype=np.int64),
+                best=np.full(n, -np.inf), best_row=rows[:, 0], best_token=np.full(n, -1, dtype=np.int64),
+                going=finished < k)
+
+
 def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     """Beam search over ``beam_step``; sentences that stop leave the batch (their rows are no
-    longer decoded), which changes no result."""
+    longer decoded), which changes no result. Per-sentence arrays hold the sentences still
+    decoded, cut only when one leaves: at batch 1 each array operation of a step's host work
+    costs ~2 us, the step's run having evicted the interpreter's data from the caches."""
     batch, k = len(prefix), options.beam
     state = decoder.select(state, np.repeat(np.arange(batch), k), cross=True)
     tokens, stops = np.repeat(prefix, k, axis=0), stop_ids(decoder)
@@ -289,25 +303,28 @@ def _beam(decoder, state, prefix, limits, options) -> list[list[int]]:
     hyps = np.zeros((batch, k, 0), dtype=np.int64)
     finished, best = np.zeros(batch, dtype=np.int64), np.full(batch, -np.inf)
     results: list[list[int]] = [[] for _ in range(batch)]
-    alive = np.arange(batch)
+    alive, line = np.arange(batch), np.arange(batch)[:, None]
+    first = line * k  # each sentence's first row in the state
     for t in range(int(limits.max())):
         banned = banned_tokens(decoder, stops, t, options.min_length)
         values, ids, state = decoder.step(state, tokens, 2 * k + len(banned))  # 2k always leave k words
         if banned:
             values = np.where(among(ids, banned), -np.inf, values)
-        step = beam_step(scores, values, ids, stops, finished[alive], t + 1 >= limits[alive],
-                         length_penalty(t + 1, options.alpha))
-        line = np.arange(len(alive))
-        for i in np.flatnonzero(step.best > best[alive]):
-            kept = hyps[i, step.best_row[i]].tolist()
-            results[alive[i]] = kept + ([int(step.best_token[i])] if step.best_token[i] >= 0 else [])
-        best[alive] = np.maximum(best[alive], step.best)
-        finished[alive] += step.ended
-        keep = np.flatnonzero(step.going)
-        if not keep.size:
-            break
-        hyps = np.concatenate([hyps[line[:, None], step.rows], step.tokens[..., None]], axis=2)[keep]
-        rows = (keep[:, None] * k + step.rows[keep]).reshape(-1)
-        state = decoder.select(state, rows, cross=len(keep) < len(alive))
-        scores, tokens, alive = step.scores[keep], step.tokens[keep].reshape(-1, 1), alive[keep]
+        step = beam_step(scores, values, ids, stops, finished, t + 1 >= limits, length_penalty(t + 1, options.alpha))
+        if step.ended.any():
+            for i in np.flatnonzero(step.best > best):
+                kept = hyps[i, step.best_row[i]].tolist()
+                results[alive[i]] = kept + ([int(step.best_token[i])] if step.best_token[i] >= 0 else [])
+            best, finished = np.maximum(best, step.best), finished + step.ended
+        hyps = np.concatenate([hyps[line, step.rows], step.tokens[..., None]], axis=2)
+        rows, scores, tokens, cross = first + step.rows, step.scores, step.tokens, False
+        if not step.going.all():
+            keep = np.flatnonzero(step.going)
+            if not keep.size:
+                break
+            hyps, rows, scores, tokens = hyps[keep], rows[keep], scores[keep], tokens[keep]
+            alive, limits, best, finished = alive[keep], limits[keep], best[keep], finished[keep]
+            line, first, cross = line[: len(keep)], first[: len(keep)], True
+        state = decoder.select(state, rows.reshape(-1), cross=cross)
+        tokens = tokens.reshape(-1, 1)
     return results
