@@ -55,7 +55,7 @@ MUTANTS = [
          new='last = b.op("Expand", b.op("Sub", total, b.const(np.int64(0)))',
          tests=["tests/test_inplace.py::test_in_place_decoding_gives_pytorchs_tokens[tiny]"]),
     dict(name="in-place buffers lengthened to the length decoded, one slot short",
-         file="backends/onnx/inplace.py", old="pasts = self._lengthened(pasts, -(-length // SLOTS) * SLOTS)",
+         file="backends/onnx/inplace.py", old="pasts = self._lengthened(pasts, self.cache_length(length))",
          new="pasts = self._lengthened(pasts, length - 1)",
          tests=["tests/test_inplace.py::test_in_place_decoding_gives_pytorchs_tokens[tiny]"]),
     dict(name="in-place steps through the kept binding write the new tokens but not the offset",

@@ -114,15 +114,13 @@ MOE_TESTS = "tests/test_import_moe_families.py::test_logits_and_greedy_tokens_ma
 MUTANTS += [
     dict(name="moe router: softmax over the top_k logits instead of over all experts (PyTorch)",
          file="backends/torch/moe.py",
-         old="        chosen = self._choose(probs)  # (N, k)\n"
-             "        weights = probs.gather(1, chosen)\n",
-         new="        chosen = self._choose(probs)\n"
-             "        weights = torch.softmax(logits.gather(1, chosen), -1)\n",
+         old="weights = probs.gather(1, chosen) if self.scoring",
+         new="weights = torch.softmax(logits.gather(1, chosen), -1) if self.scoring",
          tests=[MOE_TESTS + "[qwen2_moe]", MOE_TESTS + "[olmoe]"]),
     dict(name="moe router: softmax over the top_k logits instead of over all experts (ONNX)",
          file="backends/onnx/moe.py",
-         old='    top = b.op("GatherElements", scores, chosen, axis=1)\n',
-         new='    top = b.op("Softmax", b.op("GatherElements", logits, chosen, axis=1), axis=-1)\n',
+         old='top = b.op("GatherElements", scores, chosen, axis=1) if',
+         new='top = b.op("Softmax", b.op("GatherElements", logits, chosen, axis=1), axis=-1) if',
          tests=[MOE_TESTS + "[qwen2_moe]", MOE_TESTS + "[olmoe]"]),
     dict(name="moe: normalize ignored (the top_k probabilities never renormalised)",
          file="tfspec/layers/moe.py",
