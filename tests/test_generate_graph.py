@@ -128,8 +128,9 @@ def beam_step_session():
 
 
 def test_beam_step_graph_equals_the_python_step_even_on_ties(beam_step_session):
-    """400 random steps whose scores take few values (ties everywhere, -inf among them): TopK,
-    ArgMax and the one-hot ranks must order equal candidates as the stable argsort does."""
+    """400 random steps whose scores take few values (ties everywhere, -inf among them, at times
+    most of them): TopK, ArgMax and the one-hot ranks must order equal candidates as the stable
+    argsort does, and both steps must fill a sentence short of k live extensions alike."""
     from tfspec.search import beam_step as python_step
 
     rng = np.random.default_rng(0)
@@ -138,7 +139,8 @@ def test_beam_step_graph_equals_the_python_step_even_on_ties(beam_step_session):
         w = 2 * k + int(rng.integers(0, 3))
         scores = np.where(rng.random((n, k)) < 0.2, -np.inf, -0.5 * rng.integers(0, 4, (n, k)))
         scores[:, 0] = -0.5 * rng.integers(0, 4, n)
-        values = np.where(rng.random((n * k, w)) < 0.1, -np.inf, -0.25 * rng.integers(0, 5, (n * k, w)))
+        dead = 0.9 if rng.random() < 0.25 else 0.1  # at times fewer than k live extensions: fillers
+        values = np.where(rng.random((n * k, w)) < dead, -np.inf, -0.25 * rng.integers(0, 5, (n * k, w)))
         values = -np.sort(-values, axis=1)  # as decoders return them, best first
         ids = np.stack([rng.permutation(12)[:w] for _ in range(n * k)])
         finished, at_limit = rng.integers(0, k, n), rng.random(n) < 0.3
