@@ -261,9 +261,9 @@ def beam_step(scores: np.ndarray, values: np.ndarray, ids: np.ndarray, stops: np
     candidates = (scores.reshape(-1, 1) + values).reshape(n, -1)  # (n, k * w)
     order = np.argsort(-candidates, axis=1, kind="stable")[:, : 2 * k]
     top, tokens, rows = candidates[line, order], ids.reshape(n, -1)[line, order], order // values.shape[1]
-    if not at_limit.any() and top[:, k - 1].min() > -np.inf and not among(tokens[:, :k], stops).any():
-        return _words_go_on(rows, tokens, top, finished, k)
     valid, ends = top > -np.inf, among(tokens, stops)
+    if not at_limit.any() and valid[:, k - 1].all() and not ends[:, :k].any():
+        return _words_go_on(rows, tokens, top, finished, k)
     word = valid & ~ends
     before = np.cumsum(word, 1) - word  # words ranked above each candidate
     closing, chosen = valid & ends & (before < k), word & (before < k)

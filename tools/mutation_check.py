@@ -45,7 +45,7 @@ class Mutant:
 def load_mutants() -> list[Mutant]:
     """Every mutant of every area file (``tools/mutants/AREA.py`` holds ``MUTANTS``, a list of
     dicts with name, file, old, new and tests); names are unique and each ``old`` text occurs
-    exactly once, so a stale mutant is an error rather than a silent pass."""
+    exactly once and each test named exists, so a stale mutant is an error rather than a silent pass."""
     mutants: list[Mutant] = []
     for path in sorted(MUTANTS_DIR.glob("*.py")):
         spec = importlib.util.spec_from_file_location(f"mutants_{path.stem}", path)
@@ -60,9 +60,18 @@ def load_mutants() -> list[Mutant]:
         count = (REPO / m.file).read_text().count(m.old) if (REPO / m.file).is_file() else -1
         if count != 1:
             problems.append(f"{m.name}: its text occurs {max(count, 0)} times in {m.file} (needs exactly 1)")
+        problems += [f"{m.name}: no test {test}" for test in m.tests if not _test_exists(test)]
     if problems:
         sys.exit("error: stale mutants:\n  " + "\n  ".join(problems))
     return mutants
+
+
+def _test_exists(test: str) -> bool:
+    """Whether pytest's ``path::name[params]`` names a file of the repository holding that test."""
+    path, _, name = test.partition("::")
+    function = name.split("[")[0].split("::")[-1]
+    source = REPO / path
+    return source.is_file() and (not function or f"def {function}(" in source.read_text())
 
 
 def copy_tree(dest: Path) -> Path:
