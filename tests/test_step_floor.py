@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
@@ -39,3 +40,18 @@ def test_the_products_graph_reads_the_step_graphs_weight_matrices(tmp_path):
             for i, w in enumerate(found)}
     for out, (x, w) in zip(session.run(None, rows), zip(rows.values(), found)):
         np.testing.assert_allclose(out, x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_mkls_matrix_vector_products_equal_numpys():
+    """The MKL column computes the same products as the step (y = x @ W, W as the graph holds it)."""
+    from step_floor import mkl_gemv
+
+    bind = mkl_gemv(1)
+    if bind is None:
+        pytest.skip("this PyTorch build has no MKL")
+    rng = np.random.default_rng(0)
+    for k, n in [(256, 768), (1024, 256), (7, 3)]:
+        w, x, y = rng.standard_normal((k, n)).astype(np.float32), rng.standard_normal(k).astype(np.float32), \
+            np.full(n, np.nan, np.float32)
+        bind(np.ascontiguousarray(w.T), x, y)()
+        np.testing.assert_allclose(y, x @ w, rtol=1e-4, atol=1e-4)

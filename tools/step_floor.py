@@ -9,7 +9,9 @@ holding only its weight matrices' products (every Gemm and MatMul whose weight i
 initializer, each fed a row of its own: the same bytes through the same kernels, none of the
 rest), at batch 1, 16 and 64, with the session options `tfspec translate` runs with; and the
 read bandwidth over a buffer of the step's weight bytes (tools/bandwidth.py), the bound of a
-batch-1 step that reads each weight once.
+batch-1 step that reads each weight once. Beside them, where PyTorch's x86 wheel carries Intel
+MKL, the same batch-1 products through MKL's ``sgemv`` (another library's kernels, in a process of
+its own): whether a better matrix-vector kernel than MLAS's would lower the floor, and by how much.
 
     tfspec export small -o small --fused
     python tools/step_floor.py small
@@ -76,6 +78,46 @@ def products(threads: int, directory: str) -> list[float]:
     return [1e3 * t for t in timed(calls, calls, repeat=20)]
 
 
+def mkl_gemv(threads: int):
+    """``bind(w_t, x, y)`` -> a call that computes y = w_t @ x through Intel MKL's Fortran
+    ``sgemv``, for a float32 (N, K) C-ordered ``w_t`` (a (K, N) matrix in column order); None
+    where PyTorch's CPU library exports no ``sgemv_`` (a build without MKL). A bound call costs
+    ~1 us of its own: ctypes with its arguments made once, no PyTorch dispatch."""
+    import ctypes
+
+    import torch
+
+    torch.set_num_threads(threads)  # MKL runs on PyTorch's OpenMP pool
+    gemv = getattr(ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so")), "sgemv_", None)
+    if gemv is None:
+        return None
+    f32, ref = ctypes.c_float, ctypes.byref
+    ptr = lambda a: a.ctypes.data_as(ctypes.POINTER(f32))  # noqa: E731  (holds the array)
+
+    def bind(w_t: np.ndarray, x: np.ndarray, y: np.ndarray):
+        n, k = (ctypes.c_int(d) for d in w_t.shape)
+        args = (ref(ctypes.c_char(b"T")), ref(k), ref(n), ref(f32(1.0)), ptr(w_t), ref(k), ptr(x),
+                ref(ctypes.c_int(1)), ref(f32(0.0)), ptr(y), ref(ctypes.c_int(1)))
+        return lambda: gemv(*args)
+    return bind
+
+
+def products_mkl(threads: int, directory: str) -> list[float]:
+    """In a worker: ms per pass of the step graph's batch-1 matrix products through MKL's
+    sgemv (20 passes back to back, after one), or [] without MKL."""
+    bind = mkl_gemv(threads)
+    if bind is None:
+        return []
+    rng = np.random.default_rng(0)
+    calls = [bind(np.ascontiguousarray(w.T), rng.standard_normal(w.shape[0]).astype(np.float32),
+                  np.empty(w.shape[1], np.float32)) for w in matrices(f"{directory}/decoder.onnx")]
+
+    def products():
+        for call in calls:
+            call()
+    return [1e3 * t for t in timed([products], [products], repeat=20)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("export", type=Path, help="a `tfspec export` directory (float32)")
@@ -88,7 +130,8 @@ def main() -> None:
                  f"or decoder-only model)")
     step_bytes = weights_read_per_step(args.export / "decoder.onnx")
     jobs = {"step": Job("bench_step", "steps", ("onnxruntime",), {"directory": str(args.export), "past": args.past}),
-            "products": Job("step_floor", "products", ("onnxruntime",), {"directory": str(args.export)})}
+            "products": Job("step_floor", "products", ("onnxruntime",), {"directory": str(args.export)}),
+            "mkl": Job("step_floor", "products_mkl", ("torch",), {"directory": str(args.export)})}
     reads = []
     read = Job("bandwidth", "read_bandwidth", ("torch",), {"rounds": 3, "size": step_bytes})
     results = interleave(jobs, args.rounds, args.threads, lambda: reads.append(read.run(args.threads)[0]))
@@ -97,10 +140,14 @@ def main() -> None:
           f"{bandwidth / 1e9:.1f} GB/s ({args.threads} threads), so a batch-1 step reads them in "
           f"{1e3 * step_bytes / bandwidth:.3f} ms at best; median of {args.rounds} rounds, each graph in a fresh "
           f"process of its own every round, past {args.past}; {cpu_name()}")
-    print("| batch | step (ms) | matrix products alone (ms) | the rest (ms) | products' read (GB/s) |\n|---|---|---|---|---|")
+    mkl = statistics.median(r[0] for r in results["mkl"]) if all(results["mkl"]) else None
+    print("| batch | step (ms) | matrix products alone (ms) | the rest (ms) | products' read (GB/s) "
+          "| products through MKL's sgemv (ms) |\n|---|---|---|---|---|---|")
     for i, batch in enumerate(BATCHES):
         step, alone = (statistics.median(r[i] for r in results[name]) for name in ("step", "products"))
-        print(f"| {batch} | {step:.3f} | {alone:.3f} | {step - alone:.3f} | {step_bytes / alone / 1e6:.1f} |")
+        other = f"{mkl:.3f} ({step_bytes / mkl / 1e6:.1f} GB/s)" if mkl and batch == 1 else \
+            "no MKL in this PyTorch" if batch == 1 else "-"
+        print(f"| {batch} | {step:.3f} | {alone:.3f} | {step - alone:.3f} | {step_bytes / alone / 1e6:.1f} | {other} |")
 
 
 if __name__ == "__main__":
