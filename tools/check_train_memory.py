@@ -34,20 +34,25 @@ SPECS = {  # spec file, batch rows, length: different shapes, one mixture of exp
     "gpt2": ("specs/zoo/gpt2.yaml", 2, 64),
     "bert-base": ("specs/zoo/bert-base.yaml", 4, 64),
     "moe": ("moe", 8, 64),
+    "rotary-gqa": ("rotary-gqa", 2, 1024),
 }
 CASES = [("ddp", 1, False), ("ddp", 1, True), ("fsdp", 2, False), ("fsdp", 2, True)]
 
 
 def load(name: str):
-    """A shipped spec, or the mixture of experts: `small`'s decoder-only sibling with 4 experts, top 2."""
+    """A shipped spec; the mixture of experts (`small`'s decoder-only sibling with 4 experts, top
+    2); or a Llama-shaped rotary decoder with grouped-query attention at 1,024 tokens, where an
+    L x L term would dominate if the estimate counted one for the fused kernel."""
     from tfspec.spec import Spec, load_spec
 
-    if name != "moe":
+    if name not in ("moe", "rotary-gqa"):
         return load_spec(ROOT / SPECS[name][0])
-    data = {"name": "moe-small", "family": "decoder-only", "vocab": 8000, "d_model": 256, "heads": 4, "d_ff": 512,
-            "dropout": 0.0, "norm": "pre", "positional": {"kind": "rotary", "max_len": 256},
-            "decoder": {"layers": 4, "block": ["causal_self_attention",
-                                               {"kind": "moe", "experts": 4, "top_k": 2, "d_ff": 512}]}}
+    ffn = {"kind": "moe", "experts": 4, "top_k": 2, "d_ff": 512} if name == "moe" else "ffn"
+    data = {"name": name, "family": "decoder-only", "vocab": 8000, "d_model": 256, "heads": 4, "d_ff": 512,
+            "dropout": 0.0, "norm": "pre", "positional": {"kind": "rotary", "max_len": 2048},
+            "decoder": {"layers": 4, "block": ["causal_self_attention", ffn]}}
+    if name == "rotary-gqa":
+        data |= {"kv_heads": 2, "norm_type": "rms", "activation": "silu", "gated": True}
     return Spec.model_validate(data)
 
 

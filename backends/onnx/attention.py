@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from tfspec.ir import Node
-from tfspec.layers.attention import block_plan
+from tfspec.layers.attention import block_plan, fused_kernel
 from tfspec.registry import registrar
 
 from .builder import Index
@@ -57,7 +57,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     b, a = e.b, node.attrs
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
     stage, modifiers = stage_of(node), modifiers_of(a)
-    plain = _plain(node, stage, modifiers)
+    plain = _plain(node, stage)
     if node.layer.needs_memory:
         q = project_queries(b, node, x)
         if e.kind == "step":  # computed by the encoder graph
@@ -175,10 +175,14 @@ def _dot_scores(b, q: str, k: str, scale: float) -> str:
     return b.op("MatMul", q, b.op("Transpose", k, perm=[0, 1, 3, 2]))
 
 
-def _plain(node: Node, stage: PositionStage | None, modifiers: list) -> bool:
-    """Dot-product scores with nothing added to them or changing them: the fused and blocked paths apply."""
-    added = stage is not None and (stage.logits is not None or stage.output is not None)
-    return node.attrs["score"] == "dot" and not added and not modifiers and "sinks" not in node.params
+def _plain(node: Node, stage: PositionStage | None) -> bool:
+    """Whether the fused and blocked paths apply: the core's one answer (``fused_kernel``), which
+    the position kind's ONNX stage must agree with."""
+    plain = fused_kernel(node)
+    if plain and stage is not None and (stage.logits is not None or stage.output is not None):
+        raise TypeError(f"{node.attrs['positions']['kind']} positions declare adds_to_scores False, but their ONNX "
+                        "stage adds a logit or output term that the fused paths would skip")
+    return plain
 
 
 def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: str, k: str, v: str,

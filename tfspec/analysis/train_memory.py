@@ -30,7 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tfspec import modifiers
 from tfspec.ir import Graph
+from tfspec.layers.attention import fused_kernel
 
 DEVICES = {"24 GB": 24e9, "40 GB": 40e9, "80 GB": 80e9}
 """The device sizes the table reports, besides this machine's memory."""
@@ -171,7 +173,7 @@ def _dropout(graph, node, sizes, out):
 
 def _attention(graph, node, sizes, out):
     """Fused attention (SDPA): the projected queries, keys and values (one tensor), the heads'
-    output and the log-sum-exp; kinds with score terms keep the L x L weights as well."""
+    output and the log-sum-exp; attention spelled out (``fused_kernel``) keeps the L x L weights as well."""
     a, rows_q = node.attrs, _rows(node, sizes)
     rows_k = sizes["B"] * sizes[a.get("kv_seq", node.shape[1])]
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
@@ -182,9 +184,9 @@ def _attention(graph, node, sizes, out):
     saved[f"{node.name}#lse"] = rows_q * h * 4
     if g != h:  # keys and values repeated for the query heads they serve
         saved[f"{node.name}#repeated"] = rows_k * h * (d_k + d_v) * 4
-    plain = a.get("score", "dot") == "dot" and not a.get("positions") and not a.get("softcap")
-    if not plain:
-        saved[f"{node.name}#weights"] = rows_q * h * sizes[a.get("kv_seq", node.shape[1])] * 4
+    if not fused_kernel(node):  # the softmax weights, and what each score modifier's backward keeps
+        copies = 1 + sum(m.saved_scores for m in modifiers.ordered() if a.get(m.field) is not None)
+        saved[f"{node.name}#weights"] = copies * rows_q * h * sizes[a.get("kv_seq", node.shape[1])] * 4
     return saved
 
 

@@ -23,6 +23,7 @@ from pydantic import Field, create_model, model_validator
 
 from tfspec.layers.base import Sublayer, linear, register
 from tfspec import modifiers
+from tfspec import positions as positions_kinds
 from tfspec.layers import disentangled
 from tfspec.spec.base import field_error
 from tfspec.spec.bounds import Heads, Width
@@ -274,6 +275,20 @@ def fused(role: str, sizes: dict[str, int], d: int, spec) -> dict:
     else:
         params |= {f"b_{part}": ((rows[part],), "zeros") for part in biased}
     return params
+
+
+def fused_kernel(node) -> bool:
+    """Whether the IR attention ``node`` runs as one fused kernel (PyTorch's
+    scaled_dot_product_attention, onnxruntime's fused and blocked paths): dot-product scores that
+    nothing adds to or changes, that is no position kind adding terms (``adds_to_scores``; rotary
+    only turns queries and keys), no score modifier set and no sinks. Both backends and
+    ``report --train`` read this one answer: an attention spelled out keeps its L x L weights for
+    the backward pass, a fused one keeps only the log-sum-exp."""
+    a = node.attrs
+    positions = a.get("positions")
+    adds = positions is not None and positions_kinds.KINDS[positions["kind"]].adds_to_scores
+    return (a.get("score", "dot") == "dot" and not adds and "sinks" not in node.params
+            and all(a.get(field) is None for field in SCORE_MODIFIERS))
 
 
 def fused_bias(params, role: str, attrs) -> list[tuple[str | None, int]] | None:

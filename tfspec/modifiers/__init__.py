@@ -37,6 +37,10 @@ class ScoreModifier:
     """Where it applies among the modifiers a layer sets, lowest first: a bound on every logit
     (the soft-cap) goes last, so no later one can break it."""
 
+    saved_scores: ClassVar[int] = 1
+    """How many L x L tensors its backward pass keeps beside the softmax weights (tanh keeps
+    its output), which ``report --train`` counts."""
+
     @classmethod
     def problem(cls, layer, value) -> str | None:
         """Why ``value`` cannot modify ``layer``'s scores (the field error's message), or None."""

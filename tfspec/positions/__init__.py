@@ -40,6 +40,11 @@ class PositionKind:
     """One table per stack, held by its first attention: a layer cannot set its own."""
     bounded: ClassVar[bool] = True
     """max_len bounds the sequences every path runs (``Positional.limit``)."""
+    adds_to_scores: ClassVar[bool] = True
+    """Inside attention, adds a term to the logits or to the output (Shaw et al.'s a_K and a_V,
+    T5's bias, ALiBi, DeBERTa), so attention is spelled out and keeps its L x L weights; a kind
+    that only turns or scales queries and keys (rotary, temperature) says False and keeps the
+    fused kernels (``tfspec.layers.attention.fused_kernel``)."""
     reads_cache_indices: ClassVar[bool] = True
     """Computed from cache columns (the distance j - i between key and query columns) rather
     than each row's position ids: a cache holding padding inside its rows (onnxruntime-genai's)

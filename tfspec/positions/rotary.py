@@ -34,6 +34,7 @@ def scaling_problem(positional, rotated: int) -> str | None:
 class Rotary(PositionKind):
     name, order, summary = "rotary", 2, "queries and keys of self-attention rotated by position (Su et al. 2021)"
     in_attention = True
+    adds_to_scores = False  # turns queries and keys only: fused kernels apply
     reads_cache_indices = False  # each row's own position ids
 
     fields = {

@@ -21,6 +21,7 @@ class Temperature(PositionKind):
     summary = ("queries scaled by 1 + s log(1 + floor((i + 1) / f)) at position i, no parameters (Llama 4's "
                "attention temperature tuning on its layers without rotary positions)")
     in_attention = True
+    adds_to_scores = False  # scales queries only: fused kernels apply
     bounded = False  # no table bounds the length
     reads_cache_indices = False  # each row's own position ids
 
