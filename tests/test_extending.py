@@ -41,6 +41,15 @@ class Gain(Sublayer):
     def lower(self, b, name, x):
         return b.op(name, "{name}", [x], params={{"gain": ((b.spec.d_model,), "normal:1.0")}}, layer=self)
 '''
+OP = '''
+from tfspec.ir.ops import LayerOp, keeps_inputs, register
+
+@register
+class Gain(LayerOp):
+    """The gain's IR op: FLOPs and position mixing are its layer kind's; its backward keeps the input."""
+    name = "{name}"
+    saved = staticmethod(keeps_inputs)
+'''
 TORCH = '''
 from tfspec.backends.torch.registry import OpModule, lowering
 
@@ -193,9 +202,11 @@ np.savez(out + "/logits.npz", torch=ours, onnx=onnx, doubled=doubled, gains=len(
 '''
 
 
-def test_a_layer_kind_is_three_new_files(tmp_path):
+def test_a_layer_kind_is_four_new_files(tmp_path):
+    """The kind, the IR op it lowers to, and the op's lowering in each backend."""
     name = f"gain_{uuid.uuid4().hex[:8]}"
     with modules({f"tfspec/layers/zz_{name}.py": LAYER.format(name=name),
+                  f"tfspec/ir/ops/zz_{name}.py": OP.format(name=name),
                   f"backends/torch/zz_{name}.py": TORCH.format(name=name),
                   f"backends/onnx/zz_{name}.py": ONNX.format(name=name)}):
         run(LAYER_RUN, name, str(tmp_path / "onnx"))

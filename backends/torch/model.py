@@ -17,6 +17,7 @@ from torch import nn
 
 from tfspec.errors import TfspecError
 from tfspec.ir import Graph, build_graph
+from tfspec.ir.ops import definition
 from tfspec.padding import implied_mask
 from tfspec.registry import discover
 from tfspec.spec import Spec
@@ -157,7 +158,7 @@ class TorchModel(nn.Module):
         activation checkpointing and ``torch.compile``; the same ops either way)."""
         discover(__package__)  # every module of the backend registers its lowerings: a new op is one file
         for node in graph.nodes():
-            if node.op == "input":
+            if definition(node.op).fed:
                 continue
             if node.op not in LOWERINGS:
                 raise TfspecError(f"the PyTorch backend cannot lower IR op {node.op!r} ({node.name})")

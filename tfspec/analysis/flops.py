@@ -24,7 +24,7 @@ import sympy
 
 from tfspec.errors import TfspecError
 from tfspec.ir import Graph, Node
-from tfspec.positions import KINDS
+from tfspec.ir.ops import definition
 
 
 @dataclass(frozen=True)
@@ -63,32 +63,9 @@ def layer_values(spec, layer=None) -> dict:
 
 
 def op_flops(node: Node, dense: bool = True) -> dict[str, sympy.Expr]:
-    """Forward FLOPs of one IR op over one sequence, by term (empty: no matrix products)."""
-    if node.layer is not None:
-        positions = node.attrs.get("positions")
-        extra = KINDS[positions["kind"]].attention_flops(SYMBOLS, positions) if positions else {}
-        try:
-            return node.layer.flops(SYMBOLS, dense) | extra
-        except NotImplementedError:
-            raise TfspecError(f"{node.name}: layer kind {node.layer.kind!r} states no FLOP formula; define "
-                              "`flops` in its module (tfspec/layers) to analyse it") from None
-    width = node.attrs.get("features") or SYMBOLS.d  # narrower embeddings' width E (ALBERT, OPT-350m)
-    if node.op == "projection":
-        return {"logits": 2 * SYMBOLS.n * width * SYMBOLS.V}
-    if node.op == "embed_projection":  # E -> d_model on the way in, d_model -> E on the way out
-        return {"embed_projection": 2 * SYMBOLS.n * SYMBOLS.d * width}
-    if node.op == "pooler":  # one position per sequence
-        return {"pooler": 2 * SYMBOLS.d * SYMBOLS.d}
-    if node.op == "act":  # the halting unit, one output per position
-        return {"halting": 2 * SYMBOLS.n * SYMBOLS.d}
-    if node.op == "frame_projection":  # each frame's features to d_model
-        return {"frames": 2 * SYMBOLS.n * SYMBOLS.d * node.attrs["features"]}
-    if node.op == "dense":
-        return {"dense": 2 * SYMBOLS.n * SYMBOLS.d * width}
-    if node.op == "classifier":  # a task head: one vector per sequence (B, classes), or each position's
-        positions = SYMBOLS.n if len(node.shape) == 3 else 1
-        return {"classifier": 2 * positions * SYMBOLS.d * node.attrs["classes"]}
-    return {}
+    """Forward FLOPs of one IR op over one sequence, by term (empty: no matrix products), as its
+    definition states them (``tfspec/ir/ops``)."""
+    return definition(node.op).flops(node, SYMBOLS, dense)
 
 
 def at(expr: sympy.Expr, n: int, values: dict) -> int:
@@ -160,8 +137,7 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
         raise TfspecError(f"sequence length n must be at least 1 (got {n})")
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes():
-        if node.layer is not None or node.op in ("projection", "pooler", "act", "dense", "classifier",
-                                                 "frame_projection", "embed_projection"):
+        if node.layer is not None or op_flops(node):
             groups.setdefault((node.stack, node.layer if node.layer is not None else node.op), []).append(node)
     rows, total = [], sympy.Integer(0)
     for (stack, key), nodes in groups.items():

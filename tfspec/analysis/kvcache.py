@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfspec.ir import Graph
+from tfspec.ir.ops import definition
 
 
 @dataclass(frozen=True)
@@ -63,11 +64,11 @@ def analyze_kv_cache(graph: Graph, n: int, m: int | None = None) -> KvCacheRepor
     m = n if m is None else m
     layers = []
     for node in graph.nodes():
-        if node.op not in ("attention", "latent_attention") or node.stack != "decoder":
+        width = definition(node.op).cached(node)
+        if width is None or node.stack != "decoder":
             continue
-        a, layer = node.attrs, node.layer
+        layer = node.layer
         source = layer.needs_memory
         limit = None if source or layer.band() is None else layer.kept(2**62)
-        width = layer.cached_width if node.op == "latent_attention" else a["kv_heads"] * (a["d_k"] + a["d_v"])
         layers.append(CachedLayer(node.name, width, m if source else layer.kept(n), limit, source))
     return KvCacheReport(n, m, tuple(layers))

@@ -27,12 +27,10 @@ SDPA attention, which keeps no L x L matrix unless the kind adds terms to the sc
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from tfspec import modifiers
 from tfspec.ir import Graph
-from tfspec.layers.attention import fused_kernel
+from tfspec.ir.ops import definition, numel
 
 DEVICES = {"24 GB": 24e9, "40 GB": 40e9, "80 GB": 80e9}
 """The device sizes the table reports, besides this machine's memory."""
@@ -74,9 +72,6 @@ class TrainMemory:
         return held + max(self.activations + max(self.loss, self.recompute), self.gradients + self.tied)
 
 
-def _numel(shape, sizes: dict) -> int:
-    return math.prod(sizes.get(d, d) if isinstance(d, str) else d for d in shape)
-
 
 def estimate(graph: Graph, setup: Setup) -> TrainMemory:
     """The peak of one training step of ``graph`` under ``setup``, per rank."""
@@ -96,7 +91,7 @@ def estimate(graph: Graph, setup: Setup) -> TrainMemory:
     else:
         gathered = 4 * params if setup.shard == "ddp" and setup.ranks > 1 else 0
     activations, recompute = _activations(graph, units, sizes, setup.checkpoint)
-    logits = _numel(graph.node(graph.ports["logits"]).shape, sizes) * 4
+    logits = numel(graph.node(graph.ports["logits"]).shape, sizes) * 4
     uses: dict[str, int] = {}
     for node in graph.nodes():
         for p in node.params.values():
@@ -133,99 +128,16 @@ def _activations(graph: Graph, units: dict[str, list[str]], sizes: dict, checkpo
         return sum(saved.values()), 0
     unit_of = {name: prefix for prefix, names in units.items() for name in names}
     outside = {k: v for k, v in saved.items() if unit_of.get(k.split("#")[0]) is None}
-    inputs = {i: _numel(graph.node(i).shape, sizes) * 4 for names in units.values() for name in names
+    inputs = {i: numel(graph.node(i).shape, sizes) * 4 for names in units.values() for name in names
               for i in graph.node(name).inputs if unit_of.get(i) != unit_of[name]}
     one = max((sum(v for k, v in saved.items() if unit_of.get(k.split("#")[0]) == p) for p in units), default=0)
     return sum((outside | inputs).values()), one
 
 
 def _saved(graph: Graph, node, sizes: dict) -> dict[str, int]:
-    """The tensors ``node``'s backward pass keeps, by name: IR tensors by their op's name,
-    tensors inside the op as ``op#what``. float32 unless said."""
+    """The tensors ``node``'s backward pass keeps, by name, as its definition states them
+    (``tfspec/ir/ops``): IR tensors by their op's name, tensors inside the op as ``op#what``."""
     def out(name):
-        return _numel(graph.node(name).shape, sizes) * 4
+        return numel(graph.node(name).shape, sizes) * 4
 
-    rule = SAVED.get(node.op, _generic)
-    return {k: v for k, v in rule(graph, node, sizes, out).items() if v}
-
-
-def _generic(graph, node, sizes, out):
-    """An op without a rule: its inputs and its output (what an elementwise chain keeps)."""
-    return {i: out(i) for i in node.inputs if graph.node(i).op != "input"} | {node.name: out(node.name)}
-
-
-def _rows(node, sizes, seq=None) -> int:
-    return sizes["B"] * sizes[seq or node.shape[1]]
-
-
-def _norm(graph, node, sizes, out):
-    rows = _rows(node, sizes)
-    saved = {node.inputs[0]: out(node.inputs[0]), f"{node.name}#stats": 2 * rows * 4}
-    if node.op == "rms_norm" and "weight" in node.params:  # weight * normed: the normed copy too
-        saved[f"{node.name}#normed"] = out(node.name)
-    return saved
-
-
-def _dropout(graph, node, sizes, out):
-    p = node.attrs.get("p", 0.0)
-    return {f"{node.name}#mask": out(node.name) // 4} if p > 0 else {}
-
-
-def _attention(graph, node, sizes, out):
-    """Fused attention (SDPA): the projected queries, keys and values (one tensor), the heads'
-    output and the log-sum-exp; attention spelled out (``fused_kernel``) keeps the L x L weights as well."""
-    a, rows_q = node.attrs, _rows(node, sizes)
-    rows_k = sizes["B"] * sizes[a.get("kv_seq", node.shape[1])]
-    h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
-    saved = {i: out(i) for i in node.inputs}
-    saved[f"{node.name}#q"] = rows_q * h * d_k * 4
-    saved[f"{node.name}#kv"] = rows_k * g * (d_k + d_v) * 4
-    saved[f"{node.name}#heads"] = rows_q * h * d_v * 4
-    saved[f"{node.name}#lse"] = rows_q * h * 4
-    if g != h:  # keys and values repeated for the query heads they serve
-        saved[f"{node.name}#repeated"] = rows_k * h * (d_k + d_v) * 4
-    if not fused_kernel(node):  # the softmax weights, and what each score modifier's backward keeps
-        copies = 1 + sum(m.saved_scores for m in modifiers.ordered() if a.get(m.field) is not None)
-        saved[f"{node.name}#weights"] = copies * rows_q * h * sizes[a.get("kv_seq", node.shape[1])] * 4
-    return saved
-
-
-def _ffn(graph, node, sizes, out, tokens=None):
-    """The input, the hidden pre-activation and activation (gated: the gate's and the product
-    too); ``tokens`` rows where a mixture of experts runs top_k experts per position."""
-    a = node.attrs
-    rows = tokens if tokens is not None else _rows(node, sizes)
-    hidden = rows * a.get("d_ff", graph.node(node.name).shape[-1]) * 4
-    count = 4 if a.get("gated") else (1 if a.get("activation") == "relu" else 2)
-    return {node.inputs[0]: out(node.inputs[0]), f"{node.name}#hidden": count * hidden}
-
-
-def _moe(graph, node, sizes, out):
-    a = node.attrs
-    rows = _rows(node, sizes)
-    routed = rows * a["top_k"]
-    saved = _ffn(graph, node, sizes, out, tokens=routed)
-    d = node.shape[-1]
-    saved[f"{node.name}#routed"] = 2 * routed * d * 4  # each expert's gathered inputs and outputs
-    saved[f"{node.name}#router"] = 2 * rows * a["experts"] * 4
-    if "w_shared_1" in node.params:  # a shared expert every position runs
-        saved[f"{node.name}#shared"] = 2 * rows * graph.params[node.params["w_shared_1"]].shape[0] * 4
-    return saved
-
-
-def _linear(graph, node, sizes, out):
-    return {i: out(i) for i in node.inputs}
-
-
-def _none(graph, node, sizes, out):
-    return {}
-
-
-def _embedding(graph, node, sizes, out):
-    return {f"{node.name}#ids": _rows(node, sizes) * 8}
-
-
-SAVED = {"layer_norm": _norm, "rms_norm": _norm, "dropout": _dropout, "attention": _attention, "ffn": _ffn,
-         "moe": _moe, "projection": _linear, "dense": _linear, "add": _none, "positional": _none,
-         "embedding": _embedding, "input": _none}
-"""IR op -> the tensors its backward pass keeps (``_generic`` for the others)."""
+    return {k: v for k, v in definition(node.op).saved(graph, node, sizes, out).items() if v}

@@ -35,10 +35,9 @@ class LayerBuilder:
     """Role -> the parameter the stack's layers share, named after the op that declared it."""
 
     def op(self, name: str, op: str, inputs: list[str], *, attrs=None, params=None, component=None,
-           layer=None, shape=None, position_wise: bool = False) -> str:
+           layer=None, shape=None) -> str:
         """Add an op; ``params`` maps role -> (shape, init) to declare, or -> a name to tie.
-        ``position_wise``: a model-level op whose every position reads only its own input
-        (``Node.position_wise``); left false, batching treats the op as mixing positions."""
+        What the op computes and keeps is its definition's (``tfspec/ir/ops``)."""
         roles = {}
         for role, declared in (params or {}).items():
             if isinstance(declared, str):
@@ -49,12 +48,7 @@ class LayerBuilder:
                 roles[role] = self.graph.add_param(f"{name}.{role}", *declared)
         component = component or (layer.component if layer is not None else "")
         return self.graph.add_op(name, op, inputs, shape or ("B", self.seq, self.spec.d_model), attrs=attrs,
-                                 params=roles, component=component, stack=self.stack, layer=layer,
-                                 position_wise=position_wise)
-
-    def wise(self, name: str, op: str, inputs: list[str], **kwargs) -> str:
-        """``op`` for a position-wise model-level op: each position reads only its own input."""
-        return self.op(name, op, inputs, position_wise=True, **kwargs)
+                                 params=roles, component=component, stack=self.stack, layer=layer)
 
     def stack_param(self, name: str, role: str, shape: tuple[int, ...], init: str):
         """The ``params`` entry of op ``name`` for a parameter all layers of the stack share
@@ -73,7 +67,7 @@ class LayerBuilder:
             params["bias"] = ((d,), "zeros")
         op = "rms_norm" if s.norm_type == "rms" else "layer_norm"
         rows = tuple(self.seq if r is None else r for r in rows)
-        return self.wise(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params, shape=(*rows, d))
+        return self.op(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params, shape=(*rows, d))
 
 
 def build_graph(spec: Spec) -> Graph:
@@ -114,12 +108,12 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
     if s.frames is not None and stack == "encoder":
         x, embedding = s.frames.lower(b), None
     else:
-        tokens = b.wise(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
+        tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
         b.graph.ports[INPUT[stack]] = tokens
         weight = tie or ((vocab, width), f"normal:{width ** -0.5}")
         scaled = s.embed_scale if own.embed_scale is None else own.embed_scale
         scale = (math.sqrt(s.d_model) if scaled else 1.0) * s.embed_multiplier
-        x = b.wise(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
+        x = b.op(f"{stack}.embed", "embedding", [tokens], attrs={"vocab": vocab, "scale": scale},
                  params={"weight": weight}, component="embedding", shape=("B", b.seq, width))
         embedding = b.graph.node(x).params["weight"]
     if projection is not None and projection.projects == "tokens":  # OPT-350m: positions at d_model
@@ -129,7 +123,7 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
         x = b.norm(f"{stack}.embed_norm", x, width)
     if s.positional.definition.embedded:
         params = s.positional.definition.embedding_params(s.positional, width)  # a learned table
-        x = b.wise(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
+        x = b.op(f"{stack}.pos", "positional", [x], attrs=s.positional.model_dump(), params=params,
                  component="positional", shape=("B", b.seq, width))
     if s.image is not None:  # the Image Transformer's row + column + channel embeddings
         i = s.image
@@ -138,14 +132,14 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
         x = b.op(f"{stack}.pos", "image_positional", [x], params=params, component="positional",
                  attrs={"height": i.height, "width": i.width, "channels": i.channels})
     if s.segments and stack == "encoder":
-        ids = b.wise("segments", "input", [], attrs={"dtype": "int64", "vocab": s.segments, "optional": True},
+        ids = b.op("segments", "input", [], attrs={"dtype": "int64", "vocab": s.segments, "optional": True},
                    shape=("B", b.seq))
         b.graph.ports["segments"] = ids
-        x = b.wise(f"{stack}.segment", "segment_embedding", [x, ids], component="embedding",
+        x = b.op(f"{stack}.segment", "segment_embedding", [x, ids], component="embedding",
                  params={"weight": ((s.segments, width), "normal:0.02")}, shape=("B", b.seq, width))
     if norm_on == "sum":
         x = b.norm(f"{stack}.embed_norm", x, width)
-    x = b.wise(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout}, shape=("B", b.seq, width))
+    x = b.op(f"{stack}.embed_dropout", "dropout", [x], attrs={"p": s.dropout}, shape=("B", b.seq, width))
     if projection is not None and projection.projects == "inputs":  # ALBERT, ELECTRA: the normed sum
         x = projection.lower_in(b, x)
     return x, embedding
@@ -190,8 +184,8 @@ def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
     y = layer.lower(b, name, h)
     if norm in ("sandwich", "output"):
         y = b.norm(f"{name}_{'out_' if norm == 'sandwich' else ''}norm", y)
-    y = b.wise(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
-    y = b.wise(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale})
+    y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
+    y = b.op(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale})
     return b.norm(f"{name}_norm", y) if norm == "post" else y
 
 
@@ -202,8 +196,8 @@ def _parallel(b: LayerBuilder, layer, x: str) -> str:
     out = x
     for sublayer, name in zip(layer.sublayers, layer.names):
         y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", x))
-        y = b.wise(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
-        out = b.wise(f"{name}_add", "add", [out, y], attrs={"scale": b.spec.residual_scale})
+        y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
+        out = b.op(f"{name}_add", "add", [out, y], attrs={"scale": b.spec.residual_scale})
     return out
 
 
@@ -214,7 +208,7 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
     s, width = b.spec, b.spec.embed_width
     if s.head_transform:  # BERT's masked-LM head: act(x W + b), normalised, then the projection
         narrower = {"features": width} if width != s.d_model else {}
-        x = b.wise("head.dense", "dense", [x], attrs={"activation": s.activation, **narrower}, component="head",
+        x = b.op("head.dense", "dense", [x], attrs={"activation": s.activation, **narrower}, component="head",
                  params={"weight": ((width, s.d_model), "xavier_uniform")} | (
                      {"bias": ((width,), "zeros")} if s.has_bias("head") else {}),
                  shape=("B", b.seq, width))
@@ -227,5 +221,5 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
     attrs = {"vocab": vocab, "scale": s.output_scale, "softcap": s.output_softcap}
     if width != s.d_model:  # the FLOP count reads it
         attrs["features"] = width
-    b.graph.ports["logits"] = b.wise("output", "projection", [x], attrs=attrs, params=params,
+    b.graph.ports["logits"] = b.op("output", "projection", [x], attrs=attrs, params=params,
                                    component="projection", shape=("B", b.seq, vocab))

@@ -14,6 +14,8 @@ from typing import Any, Mapping
 
 import networkx as nx
 
+from tfspec.ir.ops import definition
+
 Dim = int | str
 Shape = tuple[Dim, ...]
 
@@ -51,16 +53,12 @@ class Node:
     """``encoder``, ``decoder``, or ``""`` for model-level ops."""
     layer: Any = None
     """The validated spec object of the layer kind this op lowers, if any."""
-    position_wise: bool = False
-    """A model-level op (no ``layer``) declared position-wise by its builder: each position's
-    output reads that position's input alone (embeddings, norms, residual adds, projections)."""
 
     @property
     def mixes_positions(self) -> bool:
         """Whether a real position's output may depend on padding that attention masks do not
-        hide: the layer kind's answer (``Sublayer.mixes_positions``), else the op's own
-        declaration; an op that declares nothing mixes (the safe answer)."""
-        return self.layer.mixes_positions if self.layer is not None else not self.position_wise
+        hide: the op's definition says (``tfspec/ir/ops``), a layer op through its kind."""
+        return definition(self.op).mixes_positions(self)
 
     def owns(self, role: str) -> bool:
         """Whether this node declared the parameter (rather than tying to another node's)."""
@@ -85,7 +83,8 @@ class Graph:
         return name
 
     def add_op(self, name: str, op: str, inputs: list[str], shape: Shape, *, attrs=None, params=None,
-               component: str = "", stack: str = "", layer: Any = None, position_wise: bool = False) -> str:
+               component: str = "", stack: str = "", layer: Any = None) -> str:
+        definition(op)  # an op without a definition fails here, by name, not later in an analysis
         if name in self.nx:
             raise ValueError(f"op {name!r} added twice")
         for source in inputs:
@@ -95,8 +94,7 @@ class Graph:
             if param not in self.params:
                 raise ValueError(f"op {name!r} uses undeclared parameter {param!r}")
         self.nx.add_node(name, op=op, inputs=tuple(inputs), shape=tuple(shape), attrs=dict(attrs or {}),
-                         params=dict(params or {}), component=component, stack=stack, layer=layer,
-                         position_wise=position_wise)
+                         params=dict(params or {}), component=component, stack=stack, layer=layer)
         for port, source in enumerate(inputs):
             self.nx.add_edge(source, name, port=port, shape=self.nx.nodes[source]["shape"])
         return name

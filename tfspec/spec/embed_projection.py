@@ -61,7 +61,7 @@ class EmbedProjection(SpecModel):
         params = {"weight": ((d, self.width), "xavier_uniform")}
         if self.bias:
             params["bias"] = ((d,), "zeros")
-        return b.wise(f"{b.stack}.project_in", "embed_projection", [x], attrs={"features": self.width},
+        return b.op(f"{b.stack}.project_in", "embed_projection", [x], attrs={"features": self.width},
                     params=params, component="embedding")
 
     def lower_out(self, b: LayerBuilder, x: str, stack: str) -> str:
@@ -75,5 +75,5 @@ class EmbedProjection(SpecModel):
             if self.bias:
                 params["bias"] = ((width,), "zeros")
         attrs = {"features": width, "transpose": self.out == "tied"}
-        return b.wise("project_out", "embed_projection", [x], attrs=attrs, params=params, component="projection",
+        return b.op("project_out", "embed_projection", [x], attrs=attrs, params=params, component="projection",
                     shape=("B", b.seq, width))

@@ -39,9 +39,9 @@ class Frames(SpecModel):
         """The ``frames`` input and its projection x W^T + b to d_model (no sqrt(d_model) scale:
         that balances a token table's small init against the positions, §3.4)."""
         features, d = self.features, b.spec.d_model
-        frames = b.wise("frames", "input", [], attrs={"dtype": "float32", "features": features},
+        frames = b.op("frames", "input", [], attrs={"dtype": "float32", "features": features},
                       shape=("B", b.seq, features))
         b.graph.ports["frames"] = frames
-        return b.wise(f"{b.stack}.frame_projection", "frame_projection", [frames], attrs={"features": features},
+        return b.op(f"{b.stack}.frame_projection", "frame_projection", [frames], attrs={"features": features},
                     params={"weight": ((d, features), "xavier_uniform"), "bias": ((d,), "zeros")},
                     component="embedding")

@@ -65,13 +65,13 @@ class _Classifier(SpecModel):
         with W (classes, d_model)."""
         d, t = b.spec.d_model, self.transform
         if t is not None:
-            x = b.wise("head.dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
-            x = b.wise("head.transform", "dense", [x], attrs={"activation": t.activation}, component="head",
+            x = b.op("head.dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
+            x = b.op("head.transform", "dense", [x], attrs={"activation": t.activation}, component="head",
                        params={"weight": ((d, d), "xavier_uniform")} | ({"bias": ((d,), "zeros")} if t.bias else {}),
                        shape=shape[:-1] + (d,))
             if t.norm:
                 x = b.norm("head.transform_norm", x, rows=shape[:-1])
-        x = b.wise("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
+        x = b.op("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
         return b.op("classifier", "classifier", [x], attrs={"classes": self.classes}, component="head",
                     params={"weight": ((self.classes, d), "normal:0.02"), "bias": ((self.classes,), "zeros")},
                     shape=shape)
@@ -181,10 +181,10 @@ class CtcHead(SpecModel):
         """The projection to labels + blank (the ``logits``, returned) and its log-softmax over
         them (port ``log_probs``, the y_k^t of eq. 1 in log space)."""
         classes, d = b.spec.vocab.size, b.spec.d_model
-        logits = b.wise("output", "projection", [x], attrs={"vocab": classes, "scale": 1.0}, component="projection",
+        logits = b.op("output", "projection", [x], attrs={"vocab": classes, "scale": 1.0}, component="projection",
                       params={"weight": ((classes, d), "xavier_uniform"), "bias": ((classes,), "zeros")},
                       shape=("B", b.seq, classes))
-        b.graph.ports["log_probs"] = b.wise("output.log_softmax", "log_softmax", [logits], shape=("B", b.seq, classes))
+        b.graph.ports["log_probs"] = b.op("output.log_softmax", "log_softmax", [logits], shape=("B", b.seq, classes))
         return logits
 
 

@@ -1,0 +1,38 @@
+"""Position-wise feed-forward networks (§3.3) and mixtures of experts (Shazeer et al. 2017)."""
+
+from __future__ import annotations
+
+from . import LayerOp, register, rows
+
+
+def _ffn(graph, node, sizes, out, tokens=None):
+    """The input, the hidden pre-activation and activation (gated: the gate's and the product
+    too); ``tokens`` rows where a mixture of experts runs top_k experts per position."""
+    a = node.attrs
+    hidden = (tokens if tokens is not None else rows(node, sizes)) * a.get("d_ff", node.shape[-1]) * 4
+    count = 4 if a.get("gated") else (1 if a.get("activation") == "relu" else 2)
+    return {node.inputs[0]: out(node.inputs[0]), f"{node.name}#hidden": count * hidden}
+
+
+@register
+class Ffn(LayerOp):
+    name = "ffn"
+    saved = staticmethod(_ffn)
+
+
+@register
+class Moe(LayerOp):
+    name = "moe"
+
+    @staticmethod
+    def saved(graph, node, sizes, out):
+        """The experts' tensors for top_k rows per position, their gathered inputs and outputs,
+        the router's logits and weights, and a shared expert's hidden states."""
+        a, n = node.attrs, rows(node, sizes)
+        routed = n * a["top_k"]
+        saved = _ffn(graph, node, sizes, out, tokens=routed)
+        saved[f"{node.name}#routed"] = 2 * routed * node.shape[-1] * 4
+        saved[f"{node.name}#router"] = 2 * n * a["experts"] * 4
+        if "w_shared_1" in node.params:
+            saved[f"{node.name}#shared"] = 2 * n * graph.params[node.params["w_shared_1"]].shape[0] * 4
+        return saved
