@@ -150,6 +150,19 @@ def test_all_problems_reported_together(cli, write_spec):
     assert code == 2 and "d_ff" in err and "d_model" in err
 
 
+def test_unknown_keys_and_bad_values_are_reported_in_one_run(cli, write_spec):
+    """An unknown key used to stop validation there; every key and value refused on its own is
+    listed at once, each on its line, and nothing that only follows from a refused value."""
+    text = (GOOD.replace("d_model: 64", "d_modle: 64\nd_model: 64").replace("d_ff: 128", "d_ff: 1.5")
+            .replace("{layers: 2, block: [causal", "{layers: 2, blocks: 3, block: [causal"))
+    code, _, err = cli("validate", write_spec(text))
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 3 and all(line.startswith("error: ") for line in lines), err
+    assert "spec.yaml:2: d_modle: unknown field (did you mean 'd_model'?)" in lines[0]
+    assert any("spec.yaml:5: d_ff:" in line and "integer" in line for line in lines)
+    assert any("spec.yaml:7: decoder.blocks: unknown field (did you mean 'block'?)" in line for line in lines)
+
+
 def good_params(d: int) -> int:
     """GOOD's parameters by hand at d_model d: biased projections, a gain and a bias per LayerNorm,
     source and target embeddings of 1000 rows (the projection shares the target's)."""

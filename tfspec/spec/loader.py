@@ -7,6 +7,7 @@ file that set the field, even when it came in through ``extends``.
 
 from __future__ import annotations
 
+import copy
 import re
 from importlib import resources
 from pathlib import Path
@@ -57,13 +58,76 @@ def load_spec(ref: str | Path) -> Spec:
     return spec_from_data(data, str(path), origins)
 
 
+PASSES = 8
+"""Validations at most per spec: each pass sets aside the values the last one refused."""
+
+
 def spec_from_data(data: Any, source: str, origins: Origins | None = None) -> Spec:
     """Validate spec data read from ``source`` (a spec file, or a spec stored inside a manifest,
-    run or checkpoint); problems become a ``SpecError`` naming ``source``."""
-    try:
-        return Spec.model_validate(data)
-    except ValidationError as e:
-        raise SpecError([_problem(err, origins or {}, source) for err in e.errors()]) from None
+    run or checkpoint); problems become a ``SpecError`` naming ``source`` and listing every one.
+
+    pydantic stops a model at an unknown key and runs cross-field checks only on fields that
+    parsed, so one pass shows the first layer of problems. Each further pass validates the data
+    without the keys and values already refused, until nothing more can be set aside: what
+    depends on a refused value (a check quoting its field, a field it leaves missing) is not
+    reported, since its fix may change."""
+    problems: list[Problem] = []
+    removed: list[tuple] = []
+    for _ in range(PASSES):
+        try:
+            spec = Spec.model_validate(data)
+        except ValidationError as e:
+            errors = [err for err in e.errors() if not _follows_from(err, removed)]
+        else:
+            if not problems:
+                return spec
+            break
+        problems += [p for p in (_problem(err, origins or {}, source) for err in errors) if p not in problems]
+        refused = [path for err in errors if (path := _refused_path(err)) is not None]
+        if not refused:
+            break
+        data = copy.deepcopy(data)
+        if not all(_drop(data, path) for path in refused):
+            break
+        removed += refused
+    raise SpecError(problems)
+
+
+def _refused_path(err: dict) -> tuple | None:
+    """The data path of a key or value ``err`` refuses on its own (an unknown key, a value of
+    the wrong type or range), which a further pass can leave out; None for cross-field checks
+    and missing fields, which leaving out cannot settle."""
+    if err["type"] in ("missing", "spec_field"):
+        return None
+    loc = _user_loc(err["loc"])
+    if err["type"] == "unknown_field":
+        loc += ((err.get("ctx") or {}).get("field"),)
+    return loc if loc and isinstance(loc[-1], str) else None
+
+
+def _follows_from(err: dict, removed: list[tuple]) -> bool:
+    """Whether ``err`` may only follow from a value set aside: a field it leaves missing, or a
+    cross-field check naming it."""
+    loc = _user_loc(err["loc"])
+    if err["type"] == "missing":
+        return loc in removed
+    return err["type"] == "spec_field" and any(re.search(rf"\b{re.escape(path[-1])}\b", err["msg"])
+                                                for path in removed)
+
+
+def _drop(data: Any, path: tuple) -> bool:
+    """Delete the key at ``path`` from nested ``data`` in place; False where it is not there."""
+    for part in path[:-1]:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return False
+    if isinstance(data, dict) and path[-1] in data:
+        del data[path[-1]]
+        return True
+    return False
 
 
 def _load_tree(path: Path, chain: tuple[Path, ...]) -> tuple[dict, Origins]:
