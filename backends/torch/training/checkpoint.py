@@ -25,7 +25,7 @@ from tfspec.errors import TfspecError
 from tfspec.ir.names import upgrade
 from tfspec.untrusted import file_sha256, read_json, whole
 
-from ..checkpoint import checked_weights, load_weights, weights_of
+from ..checkpoint import WeightsMismatch, checked_weights, load_weights, weights_of
 from ..model import TorchModel
 from . import sharded
 from .sharding import restore_moments
@@ -36,34 +36,50 @@ PREFIX = "step-"
 
 def checkpoints(run: Path) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
+    return [p for p in written(run) if (p / "trainer.json").is_file()]
+
+
+def written(run: Path) -> list[Path]:
+    """Every checkpoint directory of a run, oldest first, complete or not: what a resume tries
+    (and names when it skips one), where ``checkpoints`` holds only those with a trainer.json."""
     root = run / "checkpoints"
-    found = [p for p in root.glob(f"{PREFIX}*") if not p.name.endswith(".tmp") and not p.is_symlink()
-             and (p / "trainer.json").is_file()] if root.is_dir() else []
+    found = [p for p in root.glob(f"{PREFIX}*") if not p.name.endswith(".tmp") and p.is_dir()
+             and not p.is_symlink()] if root.is_dir() else []
     return sorted(found, key=lambda p: p.name)
 
 
 def remove_stale(run: Path) -> list[str]:
-    """Delete the ``.tmp`` directories of checkpoint writes that were interrupted; their names."""
+    """Delete what interrupted checkpoint writes left (``step-N.tmp``, of whatever file type:
+    the next save of step N must be able to stage there); their names."""
     root = run / "checkpoints"
-    stale = sorted(p for p in root.glob(f"{PREFIX}*.tmp") if p.is_dir()) if root.is_dir() else []
+    stale = sorted(root.glob(f"{PREFIX}*.tmp")) if root.is_dir() else []
     for path in stale:
-        if path.is_symlink():  # a link is not a write of ours: unlink it, never what it points to
-            path.unlink()
-        else:
-            shutil.rmtree(path, ignore_errors=True)
+        discard(path)
     return [p.name for p in stale]
+
+
+def discard(path: Path) -> None:
+    """Remove ``path`` whatever it is: a directory with its contents, or a file, link, socket or
+    fifo (a link is unlinked, never what it points to); nothing there is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def newest_intact(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, log, rank: int = 0,
                   world: int = 1) -> tuple[Path, dict, torch.Tensor | None]:
     """Load the newest checkpoint that passes its checks, saying which newer ones were skipped
-    and why; refuse when none does. Every rank calls this together and all agree on the one
+    and why (a directory without trainer.json among them); refuse when none does, and at once
+    when one does not fit the spec. Every rank calls this together and all agree on the one
     loaded. Return (its path, its state, this rank's RNG state or None if it had none)."""
     skipped = []
-    for path in reversed(checkpoints(run)):
+    for path in reversed(written(run)):
         try:
             meta = _agreed(lambda: read_meta(path, rank, world), world)
             return path, _state(meta), _agreed(lambda: _restore(path, meta, model, optimizer, rank), world)
+        except WeightsMismatch:  # the spec does not fit this run: its older checkpoints fit no better
+            raise
         except TfspecError as e:
             skipped.append(str(e))
             log(f"warning: skipping checkpoint {path.name}: {e}")
@@ -75,13 +91,13 @@ def _agreed(step, world: int):
     try:
         result, error = step(), None
     except TfspecError as e:
-        result, error = None, str(e)
+        result, error = None, e
     if world > 1:
         errors = [None] * world
         dist.all_gather_object(errors, error)
         error = next((e for e in errors if e is not None), None)
     if error is not None:
-        raise TfspecError(error)
+        raise error
     return result
 
 
@@ -104,7 +120,7 @@ def save(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, state: 
     try:
         _write(staging, full or _gathered(model, optimizer), state, rng)
     except OSError as e:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
         raise TfspecError(_not_written(run, final, e.strerror or str(e))) from None
     publish(staging, final, keep)
     return final
@@ -117,16 +133,17 @@ def save_sharded(run: Path, model, optimizer: torch.optim.Optimizer, state: dict
     final = run / "checkpoints" / f"{PREFIX}{state['step']:07d}"
     staging = final.with_name(final.name + ".tmp")
     if rank == 0:
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging)
     _barrier(world)
     try:
         sharded.save(staging, model, optimizer, state, rank, world)
-    except Exception as e:  # noqa: BLE001 - DCP reports a full disk on any rank as CheckpointException
+    except (Exception, sharded.CheckpointException) as e:  # noqa: BLE001 - DCP's (a full disk on any rank)
         if rank == 0:
-            shutil.rmtree(staging, ignore_errors=True)
+            discard(staging)
         if isinstance(e, TfspecError):
             raise
-        raise TfspecError(_not_written(run, final, getattr(e, "strerror", None) or str(e).splitlines()[-1])) from None
+        cause = sharded.failure(e)
+        raise TfspecError(_not_written(run, final, getattr(cause, "strerror", None) or str(cause))) from None
     if rank == 0:
         publish(staging, final, keep)
     _barrier(world)
@@ -147,8 +164,7 @@ def _not_written(run: Path, final: Path, reason: str) -> str:
 def publish(staging: Path, final: Path, keep: int) -> None:
     """Rename a completely written checkpoint into place (the one step a kill cannot split) and
     delete all but the newest ``keep``."""
-    if final.exists():
-        shutil.rmtree(final)
+    discard(final)
     os.replace(staging, final)
     for old in checkpoints(final.parent.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
@@ -163,7 +179,7 @@ def _gathered(model: TorchModel, optimizer: torch.optim.Optimizer) -> tuple[dict
 
 def _write(staging: Path, full: tuple[dict, dict], state: dict, rng: list[torch.Tensor]) -> None:
     weights, moments = full
-    shutil.rmtree(staging, ignore_errors=True)
+    discard(staging)
     staging.mkdir(parents=True)
     save_file({k: v.contiguous().cpu() for k, v in weights.items()}, str(staging / "model.safetensors"))
     tensors = {f"rng.{i}": r for i, r in enumerate(rng)}
@@ -272,7 +288,7 @@ def start_or_resume(run: Path, model: TorchModel, optimizer: torch.optim.Optimiz
     loaded into ``model`` and ``optimizer`` and its RNG state restored: (its path, its state);
     without, a refusal naming ``out_flag``."""
     remove_stale(run)
-    if not checkpoints(run):
+    if not written(run):
         return None
     if not resume:
         raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another {out_flag}")

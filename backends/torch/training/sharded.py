@@ -8,7 +8,9 @@ at, the checksum of every file). Model and optimizer state pass through DCP's
 ``get_state_dict``/``set_state_dict``, so plain, DDP and FSDP2 models save and load alike, and
 DCP reshards on load: a run saved at 2 ranks resumes at 1 or at 4. Ranks write into
 ``step-N.tmp``, which rank 0 renames into place once every file is there and its checksums are
-recorded: a kill at any moment leaves the previous checkpoint as it was.
+recorded: a kill at any moment leaves the previous checkpoint as it was. Loading compares the
+tensors ``.metadata`` declares with the model before DCP reads any (``check_fit``), so a
+checkpoint that does not fit the spec gets the single-file format's answer, line for line.
 
 Trust: DCP pickles. Its own reader loads ``.metadata`` with ``pickle.load`` and non-tensor items
 with ``torch.load(weights_only=False)``, either of which runs whatever code a crafted file names;
@@ -31,12 +33,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint import CheckpointException
 from torch.distributed.checkpoint import metadata as dcp_metadata
 from torch.distributed.checkpoint.filesystem import FileSystemReader, _StorageInfo
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from tfspec.errors import TfspecError
 from tfspec.untrusted import file_sha256, whole
+
+from ..checkpoint import check_fit
 
 FORMAT = 2
 METADATA = ".metadata"
@@ -87,7 +92,7 @@ def load(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, r
     rank's saved RNG state, or None when the checkpoint was written by fewer ranks."""
     model_state, optim_state = get_state_dict(model, optimizer)
     wanted = {"model": _untied(model, model_state), "optim": {"state": optim_state["state"]}}
-    _load(path, wanted)
+    _load(path, model, wanted)
     set_state_dict(model, optimizer, model_state_dict=_untied(model, wanted["model"], tie=True),
                    optim_state_dict={"state": wanted["optim"]["state"], "param_groups": optim_state["param_groups"]})
     rngs = load_file(str(path / RNG))
@@ -98,7 +103,7 @@ def load_model(path: Path, model: torch.nn.Module) -> None:
     """The weights of a checkpoint in one process without a process group (``tfspec average``,
     ``export``, ``evaluate``): DCP gathers every rank's chunks into whole tensors."""
     wanted = {"model": _untied(model, {k: torch.empty_like(v) for k, v in model.state_dict().items()})}
-    _load(path, wanted)
+    _load(path, model, wanted)
     model.load_state_dict(_untied(model, wanted["model"], tie=True))
 
 
@@ -111,19 +116,33 @@ def _untied(model, state: dict, tie: bool = False) -> dict:
     return {k: v for k, v in state.items() if k not in aliases}
 
 
-def _load(path: Path, wanted: dict) -> None:
+def _load(path: Path, model: torch.nn.Module, wanted: dict) -> None:
     """DCP's load with the metadata read and checked first (a refusal is one TfspecError, not
-    DCP's logged fallbacks); a checkpoint that lacks a tensor, or whose shapes differ from the
-    model's, is one TfspecError naming the checkpoint."""
-    reader = _Reader(path, read_metadata(path))
+    DCP's logged fallbacks), and the model's part compared with the model before anything is
+    read (``check_fit``: the answer a single-file checkpoint gives, where DCP would ignore extra
+    tensors and stop on a missing or resized one with its own exception)."""
+    metadata = read_metadata(path)
+    check_fit(model, {name.removeprefix("model."): (tuple(m.size), m.properties.dtype)
+                      for name, m in metadata.state_dict_metadata.items() if name.startswith("model.")}, path)
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-            dcp.load(wanted, storage_reader=reader)
-    except Exception as e:  # noqa: BLE001 - DCP wraps every rank's failure in CheckpointException
-        reason = str(e).strip().splitlines()
+            dcp.load(wanted, storage_reader=_Reader(path, metadata))
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - any failure left (the optimizer's part)
+        cause = failure(e)
         raise TfspecError(f"{path}: cannot load this sharded checkpoint into the model "
-                          f"({type(e).__name__}: {reason[-1][:300] if reason else ''})") from None
+                          f"({type(cause).__name__}: {' '.join(str(cause).split())[:300]})") from None
+
+
+def failure(e: BaseException) -> BaseException:
+    """The exception behind DCP's ``CheckpointException``, which wraps every rank's failure (and
+    derives from BaseException, so ``except Exception`` misses it); a Ctrl-C inside DCP is raised
+    again as the KeyboardInterrupt it was."""
+    if isinstance(e, CheckpointException) and e.failures:
+        e = next(iter(e.failures.values()))[0]
+    if not isinstance(e, Exception):
+        raise e
+    return e
 
 
 class _Reader(FileSystemReader):

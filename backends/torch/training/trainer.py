@@ -99,7 +99,7 @@ def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.devi
     if ddp.rank == 0 and (stale := checkpoint.remove_stale(run)):
         log(f"removed {', '.join(stale)}: checkpoint writes an earlier run did not finish")
     ddp.barrier()
-    saved = checkpoint.checkpoints(run)
+    saved = checkpoint.written(run)  # a resume names each one it skips, complete or not
     if saved and not resume:
         raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
                           "it or choose another --out")
