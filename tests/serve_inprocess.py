@@ -57,17 +57,24 @@ def chat_export(tmp):
     template, transformers' tokenizer): ``test_serve_chat``'s model."""
     import transformers
     from test_generate_cli import bpe
+
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe("gpt2"), bos_token="<|endoftext|>",
+                                               eos_token="<|endoftext|>")
+    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=2, n_head=4,
+                                     bos_token_id=0, eos_token_id=0)
+    return _chat_export(tmp, "GPT2LMHeadModel", config, tok)
+
+
+def _chat_export(tmp, model_class: str, config, tok):
+    """(``tmp``/onnx, ``tok``): a random ``model_class`` of ``config`` and ``tok`` with ChatML,
+    saved by transformers to ``tmp``/hf, imported and exported."""
     from test_serve_chat import CHATML
 
     from hf_checkpoints import save_random
     from tfspec.cli import main
 
-    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe("gpt2"), bos_token="<|endoftext|>",
-                                               eos_token="<|endoftext|>")
     tok.chat_template = CHATML
-    config = transformers.GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=32, n_layer=2, n_head=4,
-                                     bos_token_id=0, eos_token_id=0)
-    save_random("GPT2LMHeadModel", config, tmp / "hf")
+    save_random(model_class, config, tmp / "hf")
     tok.save_pretrained(tmp / "hf")
     assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
     assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
@@ -99,3 +106,35 @@ def llama_export(tmp):
     assert main(["import", str(tmp / "hf"), "-o", str(tmp / "ours"), "--quiet"]) == 0
     assert main(["export", str(tmp / "ours"), "-o", str(tmp / "onnx"), "--no-check"]) == 0
     return tmp / "onnx"
+
+
+def byte_fallback_llama():
+    """Llama 2's tokenizer as transformers builds it (``LlamaTokenizer``: BPE over Metaspace with
+    byte fallback, ``<0x00>``..``<0xFF>`` at ids 3..258, a decoder that strips the first space),
+    its merges trained on the shipped sample, ``<s>`` put before every text."""
+    import json
+
+    import transformers
+    from test_generate_cli import bpe
+    from tokenizers import processors
+
+    trained = json.loads(bpe("llama").to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2} | {f"<0x{b:02X}>": 3 + b for b in range(256)}
+    for piece in trained["vocab"]:
+        vocab.setdefault(piece, len(vocab))
+    tok = transformers.LlamaTokenizer(vocab=vocab, merges=[tuple(m) for m in trained["merges"]])
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return tok
+
+
+def llama_chat_export(tmp):
+    """(ONNX export of an imported random Llama of 256 positions whose tokenizer is
+    ``byte_fallback_llama`` with a ChatML template, transformers' tokenizer): the
+    SentencePiece-style counterpart of ``chat_export``."""
+    import transformers
+
+    tok = byte_fallback_llama()
+    config = transformers.LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                      bos_token_id=1, eos_token_id=2)
+    return _chat_export(tmp, "LlamaForCausalLM", config, tok)

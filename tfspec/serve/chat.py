@@ -30,7 +30,7 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     new = room(service, ids, body.max_completion_tokens or body.max_tokens, "messages")
     if body.top_logprobs is not None and not body.logprobs:
         raise ApiError(422, "top_logprobs: only with logprobs: true", "top_logprobs")
-    scored = (lambda scores, offset: chat_logprobs(service.codec.decode, scores)) if body.logprobs else None
+    scored = (lambda text, scores, first, offset: chat_logprobs(text, scores, first)) if body.logprobs else None
     if body.stream:
         return await stream(service, request, body, ids, new, started, _chunk, scored)
     gen = Generation(service, body, ids, new)
@@ -38,7 +38,7 @@ async def chat(service: Service, request: Request, started: float) -> Response:
     return JSONResponse({"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
                          "created": int(time.time()), "model": service.spec.name,
                          "choices": [{"index": 0, "message": {"role": "assistant", "content": gen.text.text},
-                                      "logprobs": scored and scored(gen.job.scores, 0),
+                                      "logprobs": chat_logprobs(gen.text, gen.job.scores, 0) if body.logprobs else None,
                                       "finish_reason": gen.finish_reason}],
                          "usage": usage(len(ids), len(out))})
 
@@ -51,11 +51,12 @@ def _prompt(service: Service, messages) -> list[int]:
     return service.chat_encoder.encode(text, contents)
 
 
-def _chunk(text: str, reason: str | None, first: bool, logprobs: dict | None) -> tuple[str, dict]:
-    """(id prefix, fields) of one streamed chat chunk: the role first, then the text."""
+def _chunk(text: str, reason: str | None, first: bool, fields: dict) -> tuple[str, dict]:
+    """(id prefix, fields) of one streamed chat chunk: the role first, then the text; ``fields``:
+    the choice's others (``logprobs``)."""
     delta = ({"role": "assistant"} if first else {}) | ({"content": text} if text or reason is None else {})
     return "chatcmpl", {"object": "chat.completion.chunk",
-                        "choices": [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": reason}]}
+                        "choices": [{"index": 0, "delta": delta, "finish_reason": reason} | fields]}
 
 
 routes = [("/v1/chat/completions", "POST", chat, True)]

@@ -71,12 +71,14 @@ def check(body, new: int) -> None:
 class Generation:
     """One prompt queued for decoding, and its continuation as text: read token by token in the
     decoding thread (``Detokenizer``), so that a stop string ends the row there; ``on_text`` is
-    given each piece of text a stream may send (called in that thread)."""
+    given each piece of text a stream may send and the tokens it settles (called in that thread).
+    An export without a tokenizer reads no text: its answers carry token ids."""
 
     def __init__(self, service: Service, body, ids: list[int], new: int, on_text=None):
         self.ids, self.new, self.on_text, self.out = ids, new, on_text, []
         check(body, new)
-        self.text = Detokenizer(service.codec.decode, ids, body.stops, body.min_tokens)
+        decode = None if service.codec is None else service.codec.decode
+        self.text = Detokenizer(decode, ids, body.stops, body.min_tokens)
         options, tweaks = options_of(body, new, service.config.max_top_k), tweaks_of(service, body)
         # without masks in the step graph, only prompts of one length share a batch; each row
         # draws with its own generator (``Watched``), so greedy and sampled rows share one
@@ -86,7 +88,7 @@ class Generation:
     def _watch(self, token: int) -> bool:
         stop = self.text.push(token)
         if self.on_text is not None:
-            self.on_text(self.text.release())
+            self.on_text(self.text.release(), self.text.settled)
         return stop
 
     async def result(self, service: Service, request, started: float) -> list[int]:

@@ -79,27 +79,36 @@ def score(token: int, values: np.ndarray, ids: np.ndarray, top: int) -> tuple:
     return token, own, [(int(i), float(v)) for i, v in zip(ids[:top], values[:top])]
 
 
-def completion_logprobs(decode, scores: list, offset: int) -> dict:
-    """``/v1/completions``' ``logprobs`` object; text offsets counted from ``offset``."""
-    tokens = [decode([token]) for token, _, _ in scores]
-    offsets = np.cumsum([offset] + [len(t) for t in tokens])[:-1].tolist()
-    return {"tokens": tokens, "token_logprobs": [lp for _, lp, _ in scores],
-            "top_logprobs": [_by_text(decode, top) for _, _, top in scores], "text_offset": offsets}
+def completion_logprobs(text, scores: list, first: int, offset: int) -> dict:
+    """``/v1/completions``' ``logprobs`` object of ``scores``, tokens ``first``, ``first`` + 1, ...
+    of ``text`` (a ``Detokenizer``), their pieces as tokens: offsets count characters of the
+    choice's text, the first token's at ``offset``."""
+    pieces = text.pieces[first:first + len(scores)]
+    offsets = np.cumsum([offset] + [len(p) for p in pieces])[:-1].tolist()
+    return {"tokens": pieces, "token_logprobs": [lp for _, lp, _ in scores],
+            "top_logprobs": [_by_text(text.spell(first + i, [t for t, _ in top]), top)
+                             for i, (_, _, top) in enumerate(scores)],
+            "text_offset": offsets}
 
 
-def _by_text(decode, top: list) -> dict:
-    """{text: log-probability} of ``top`` (likeliest first); two tokens that read alike (parts of
-    one UTF-8 character) keep the likelier's."""
+def _by_text(spelled: list[str], top: list) -> dict:
+    """{text: log-probability} of ``top`` (likeliest first) spelled so; two that read alike
+    (parts of one UTF-8 character) keep the likelier's."""
     out = {}
-    for token, logprob in top:
-        out.setdefault(decode([token]), logprob)
+    for piece, (_, logprob) in zip(spelled, top):
+        out.setdefault(piece, logprob)
     return out
 
 
-def chat_logprobs(decode, scores: list) -> dict:
-    """``/v1/chat/completions``' ``logprobs`` object."""
-    def entry(token: int, logprob: float) -> dict:
-        text = decode([token])
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-    return {"content": [entry(token, lp) | {"top_logprobs": [entry(i, v) for i, v in top]}
-                        for token, lp, top in scores]}
+def chat_logprobs(text, scores: list, first: int) -> dict:
+    """``/v1/chat/completions``' ``logprobs`` object of ``scores`` (as ``completion_logprobs``):
+    each token's piece and its UTF-8 bytes, so that the bytes joined are the content's."""
+    def entry(piece: str, logprob: float) -> dict:
+        return {"token": piece, "logprob": logprob, "bytes": list(piece.encode())}
+
+    content = []
+    for i, (_, logprob, top) in enumerate(scores):
+        spelled = text.spell(first + i, [t for t, _ in top])
+        content.append(entry(text.pieces[first + i], logprob)
+                       | {"top_logprobs": [entry(p, v) for p, (_, v) in zip(spelled, top)]})
+    return {"content": content}
