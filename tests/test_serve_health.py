@@ -1,7 +1,7 @@
 """Exhaustion and health of `tfspec serve`: a dead decoding thread makes /ready and /health
 fail (and refuses work), a 500 is counted in /metrics, the queue counts prompts and a cancelled
-job leaves it at once, a body sent too slowly is cut off (slowloris), and `--port 0` prints the
-port it bound."""
+job leaves it at once, a body sent too slowly is cut off (slowloris), busy connections over
+the limit are refused, and `--port 0` prints the port it bound."""
 
 from __future__ import annotations
 
@@ -137,19 +137,22 @@ def test_port_0_prints_the_port_it_bound(export, tmp_path):
         assert process.wait(30) == 0
 
 
-def test_connections_over_max_connections_are_refused_at_once(export, tmp_path):
-    """Idle connections (a client that opens sockets and sends nothing) hold no more than
+def test_connections_over_max_connections_are_refused_at_once_while_all_are_busy(export, tmp_path):
+    """Connections whose requests are in progress (here: headers sent, the body awaited) hold
     ``--max-connections``: a request on one more is answered 503 at once, and once they close
-    requests are served again. The 503 says so as every refusal does (JSON, Retry-After)."""
+    requests are served again. The 503 says so as every refusal does (JSON, Retry-After). Idle
+    connections never hold it (``test_serve_slow_clients``)."""
     from test_serve import Server, request
 
     server = Server(export, "--max-connections", 3, tmp=tmp_path)
     host, port = server.url.removeprefix("http://").split(":")
     try:
-        idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
-        time.sleep(0.3)  # accepted by the server's event loop
+        busy = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
+        for s in busy:
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n")
+        time.sleep(0.3)  # read by the server's event loop
         refused = request(server.url + "/v1/completions", {"model": "m", "prompt": PROMPT, "max_tokens": 2})
-        for s in idle:
+        for s in busy:
             s.close()
         time.sleep(0.3)
         served = request(server.url + "/v1/completions", {"model": "m", "prompt": PROMPT, "max_tokens": 2})

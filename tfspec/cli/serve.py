@@ -17,7 +17,7 @@ def cmd_serve(args) -> int:
         raise TfspecError(f"tfspec serve needs {e.name}: pip install 'tfspec[serve]'") from None
     config = ServeConfig(Path(args.model), max_batch_tokens=args.max_batch_tokens, max_queue=args.max_queue,
                          timeout=args.timeout, threads=args.threads, batching=args.batching,
-                         body_timeout=args.body_timeout, max_top_k=args.max_top_k,
+                         body_timeout=args.body_timeout, header_timeout=args.header_timeout, max_top_k=args.max_top_k,
                          max_connections=args.max_connections)
     workers = f", {args.workers} workers" if args.workers > 1 else ""
 
@@ -48,12 +48,16 @@ def register(command) -> None:
                    help="seconds a request may take; later: 504 and its work is cancelled (default 60)")
     c.add_argument("--body-timeout", type=number(0, 3600, low_open=True), default=10.0,
                    help="seconds a request body may take to arrive; later: 408 (default 10)")
+    c.add_argument("--header-timeout", type=number(0, 3600, low_open=True), default=10.0,
+                   help="seconds a connection may take to send a request's headers, from its opening or its last "
+                        "answer; later it is closed, however it trickles (default 10)")
     c.add_argument("--max-top-k", type=integer(1, 2**20), default=256,
                    help="sampling draws among this many likeliest tokens at most (a request's top_k 0 or -1 "
                         "means this many; more: 422): the step copies only these to the host (default 256; "
                         "transformers' generate draws among 50, llama.cpp among 40)")
     c.add_argument("--max-connections", type=integer(1, 2**20), default=None,
-                   help="open connections at most; more are answered 503 at once (default: 1000, or fewer where "
+                   help="open connections at most: a new one closes the one idle the longest, and a request on one "
+                        "more than this while all are busy is answered 503 at once (default: 1000, or fewer where "
                         "the process may open fewer files)")
     c.add_argument("--threads", type=THREADS, help="onnxruntime threads of each worker (default: all cores, "
                    "shared out among the workers)")

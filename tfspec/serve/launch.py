@@ -6,6 +6,7 @@ import os
 from dataclasses import replace
 from typing import Callable
 
+from tfspec.serve.connections import bind
 from tfspec.serve.server import build
 from tfspec.serve.service import ServeConfig
 from tfspec.serve.workers import supervise, unguarded
@@ -20,7 +21,8 @@ def serve(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, grace:
     turns input errors into ``error:`` lines): a module-level function, sent to each process.
     ``announce(port)`` is told the port once bound (``port`` 0: the one the kernel picked)."""
     if workers == 1:
-        build(config, grace, host, port, log_level, announce).run()
+        sock = bind(host, port)  # a port in use or a host unknown: one error line, before the model loads
+        build(config, grace, host, port, log_level, announce).run(sockets=[sock])
         return 0
     threads = config.threads or max(1, (os.cpu_count() or 1) // workers)
     return supervise(replace(config, threads=threads), host, port, grace, workers, log_level, guard, announce)

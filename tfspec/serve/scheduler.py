@@ -157,7 +157,8 @@ class ContinuousBatcher(Batcher):
             return fresh
 
     def _join(self, rows, state, tokens, fresh: list[Row]):
-        """Prefill ``fresh`` together and splice the ones that go on into the running batch."""
+        """Prefill ``fresh`` together and splice the ones that go on into the running batch:
+        the batch metrics count it as ``rows`` and ``fresh`` together (a lone request is a batch of one)."""
         prompts = [row.job.sources[0] for row in fresh]
         width = max(map(len, prompts))
         prefix = np.full((len(prompts), width), self.decoder.pad, dtype=np.int64)
@@ -166,10 +167,10 @@ class ContinuousBatcher(Batcher):
             prefix[r, width - len(p):], mask[r, width - len(p):] = p, True
         new = self.decoder.select(self.decoder.start(None), np.zeros(len(fresh), dtype=np.int64), cross=True)
         values, ids, new = self.decoder.step(new, prefix, self._k(fresh), mask=None if mask.all() else mask)
+        self.on_batch([row.job for row in rows + fresh])
         fresh, new, first = self._advance(fresh, new, values, ids)
         if not fresh or not rows:
             return (fresh, new, first) if fresh else (rows, state, tokens)
-        self.on_batch([row.job for row in rows + fresh])
         return rows + fresh, self._splice(state, new), np.concatenate([tokens, first])
 
     def _advance(self, rows, state, values, ids):

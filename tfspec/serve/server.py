@@ -13,6 +13,7 @@ import time
 import uvicorn
 
 from tfspec.serve.app import create_app
+from tfspec.serve.connections import protocol
 from tfspec.serve.errors import ApiError
 from tfspec.serve.service import ServeConfig, Service
 
@@ -45,16 +46,32 @@ class _Server(uvicorn.Server):
 
 DEFAULT_CONNECTIONS = 1000
 """``--max-connections``' default where the process may open that many files and more."""
+OTHER_FILES = 64
+"""Files the process keeps open besides its connections (the model, its threads, logs)."""
 
 
 def connection_limit(config: ServeConfig) -> int:
     """Connections served at once: ``config.max_connections``, by default 1000 or what the
     open-file limit leaves (each connection is a file; the model and its threads take some):
-    past the limit, accepting would fail with EMFILE, which uvicorn only logs."""
+    past the limit, accepting would fail with EMFILE, which uvicorn only logs. The soft limit
+    is raised first, as far as the hard one allows (a soft 1024 is common)."""
+    files = _more_files((config.max_connections or DEFAULT_CONNECTIONS) + OTHER_FILES)
     if config.max_connections is not None:
         return config.max_connections
-    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return DEFAULT_CONNECTIONS if files == resource.RLIM_INFINITY else max(min(DEFAULT_CONNECTIONS, files - 64), 1)
+    if files == resource.RLIM_INFINITY:
+        return DEFAULT_CONNECTIONS
+    return max(min(DEFAULT_CONNECTIONS, files - OTHER_FILES), 1)
+
+
+def _more_files(wanted: int) -> int:
+    """The soft open-file limit, raised to ``wanted`` where it is lower and the hard limit allows."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+    return soft
 
 
 BUSY = ApiError(503, "the server holds as many connections as --max-connections allows; retry",
@@ -79,7 +96,10 @@ def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int 
     service = Service(config)
     app = create_app(config, service)
     _answer_busy_as_tfspec()
-    # uvicorn refuses a request once the open connections (this one counted) reach its limit
+    limit = connection_limit(config)
+    # uvicorn refuses a request once the open connections (this one counted) reach its limit,
+    # which idle ones never fill: a newcomer closes the one idle the longest (``connections``)
     return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                   timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on",
-                                  limit_concurrency=connection_limit(config) + 1), service, grace, announce)
+                                  http=protocol(config.header_timeout, limit), limit_concurrency=limit + 1),
+                   service, grace, announce)

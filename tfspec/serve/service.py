@@ -41,6 +41,9 @@ class ServeConfig:
     """Bytes in one request body; more: 413."""
     body_timeout: float = 10.0
     """Seconds a request body may take to arrive; later: 408 (a slowloris client holds no connection)."""
+    header_timeout: float = 10.0
+    """Seconds a connection may wait for its next request's headers, from its opening or its last
+    answer; later it is closed, however it trickles (``connections``)."""
     max_connections: int | None = None
     """Open connections at most; a request on one more is answered 503 and its connection
     closed (None: ``server.connection_limit``'s default)."""
@@ -168,6 +171,14 @@ class Service:
                                 "cancelled", headers={"Retry-After": "1"})
         raise ApiError(504, f"not answered within the server's timeout ({self.config.timeout:g}s); cancelled")
 
+    def within_vocabulary(self, ids: list[int], field: str) -> list[int]:
+        """``ids``, or 422 naming the first outside the model's vocabulary (``field``.position)."""
+        size = self.spec.vocab.size
+        bad = next((j for j, t in enumerate(ids) if not 0 <= t < size), None)
+        if bad is not None:
+            raise ApiError(422, f"token id {ids[bad]} is outside the vocabulary (0..{size - 1})", f"{field}.{bad}")
+        return ids
+
     def sources(self, body: TranslateRequest) -> list[list[int]]:
         """Source ids with EOS, as ``tfspec translate`` reads its lines; empty lines stay empty."""
         vocab = self.spec.vocab
@@ -179,12 +190,8 @@ class Service:
             except TfspecError as e:
                 raise ApiError(422, str(e), "text") from None
         else:
-            for i, line in enumerate(body.ids):
-                bad = next((j for j, t in enumerate(line) if not 0 <= t < vocab.size), None)
-                if bad is not None:
-                    raise ApiError(422, f"token id {line[bad]} is outside the vocabulary (0..{vocab.size - 1})",
-                                   f"ids.{i}.{bad}")
-            sources = [line + [vocab.eos_id] if line else [] for line in body.ids]
+            sources = [self.within_vocabulary(line, f"ids.{i}") + [vocab.eos_id] if line else []
+                       for i, line in enumerate(body.ids)]
         field = "text" if body.text is not None else "ids"
         for i, ids in enumerate(sources):
             if self.limit is not None and len(ids) > self.limit:

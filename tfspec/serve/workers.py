@@ -19,11 +19,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import time
 from multiprocessing.connection import wait
 
+from tfspec.serve.connections import bind
 from tfspec.serve.server import build
 
 LOAD_SECONDS = 600
@@ -35,7 +35,7 @@ def supervise(config, host: str, port: int, grace: float, workers: int, log_leve
     """Serve with ``workers`` processes until SIGTERM or SIGINT; the exit status of the whole:
     0 after a clean drain, a worker's own status if one could not start. ``guard(fn, *args)``
     runs each worker, ``announce(port)`` is told the port once bound (``launch.serve``)."""
-    held = _bind(host, port)  # bound, never listening: keeps the port (0: picks one) between restarts
+    held = bind(host, port, shared=True)  # bound, never listening: keeps the port (0: picks one) between restarts
     address = (host, held.getsockname()[1])
     if announce is not None:
         announce(address[1])
@@ -109,16 +109,6 @@ def _join(running: list, grace: float) -> int:
     return max((abs(p.exitcode or 0) for p in running), default=0)
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    """A socket on ``(host, port)`` that other ``SO_REUSEPORT`` sockets of this user may share
-    (a port taken by another program: OSError, one ``error:`` line)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
-
-
 def unguarded(fn, *args) -> int:
     """A worker's exception boundary when its caller gives none: whatever is raised shows."""
     return fn(*args)
@@ -131,7 +121,7 @@ def _worker(guard, config, address: tuple, grace: float, log_level: str, loaded)
 
 def _serve(config, address: tuple, grace: float, log_level: str, loaded) -> int:
     server = build(config, grace, log_level=log_level)
-    sock = _bind(*address)
+    sock = bind(*address, shared=True)
     sock.listen(2048)  # uvicorn's backlog
     loaded.set()
     server.run(sockets=[sock])
