@@ -5,6 +5,10 @@ export), the printed text is transformers' decoding; sampling is reproducible an
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -204,3 +208,31 @@ def test_search_samples_through_any_decoder(imported, onnx_dir):
             likeliest = reference(torch.tensor([row + drawn])).logits[0, len(row) - 1:-1].topk(5).indices
         assert all(token in likeliest[i] for i, token in enumerate(drawn))
     assert sum(map(len, first)) > 8  # more than one step was drawn and compared
+
+
+DEPLOYED = """\
+import io, runpy, sys
+from pathlib import Path
+kind, directory, prompt = sys.argv[1:4]
+if kind == "serve":
+    from tfspec.serve.server import build
+    from tfspec.serve.service import ServeConfig
+    build(ServeConfig(Path(directory)), 1.0, "127.0.0.1", 0)
+else:
+    sys.argv = ["tfspec", "generate", directory, "--prompt", prompt, "--max-new-tokens", "3"]
+    try:
+        runpy.run_module("tfspec", run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        assert e.code in (0, None), e.code
+print("loaded:", *[m for m in ("torch", "transformers", "tfspec.interop.hf", "tfspec.backends.torch") if m in sys.modules])
+"""
+
+
+@pytest.mark.parametrize("command", ["generate", "serve"])
+def test_generating_and_serving_an_export_load_neither_torch_nor_the_families(imported, onnx_dir, command):
+    """A deployment runs on onnxruntime alone: torch, transformers and the Hugging Face families
+    cost seconds of start-up and hundreds of MB it never uses (structural: sys.modules)."""
+    done = subprocess.run([sys.executable, "-c", DEPLOYED, command, str(onnx_dir), PROMPT], capture_output=True,
+                          text=True, cwd=Path(__file__).parents[1], timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "loaded:"
