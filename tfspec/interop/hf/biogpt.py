@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, activation, end_ids, eos_token_id, number,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, activation, end_ids, eos_token_id, flag, number,
                                       register, repeated_layer)
 from tfspec.interop.hf.opt import OPT, POSITION_OFFSET
-from tfspec.interop.hf.t5 import _flag
 
 
 @register
@@ -47,7 +46,7 @@ class BioGpt(OPT):
                 "positional": {"kind": "learned", "offset": POSITION_OFFSET,
                                "max_len": number(c, "max_position_embeddings", where, default=1024)},
                 "norm": "pre", "norm_eps": 1e-5, "final_norm": True, "tie_embeddings": "output",
-                "embed_scale": _flag(c, "scale_embedding", where, True), "bias": True,
+                "embed_scale": flag(c, "scale_embedding", where, True), "bias": True,
                 "decoder": {"layers": number(c, "num_hidden_layers", where, default=24),
                             "block": ["causal_self_attention", "ffn"]}}
 

@@ -70,7 +70,8 @@ class DebertaV2(Family):
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
         mlm = self.architectures[source.architecture] != ""
-        if mlm and not flag(c, "legacy", where, True):
+        legacy = flag(c, "legacy", where, True)  # read with or without the masked-LM head
+        if mlm and not legacy:
             raise TfspecError(f"{where}: legacy: false is not supported with {source.architecture}; tfspec imports its "
                               "masked-LM head as legacy: true stores it (cls.predictions)")
         d_model, heads = number(c, "hidden_size", where, default=1536), number(c, "num_attention_heads", where,
@@ -104,6 +105,7 @@ class DebertaV2(Family):
 
     def _positional(self, c: dict, where: str, terms: list[str]) -> dict:
         max_len = number(c, "max_position_embeddings", where, default=512)
+        top = number(c, "max_relative_positions", where, default=-1)  # read whether relative or not
         relative = flag(c, "relative_attention", where)
         biased = flag(c, "position_biased_input", where, True)
         if not relative:
@@ -125,7 +127,6 @@ class DebertaV2(Family):
         if not isinstance(norm, str) or {part.strip() for part in norm.lower().split("|")} - {"none", "layer_norm"}:
             raise TfspecError(f"{where}: norm_rel_ebd: {_show(norm)} is not supported; tfspec computes none or "
                               "layer_norm")
-        top = number(c, "max_relative_positions", where, default=-1)
         return {"kind": "disentangled", "max_len": max_len, "buckets": buckets, "max_distance": top if top > 0
                 else max_len, "terms": terms, "table_norm": "layer_norm" in norm.lower()}
 

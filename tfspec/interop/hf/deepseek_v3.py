@@ -12,12 +12,16 @@ and multiplied by ``routed_scaling_factor``. Rope scaling (DeepSeek-V3's publish
 DeepSeek-V2's. Refused by name: ``rope_interleave: false`` (rows in rotate-half order, which
 the import would permute), biases. The remote-code fields of DeepSeek's own config.json are
 read where transformers computes what they say (``scoring_func: sigmoid``, ``topk_method:
-noaux_tc``, ``moe_layer_freq: 1``), refused otherwise.
+noaux_tc``, ``moe_layer_freq: 1``), refused otherwise. The published weights are block-scaled FP8
+(``quantization_config: {quant_method: fp8}``, matrices as ``*.weight`` and ``*.weight_scale_inv``):
+read as transformers dequantizes them (``fp8.py``), one tensor at a time; checkpoints saved
+unquantized import as they are.
 """
 
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
+from tfspec.interop.hf import fp8
 from tfspec.interop.hf.deepseek_v2 import DeepseekV2
 from tfspec.interop.hf.family import Rule, number, register
 from tfspec.interop.hf.mixtral import first_moe
@@ -39,6 +43,7 @@ class DeepseekV3(DeepseekV2):
                         "speculative decoding, which transformers' DeepseekV3ForCausalLM does not build")}
     renormalises = None
     routing = {"scoring": "sigmoid", "score_bias": True}
+    quantized = (fp8.METHOD,)
     defaults = DeepseekV2.defaults | {
         "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048,
         "num_hidden_layers": 61, "num_attention_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,

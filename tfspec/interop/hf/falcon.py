@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, number, register,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, flag, number, register,
                                       repeated_layer)
 from tfspec.interop.hf.gpt_neox import GPTNeoX
-from tfspec.interop.hf.t5 import _flag
 
 NORMS = {"sequential": ("input_layernorm", "post_attention_layernorm"), "parallel_shared_norm": ("input_layernorm",),
          "parallel": ("ln_attn", "ln_mlp")}
@@ -63,7 +62,7 @@ class Falcon(GPTNeoX):
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
-        d_model, bias = number(c, "hidden_size", where), _flag(c, "bias", where, False)
+        d_model, bias = number(c, "hidden_size", where), flag(c, "bias", where, False)
         d_ff = 4 * d_model if c.get("ffn_hidden_size") is None else number(c, "ffn_hidden_size", where)
         return super().spec_data(replace(source, config=c)) | {
             "kv_heads": self._kv_heads(c, where), "d_ff": d_ff, "bias": bias, "attention_dropout": 0.0,
@@ -71,14 +70,14 @@ class Falcon(GPTNeoX):
             "norm_eps": number(c, "layer_norm_epsilon", where, float, 1e-5)}
 
     def _projection_biases(self, c: dict, where: str) -> dict:
-        return dict.fromkeys(("q", "k", "v", "o", "ffn"), _flag(c, "bias", where, False))
+        return dict.fromkeys(("q", "k", "v", "o", "ffn"), flag(c, "bias", where, False))
 
     def _kv_heads(self, c: dict, where: str) -> int:
         heads = number(c, "num_attention_heads", where)
         kv = heads if c.get("num_kv_heads") is None else number(c, "num_kv_heads", where)
-        if _flag(c, "new_decoder_architecture", where, False):
+        if flag(c, "new_decoder_architecture", where, False):
             return kv
-        if _flag(c, "multi_query", where, True):
+        if flag(c, "multi_query", where, True):
             return 1  # transformers reads num_kv_heads only with the new architecture or without multi_query
         if kv != heads:
             raise TfspecError(f"{where}: num_kv_heads: {kv} is not supported; without new_decoder_architecture or "
@@ -86,8 +85,8 @@ class Falcon(GPTNeoX):
         return heads
 
     def _residual(self, c: dict, where: str) -> str:
-        new = _flag(c, "new_decoder_architecture", where, False)
-        if not _flag(c, "parallel_attn", where, True):
+        new = flag(c, "new_decoder_architecture", where, False)
+        if not flag(c, "parallel_attn", where, True):
             if new:
                 raise TfspecError(f"{where}: parallel_attn: false is not supported with new_decoder_architecture "
                                   "true: transformers' Falcon layer cannot run it")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.interop.hf.quantized import METHODS, quant_method
 
 if TYPE_CHECKING:
     from tfspec.interop.hf.task_heads import Pooled
@@ -59,9 +60,10 @@ COMMON_IGNORED = {
 }
 """PretrainedConfig's own fields that no family's computation reads, with the reason."""
 
-COMMON_REQUIRED = {"is_encoder_decoder": (False,), "pruned_heads": ({},), "quantization_config": (None,),
-                   "add_cross_attention": (False,), "cross_attention_hidden_size": (None,)}
-"""Fields whose other values would change the computation of every family imported so far."""
+COMMON_REQUIRED = {"is_encoder_decoder": (False,), "pruned_heads": ({},), "add_cross_attention": (False,),
+                   "cross_attention_hidden_size": (None,)}
+"""Fields whose other values would change the computation of every family imported so far
+(``quantization_config`` besides: ``Family.quantized``)."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,14 @@ class Family:
     task_class: ClassVar[type | None] = None
     """The ``task_heads.TaskHeads`` subclass that puts the task classes in front of the family, where
     its heads read settings of their own from the configuration (ModernBERT's); None: TaskHeads."""
+    quantized: ClassVar[tuple[str, ...]] = ()
+    """The ``quantization_config`` quant_methods of published checkpoints the import reads,
+    dequantizing each tensor as transformers does (``quantized.py``: gpt-oss's mxfp4, DeepSeek-V3's
+    fp8); any other quantization_config is refused by name."""
+    aliases: ClassVar[dict[str, str]] = {}
+    """Field a repository's own code reads -> the field transformers reads for the same value
+    (Nemotron-H's attention_head_dim for head_dim): accepted where the two agree, refused where they
+    differ (the published weights then fit one reading only)."""
     export_rank: ClassVar[int] = 0
     """Where two families compute the same spec, ``export --format hf`` writes the lower rank's
     class (a family few people load ranks 1), then the first by model type."""
@@ -306,17 +316,46 @@ def check_config(family: Family, config: dict, where: str) -> dict[str, str]:
     return the fields present that do not change the computation (field -> why), for the record."""
     required = COMMON_REQUIRED | family.required
     ignored = COMMON_IGNORED | family.ignored
-    known = set(family.mapped) | ignored.keys()
+    known = set(family.mapped) | ignored.keys() | family.aliases.keys() | {"quantization_config"}
     for key, value in config.items():
-        if key in required and value not in required[key]:
+        if key in required and not any(same_json(value, v) for v in required[key]):
             allowed = " or ".join(json.dumps(v) for v in required[key])
             raise TfspecError(f"{where}: {key}: {_show(value)} is not supported; tfspec imports {family.title} "
                               f"with {key} {allowed}")
         if key not in required and key not in known:
             raise TfspecError(f"{where}: unknown field {key} ({_show(value)}) in a {family.model_type} config; tfspec "
                               "cannot tell whether it changes the computation, so it does not import it")
+    _check_quantization(family, config.get("quantization_config"), where)
+    for alias, field_name in family.aliases.items():
+        theirs = (family.defaults | config).get(field_name)
+        if alias in config and not same_json(config[alias], theirs):
+            raise TfspecError(f"{where}: {alias} ({_show(config[alias])}) differs from {field_name} ({_show(theirs)}), "
+                              f"which transformers' {family.title} reads for the same thing; tfspec imports a "
+                              "configuration whose two readings agree")
     read = set(family.mapped) | required.keys() | {"model_type", "architectures"}
     return {key: ignored[key] for key in config if key in ignored and key not in read}
+
+
+def _check_quantization(family: Family, settings: Any, where: str) -> None:
+    """A quantization_config is one of the family's ``quantized`` methods, its settings those the
+    method reads (fp8's block size and formats), or is absent."""
+    if settings is None:
+        return
+    method = quant_method(settings)
+    if method not in family.quantized:
+        published = (f" or as published, quant_method {' or '.join(family.quantized)} (dequantized)"
+                     if family.quantized else "")
+        raise TfspecError(f"{where}: quantization_config: {_show(settings)} is not supported; tfspec imports "
+                          f"{family.title} unquantized{published}")
+    METHODS[method].check_settings(settings, f"{where}: quantization_config")
+
+
+def same_json(value: Any, allowed: Any) -> bool:
+    """Whether ``value`` is ``allowed`` as JSON tells values apart: true is not 1 nor 1.0 the
+    integer 1, though Python's == says both; an integer is the float it equals (a file's 1 for 1.0)."""
+    if isinstance(value, bool) or isinstance(allowed, bool):
+        return type(value) is type(allowed) and value == allowed
+    return not (isinstance(value, float) and isinstance(allowed, int)) and value == allowed
 
 
 def _show(value: Any) -> str:
@@ -324,9 +363,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def number(config: dict, key: str, where: str, kind=int, default=None):
-    """``config[key]`` checked to be a number of ``kind`` (bool is not an int here)."""
+def number(config: dict, key: str, where: str, kind=int, default=None, nullable: bool = False):
+    """``config[key]`` checked to be a number of ``kind``: every family reads its numbers here,
+    as JSON types them (true is no integer, 8.0 no count; an integer is a float). ``nullable``:
+    null (None) is an answer too, for fields transformers types ``int | None``."""
     value = config.get(key, default)
+    if value is None and nullable:
+        return None
     ok = isinstance(value, kind) or (kind is float and isinstance(value, int))
     if not ok or isinstance(value, bool):
         raise TfspecError(f"{where}: {key} must be {'an integer' if kind is int else 'a number'}, got {_show(value)}")
@@ -334,7 +377,8 @@ def number(config: dict, key: str, where: str, kind=int, default=None):
 
 
 def flag(config: dict, key: str, where: str, default: bool = False) -> bool:
-    """``config[key]`` checked to be true or false (a string "yes" is not a switch)."""
+    """``config[key]`` checked to be true or false: every family reads its switches here (a string
+    "false" is not a switch, though ``bool`` of it is true; nor is 0)."""
     value = config.get(key, default)
     if not isinstance(value, bool):
         raise TfspecError(f"{where}: {key} must be true or false, got {_show(value)}")

@@ -77,7 +77,7 @@ class Gemma2(Gemma):
     def _layer(self, kind: str, c: dict, where: str, d_k: int) -> dict:
         """The attention of a ``kind`` layer: causal, restricted to the window if sliding, its
         scores scaled by query_pre_attn_scalar^-0.5 (left unset where that is 1 / sqrt(d_k)) and capped."""
-        scalar = _positive(c, "query_pre_attn_scalar", where)
+        scalar = _positive(c, "query_pre_attn_scalar", where, int)
         cap = _cap(c, "attn_logit_softcapping", where)
         attention = ({"kind": "causal_self_attention"} if kind == "full_attention" else
                      {"kind": "restricted_self_attention", "r": _positive(c, "sliding_window", where, int) - 1,

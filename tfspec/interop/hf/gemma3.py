@@ -47,10 +47,10 @@ class Gemma3(Gemma2):
 
     def _layer_kinds(self, c: dict, where: str, layers: int) -> list[str]:
         """``layer_types``; when absent, every ``sliding_window_pattern``-th layer global."""
+        key = next((k for k in ("sliding_window_pattern", "_sliding_window_pattern") if k in c), None)
+        pattern = number(c, key, where) if key else 6  # read whether layer_types decides or not
         if c.get("layer_types") is not None:
             return _checked_kinds(c["layer_types"], where, layers)
-        key = next((k for k in ("sliding_window_pattern", "_sliding_window_pattern") if k in c), None)
-        pattern = number(c, key, where) if key else 6
         if pattern < 1:
             raise TfspecError(f"{where}: {key} must be positive, got {pattern}")
         return _checked_kinds([LAYER_TYPES[(i + 1) % pattern == 0] for i in range(layers)], where, layers)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.interop.hf.cohere import interleaved
-from tfspec.interop.hf.family import Rule, Source, register
+from tfspec.interop.hf.family import Rule, Source, flag, register
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.phi3 import Phi3
 from tfspec.interop.hf.stablelm import with_rotated_share
@@ -44,12 +44,12 @@ class Glm(Phi3):
     def spec_data(self, source: Source) -> dict:
         return Llama.spec_data(self, replace(source, config=self.defaults | source.config))
 
-    def _biases(self, c: dict) -> dict:
-        qkv = c.get("attention_bias", True)  # checked to be true or false by Llama.spec_data
+    def _biases(self, c: dict, where: str) -> dict:
+        qkv = flag(c, "attention_bias", where, True)
         return {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False}
 
     def _rotary(self, c: dict, where: str) -> dict:
-        return Llama._rotary(self, with_rotated_share(c, PARTIAL_ROTARY), where)
+        return Llama._rotary(self, with_rotated_share(c, PARTIAL_ROTARY, where), where)
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Phi-3's split MLP, Llama's q, k and v (their rotary rows interleaved)."""

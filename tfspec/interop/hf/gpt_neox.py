@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, norm_rules, number, register, repeated_layer
+from tfspec.interop.hf.family import Rule, Source, flag, norm_rules, number, register, repeated_layer
 from tfspec.interop.hf.stablelm import StableLm
-from tfspec.interop.hf.t5 import _flag
 
 OLD_ROTARY = {"rotary_emb_base": "rope_theta", "rotary_pct": "partial_rotary_factor"}
 """transformers 4's names for the rotary settings -> the names Llama's rotary reads."""
@@ -65,11 +64,11 @@ class GPTNeoX(StableLm):
             "residual": self._residual(c, where)}
 
     def _projection_biases(self, c: dict, where: str) -> dict:
-        attention = _flag(c, "attention_bias", where, True)
+        attention = flag(c, "attention_bias", where, True)
         return {"q": attention, "k": attention, "v": attention, "o": attention, "ffn": True}
 
     def _residual(self, c: dict, where: str) -> str:
-        return "parallel" if _flag(c, "use_parallel_residual", where, True) else "sequential"
+        return "parallel" if flag(c, "use_parallel_residual", where, True) else "sequential"
 
     def _rotary(self, c: dict, where: str) -> dict:
         old = {new: number(c, key, where, float) for key, new in OLD_ROTARY.items() if key in c}

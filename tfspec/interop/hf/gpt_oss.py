@@ -37,7 +37,7 @@ from tfspec.interop.hf.family import Rule, Source, _show, number, register
 from tfspec.interop.hf.gemma2 import LAYER_TYPES, _checked_kinds
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, _counted, first_moe
-from tfspec.interop.hf.mxfp4 import METHOD, quant_method
+from tfspec.interop.hf.mxfp4 import METHOD
 
 ALPHA = 1.702
 """The gate's sigmoid gain tfspec computes (quick_gelu): GptOssConfig's swiglu_alpha."""
@@ -58,6 +58,7 @@ class GptOss(Experts, Llama):
                         "left over from OpenAI's own configuration (gpt-oss-20b's config.json); transformers "
                         "reads num_experts_per_tok and rope_scaling's original_max_position_embeddings")}
     expert_counts = ("num_local_experts", "num_experts")
+    quantized = (METHOD,)
     renormalises = True
     grouped = True
     defaults = {"vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "head_dim": 64,
@@ -68,17 +69,6 @@ class GptOss(Experts, Llama):
                 "rope_parameters": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                     "truncate": False, "original_max_position_embeddings": 4096}}
     """GptOssConfig's values (its __post_init__ fills rope_parameters so when unset)."""
-
-    def check(self, config: dict, where: str) -> dict[str, str]:
-        """Llama's checks, the published weights' MXFP4 quantization_config read (``mxfp4.unpacked``
-        dequantizes their tensors), any other refused by name."""
-        settings = config.get("quantization_config")
-        if settings is None:
-            return super().check(config, where)
-        if quant_method(config) != METHOD:
-            raise TfspecError(f"{where}: quantization_config: {_show(settings)} is not supported; tfspec imports "
-                              f"{self.title} unquantized or as published, quant_method {METHOD} (dequantized)")
-        return super().check({k: v for k, v in config.items() if k != "quantization_config"}, where)
 
     def spec_data(self, source: Source) -> dict:
         c = self.defaults | _counted(source.config, self.expert_counts, source.where)

@@ -22,10 +22,9 @@ from dataclasses import replace
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.cohere import interleaved
-from tfspec.interop.hf.family import Rule, Source, _show, norm_rules, number, register, repeated_layer
+from tfspec.interop.hf.family import Rule, Source, _show, flag, norm_rules, number, register, repeated_layer
 from tfspec.interop.hf.gpt2 import GPT2
 from tfspec.interop.hf.phi import _linear
-from tfspec.interop.hf.t5 import _flag
 from tfspec.positions import rotary
 
 
@@ -54,7 +53,7 @@ class GPTJ(GPT2):
                        "residual": "parallel_shared_norm", "bias": True,
                        "biases": {"q": False, "k": False, "v": False, "o": False, "ffn": True},
                        "output_bias": causal,
-                       "tie_embeddings": "output" if _flag(c, "tie_word_embeddings", where, False) or not causal
+                       "tie_embeddings": "output" if flag(c, "tie_word_embeddings", where, False) or not causal
                        else "none"}
 
     def _rotary(self, c: dict, where: str, head_dim: int) -> dict:

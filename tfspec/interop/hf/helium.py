@@ -42,8 +42,8 @@ class Helium(Llama):
                               "hidden_size wide on both sides")
         return data
 
-    def _biases(self, c: dict) -> dict:
-        return super()._biases(c) | {"o": False}
+    def _biases(self, c: dict, where: str) -> dict:
+        return super()._biases(c, where) | {"o": False}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         return interleaved(super().rules(spec, architecture), spec)

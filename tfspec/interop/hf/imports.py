@@ -23,7 +23,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, open_checkpoint, read_vocabulary,
                                           staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source
-from tfspec.interop.hf.mxfp4 import unpacked
+from tfspec.interop.hf.quantized import dequantized
 from tfspec.interop.hf.tensors import write_safetensors
 from tfspec.ir import build_graph
 from tfspec.spec import Spec
@@ -57,13 +57,14 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     """``dtype`` "auto": the checkpoint's own float type (float32 where its tensors mix types)."""
     directory, output = Path(directory), Path(output)
     check_writable(output)
-    checkpoint = unpacked(open_checkpoint(directory))
-    if dtype == "auto":
-        dtype = stored_dtype(checkpoint)
+    checkpoint = open_checkpoint(directory)
     where = str(directory / CONFIG)
     family = family_of(checkpoint.config, where)
     architecture = _architecture(family, checkpoint.config, architecture, where)
     ignored = family.check(checkpoint.config, where)
+    checkpoint = dequantized(checkpoint)
+    if dtype == "auto":
+        dtype = stored_dtype(checkpoint)
     names = _names(family, checkpoint) if checkpoint.has_weights else None
     source = Source(checkpoint.config, where, architecture, None if names is None else frozenset(names),
                     read_vocabulary(directory))
@@ -92,6 +93,8 @@ def stored_dtype(checkpoint: Checkpoint) -> str:
 def _architecture(family: Family, config: dict, chosen: str | None, where: str) -> str:
     listed = config.get("architectures") or [None]
     architecture = chosen or (listed[0] if isinstance(listed, list) else None) or next(iter(family.architectures))
+    if not chosen:
+        architecture = _native(family, config, architecture)
     if architecture not in family.architectures:
         base = next((name for name, prefix in family.architectures.items() if not prefix and name.endswith("Model")),
                     None)
@@ -99,6 +102,22 @@ def _architecture(family: Family, config: dict, chosen: str | None, where: str) 
         raise TfspecError(f"{where}: architecture {architecture!r} is not supported; tfspec imports "
                           f"{family.model_type} as {', '.join(family.architectures)}{hint}")
     return architecture
+
+
+def _native(family: Family, config: dict, architecture: str) -> str:
+    """transformers' own class in place of a repository's (``auto_map``: Phi-mini-MoE's
+    ``PhiMoEForCausalLM``, of modeling_slimmoe.py): for a model type it has a class of, transformers
+    resolves an auto class (``AutoModelForCausalLM``) by the model type, never by that name, so the
+    family's class that ends as the auto class does (``PhimoeForCausalLM``) is the one imported."""
+    auto_map = config.get("auto_map")
+    if architecture in family.architectures or not isinstance(auto_map, dict):
+        return architecture
+    auto = next((key for key, value in auto_map.items()
+                 if isinstance(value, str) and value.rsplit(".", 1)[-1] == architecture), "")
+    if not auto.startswith("AutoModel"):
+        return architecture
+    task = auto.removeprefix("AutoModel") or "Model"  # AutoModelForCausalLM: ForCausalLM; AutoModel: the base model
+    return next((name for name in family.architectures if name.endswith(task)), architecture)
 
 
 def _names(family: Family, checkpoint: Checkpoint) -> dict[str, str]:

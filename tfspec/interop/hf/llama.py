@@ -55,8 +55,6 @@ class Llama(Family):
     def spec_data(self, source: Source) -> dict:
         source = replace(source, config=self.defaults | source.config)
         c, where = source.config, source.where
-        for key in ("attention_bias", "mlp_bias"):  # read as switches by ``_biases``
-            flag(c, key, where)
         d_model = number(c, "hidden_size", where, default=4096)
         heads = number(c, "num_attention_heads", where, default=32)
         head_dim = number(c, "head_dim", where) if c.get("head_dim") is not None else d_model // heads
@@ -68,7 +66,7 @@ class Llama(Family):
                 "dropout": 0.0, "attention_dropout": number(c, "attention_dropout", where, float, 0.0),
                 "label_smoothing": 0.0, "positional": self._rotary(c, where), "norm": "pre", "norm_type": "rms",
                 "norm_eps": number(c, "rms_norm_eps", where, float, 1e-6), "final_norm": True, "bias": False,
-                "biases": self._biases(c), "embed_scale": False,
+                "biases": self._biases(c, where), "embed_scale": False,
                 "tie_embeddings": "output" if self._tied(source) else "none",
                 "decoder": {"layers": number(c, "num_hidden_layers", where, default=32),
                             "block": [self._attention(c, where), "ffn"]}}
@@ -77,10 +75,11 @@ class Llama(Family):
         """Whether the spec's output projection is the token embedding: as the config says for
         *ForCausalLM; always for *Model, which has no projection of its own to import (so the
         spec holds exactly the published class's parameters, as GPT2Model's does)."""
-        return bool(source.config.get("tie_word_embeddings", False)) or not source.architecture.endswith("ForCausalLM")
+        return (flag(source.config, "tie_word_embeddings", source.where)
+                or not source.architecture.endswith("ForCausalLM"))
 
-    def _biases(self, c: dict) -> dict:
-        attention, mlp = bool(c.get("attention_bias", False)), bool(c.get("mlp_bias", False))
+    def _biases(self, c: dict, where: str) -> dict:
+        attention, mlp = flag(c, "attention_bias", where), flag(c, "mlp_bias", where)
         return {"q": attention, "k": attention, "v": attention, "o": attention, "ffn": mlp}
 
     def _attention(self, c: dict, where: str):
@@ -92,7 +91,7 @@ class Llama(Family):
                 raise TfspecError(f"{where}: {key} must be an object of rotary settings, got {_show(c[key])}")
         # as transformers reads them: rope_scaling (older files), when set, replaces rope_parameters whole
         rope = dict(c.get("rope_scaling") or c.get("rope_parameters") or {})
-        rope.setdefault("rope_theta", c.get("rope_theta", 10000.0))
+        rope.setdefault("rope_theta", number(c, "rope_theta", where, float, 10000.0))  # read even where unused
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind not in self.rope_types:
             raise TfspecError(f"{where}: rope type {_show(kind)} is not supported; tfspec imports {self.title} with "
@@ -207,7 +206,7 @@ class Qwen2(Llama):
         "max_window_layers": "read only with use_sliding_window, which must be false",
         "layer_types": "every layer full attention, as use_sliding_window false says"}
 
-    def _biases(self, c: dict) -> dict:
+    def _biases(self, c: dict, where: str) -> dict:
         return {"q": True, "k": True, "v": True, "o": False, "ffn": False}  # Qwen2 biases q, k and v only
 
     def _config_biases(self, spec) -> dict:

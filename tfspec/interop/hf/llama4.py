@@ -156,8 +156,8 @@ class Llama4Text(Experts, Llama):
         """Whether each layer is a mixture of experts: listed in moe_layers, or by default every
         interleave_moe_layer_step-th (layers step - 1, 2 step - 1, ...), as transformers decides."""
         listed = c.get("moe_layers")
+        step = number(c, "interleave_moe_layer_step", where)  # read whether the list decides or not
         if listed is None:
-            step = number(c, "interleave_moe_layer_step", where)
             if step < 1:
                 raise TfspecError(f"{where}: interleave_moe_layer_step must be a positive integer, got {step}")
             listed = list(range(step - 1, layers, step))
@@ -171,8 +171,8 @@ class Llama4Text(Experts, Llama):
         return super()._moe(c, where) | {"d_ff": width, "scoring": "sigmoid", "input_weighted": True, "shared": 1,
                                          "shared_d_ff": width}
 
-    def _biases(self, c: dict) -> dict:
-        attention = bool(c.get("attention_bias", False))
+    def _biases(self, c: dict, where: str) -> dict:
+        attention = flag(c, "attention_bias", where)
         return {"q": attention, "k": attention, "v": attention, "o": attention, "ffn": False}
 
     def rules(self, spec, architecture: str) -> list[Rule]:

@@ -125,11 +125,11 @@ class Marian(Family):
 
     def _start(self, c: dict, where: str) -> int:
         """The token decoding starts from: decoder_start_token_id, or where it is null (as
-        MBartConfig leaves it) bos_token_id, as ``generate`` falls back."""
-        key = "decoder_start_token_id"
-        if c.get(key, self.defaults[key]) is None:
-            key = "bos_token_id"
-        return number(c, key, where, default=self.defaults.get(key))
+        MBartConfig leaves it) bos_token_id, as ``generate`` falls back (read either way)."""
+        start = number(c, "decoder_start_token_id", where, default=self.defaults["decoder_start_token_id"],
+                       nullable=True)
+        bos = number(c, "bos_token_id", where, default=self.defaults.get("bos_token_id"), nullable=start is not None)
+        return bos if start is None else start
 
     def count_differences(self, spec, architecture: str) -> list[tuple[int, str]]:
         """The encoder's and decoder's max_len x d_model sinusoid tables (stored there, computed

@@ -21,9 +21,8 @@ from itertools import groupby
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import Rule, Source, _show, number, register
+from tfspec.interop.hf.family import Rule, Source, _show, flag, number, register
 from tfspec.interop.hf.llama import Llama, Mistral
-from tfspec.interop.hf.t5 import _flag
 
 MOE_IGNORED = {
     "router_aux_loss_coef": "the weight of the load-balancing loss: training only",
@@ -72,7 +71,7 @@ class Experts:
         top_k = number(c, key, where)
         if not 1 <= top_k <= experts:
             raise TfspecError(f"{where}: {key} ({top_k}) must be between 1 and {self.expert_counts[0]} ({experts})")
-        normalize = self.renormalises if self.renormalises is not None else _flag(c, "norm_topk_prob", where, False)
+        normalize = self.renormalises if self.renormalises is not None else flag(c, "norm_topk_prob", where, False)
         return {"kind": "moe", "experts": experts, "top_k": top_k, "normalize": normalize}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
@@ -120,7 +119,7 @@ def first_moe(spec):
 def _counted(config: dict, names: tuple[str, ...], where: str) -> dict:
     """``config`` with the number of experts under ``names[0]``, whichever alias it was written
     as (transformers 5 writes Qwen3-MoE's num_experts as num_local_experts); refused when two disagree."""
-    given = {name: config[name] for name in names if config.get(name) is not None}
+    given = {name: number(config, name, where) for name in names if config.get(name) is not None}
     if len({json.dumps(v) for v in given.values()}) > 1:
         raise TfspecError(f"{where}: {' and '.join(f'{k} ({_show(v)})' for k, v in given.items())} disagree; "
                           "transformers reads them as one field")
@@ -145,7 +144,7 @@ class Mixtral(Experts, Mistral):
                 "rms_norm_eps": 1e-5, "rope_theta": 1e6, "bos_token_id": 1, "eos_token_id": 2,
                 "num_local_experts": 8, "num_experts_per_tok": 2}
 
-    def _biases(self, c: dict) -> dict:
+    def _biases(self, c: dict, where: str) -> dict:
         return dict.fromkeys(("q", "k", "v", "o", "ffn"), False)
 
     def config(self, spec) -> dict:

@@ -14,8 +14,8 @@ mT5 computes what T5 computes, so ``export --format hf`` writes an mT5 spec as T
 
 from __future__ import annotations
 
-from tfspec.interop.hf.family import Source, register
-from tfspec.interop.hf.t5 import T5, _flag
+from tfspec.interop.hf.family import Source, flag, register
+from tfspec.interop.hf.t5 import T5
 
 
 @register
@@ -30,7 +30,7 @@ class MT5(T5):
     def _output(self, source: Source, d_model: int) -> dict:
         c, where = source.config, source.where
         own = (source.architecture != "MT5Model"
-               and (not _flag(c, "tie_word_embeddings", where, True)
+               and (not flag(c, "tie_word_embeddings", where, True)
                     or (source.names is not None and "lm_head.weight" in source.names)))
         return {"tie_embeddings": "inputs" if own else "all", "output_scale": 1.0}
 

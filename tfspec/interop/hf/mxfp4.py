@@ -62,17 +62,14 @@ class Packed:
         return dequantize(self.checkpoint.read(self.blocks), self.checkpoint.read(self.scales))
 
 
-def quant_method(config: dict) -> str | None:
-    """The configuration's ``quantization_config.quant_method``, or None."""
-    settings = config.get("quantization_config")
-    return settings.get("quant_method") if isinstance(settings, dict) else None
+def check_settings(settings: dict, where: str) -> None:
+    """Nothing to refuse: MXFP4's settings name the modules left unquantized, which the tensors show
+    (a matrix stored as blocks and scales is MXFP4, any other is read as stored)."""
 
 
-def unpacked(checkpoint: Checkpoint) -> Checkpoint:
-    """``checkpoint`` with each ``<name>_blocks`` and ``<name>_scales`` pair read as ``<name>`` where
-    its configuration says mxfp4 (the family has accepted it); otherwise ``checkpoint`` itself."""
-    if quant_method(checkpoint.config) != METHOD:
-        return checkpoint
+def dequantized(checkpoint: Checkpoint, settings: dict) -> Checkpoint:
+    """``checkpoint`` with each ``<name>_blocks`` and ``<name>_scales`` pair read as ``<name>`` (the
+    family has accepted ``settings``)."""
     tensors, origin = dict(checkpoint.tensors), dict(checkpoint.origin)
     for blocks in [name for name in checkpoint.tensors if name.endswith("_blocks")]:
         name = blocks.removesuffix("_blocks")

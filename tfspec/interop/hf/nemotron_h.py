@@ -12,7 +12,9 @@ Mamba layers see order), ``mlp`` an ungated MLP ``intermediate_size`` wide (relu
 ``routed_scaling_factor``) plus a shared one ``moe_shared_expert_intermediate_size`` wide. The
 output head is never tied (transformers' class ties nothing). Refused by name: a latent MoE
 projection (``moe_latent_size``), multi-token prediction layers, MLP biases, an activation of the
-Mamba layers other than SiLU. Defaults are NemotronHConfig's (4 layers M, E, *, -).
+Mamba layers other than SiLU. The fields NVIDIA's own code reads in place of transformers'
+(Nemotron-H-56B-Base-8K's ``attention_head_dim``, ``rms_norm_eps``) are checked against those
+(``head_dim``, ``layer_norm_epsilon``). Defaults are NemotronHConfig's (4 layers M, E, *, -).
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ class NemotronH(Family):
         "mtp_layers_block_type": "read only with num_nextn_predict_layers, which must be 0",
         "hidden_dropout": "dropout while training only",
         "residual_in_fp32": "transformers' Nemotron-H never reads it (its residual stream keeps the model's type)",
-        "sliding_window": "transformers' Nemotron-H never reads it"}
+        "sliding_window": "transformers' Nemotron-H never reads it",
+        "time_step_rank": "the rank of Mamba-1's step projection, which Mamba-2 layers do not have"}
+    aliases = {"attention_head_dim": "head_dim", "rms_norm_eps": "layer_norm_epsilon"}
     defaults = {"vocab_size": 131072, "hidden_size": 4096, "intermediate_size": 21504, "num_attention_heads": 32,
                 "num_key_value_heads": 8, "head_dim": 128, "mlp_hidden_act": "relu2", "layer_norm_epsilon": 1e-5,
                 "max_position_embeddings": 4096, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0,

@@ -19,10 +19,9 @@ OPTConfig's.
 
 from __future__ import annotations
 
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, end_ids, eos_token_id,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, end_ids, eos_token_id, flag,
                                       norm_rules, number, register, repeated_layer)
 from tfspec.interop.hf.marian import _attention, _ffn
-from tfspec.interop.hf.t5 import _flag
 
 POSITION_OFFSET = 2
 """transformers' OPTLearnedPositionalEmbedding.offset: fairseq's two padding rows, as BART's."""
@@ -48,7 +47,7 @@ class OPT(Family):
         c, where = source.config, source.where
         d_model = number(c, "hidden_size", where, default=768)
         width = d_model if c.get("word_embed_proj_dim") is None else number(c, "word_embed_proj_dim", where)
-        pre = _flag(c, "do_layer_norm_before", where, True)
+        pre = flag(c, "do_layer_norm_before", where, True)
         projection = {"width": width, "bias": False, "projects": "tokens", "out": "project"}
         return {"family": self.family, "vocab": self._vocab(source), "d_model": d_model,
                 **({"embed_projection": projection} if width != d_model else {}),
@@ -60,7 +59,7 @@ class OPT(Family):
                 "positional": {"kind": "learned", "offset": POSITION_OFFSET,
                                "max_len": number(c, "max_position_embeddings", where, default=2048)},
                 "norm": "pre" if pre else "post", "norm_eps": 1e-5, "final_norm": pre, "tie_embeddings": "output",
-                "embed_scale": False, "bias": _flag(c, "enable_bias", where, True),
+                "embed_scale": False, "bias": flag(c, "enable_bias", where, True),
                 "decoder": {"layers": number(c, "num_hidden_layers", where, default=12),
                             "block": ["causal_self_attention", "ffn"]}}
 

@@ -13,9 +13,8 @@ output projection has no bias and is untied unless said. Defaults are PersimmonC
 
 from __future__ import annotations
 
-from tfspec.interop.hf.family import Rule, register, repeated_layer
+from tfspec.interop.hf.family import Rule, flag, register, repeated_layer
 from tfspec.interop.hf.gpt_neox import GPTNeoX
-from tfspec.interop.hf.t5 import _flag
 
 
 @register
@@ -43,7 +42,7 @@ class Persimmon(GPTNeoX):
         return "sequential"
 
     def _attention(self, c: dict, where: str):
-        if _flag(c, "qk_layernorm", where, True):
+        if flag(c, "qk_layernorm", where, True):
             return {"kind": "causal_self_attention", "qk_norm": "head"}
         return "causal_self_attention"
 

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, norm_rules, number, register
+from tfspec.interop.hf.family import Rule, Source, flag, norm_rules, number, register
 from tfspec.interop.hf.stablelm import StableLm
-from tfspec.interop.hf.t5 import _flag
 
 PARTIAL_ROTARY = 0.5
 """PhiConfig's partial_rotary_factor when a configuration leaves it out."""
@@ -56,7 +55,7 @@ class Phi(StableLm):
             "dropout": number(c, "resid_pdrop", where, float, 0.0)}
 
     def _attention(self, c: dict, where: str):
-        if _flag(c, "qk_layernorm", where, False):
+        if flag(c, "qk_layernorm", where, False):
             return {"kind": "causal_self_attention", "qk_norm": "head"}
         return "causal_self_attention"
 

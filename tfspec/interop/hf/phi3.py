@@ -54,16 +54,17 @@ class Phi3(Mistral):
         return super().spec_data(replace(source, config=c)) | {
             "dropout": number(c, "resid_pdrop", where, float, 0.0)}
 
-    def _biases(self, c: dict) -> dict:
+    def _biases(self, c: dict, where: str) -> dict:
         return dict.fromkeys(("q", "k", "v", "o", "ffn"), False)
 
     def _rotary(self, c: dict, where: str) -> dict:
-        c = with_rotated_share(c, 1.0)
+        c = with_rotated_share(c, 1.0, where)
         key = "rope_scaling" if c.get("rope_scaling") else "rope_parameters"
         if not isinstance(c.get(key), dict):  # Llama's to refuse
             return super()._rotary(c, where)
         rope = dict(c[key])
-        rope["original_max_position_embeddings"] = c.get("original_max_position_embeddings", ORIGINAL_CONTEXT)
+        rope["original_max_position_embeddings"] = number(c, "original_max_position_embeddings", where,
+                                                          default=ORIGINAL_CONTEXT)
         return super()._rotary(c | {key: rope}, where)
 
     def rules(self, spec, architecture: str) -> list[Rule]:

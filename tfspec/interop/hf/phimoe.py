@@ -51,7 +51,8 @@ class Phimoe(Mixtral):
     mapped = Mixtral.mapped + ("attention_bias", "lm_head_bias", "router_jitter_noise",
                                "original_max_position_embeddings")
     ignored = Llama.ignored | MOE_IGNORED | {
-        "input_jitter_noise": "multiplies a layer's input by random noise while training only"}
+        "input_jitter_noise": "multiplies a layer's input by random noise while training only",
+        "hidden_dropout": "dropout while training only (Phi-mini-MoE's config.json; PhimoeConfig has no such field)"}
     renormalises = False
     rope_types = ("default", "longrope")
     routing = {"scoring": "sparsemixer", "score_bias": False, "groups": 1, "routed_scale": 1.0}
@@ -62,13 +63,12 @@ class Phimoe(Mixtral):
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
-        flag(c, "lm_head_bias", where)
         data = super().spec_data(replace(source, config=c))
         return data | {"norm_type": "layer",
-                       "output_bias": bool(c.get("lm_head_bias", False)) and source.architecture.endswith("ForCausalLM")}
+                       "output_bias": flag(c, "lm_head_bias", where) and source.architecture.endswith("ForCausalLM")}
 
-    def _biases(self, c: dict) -> dict:
-        return Llama._biases(self, {"attention_bias": c.get("attention_bias", False)})
+    def _biases(self, c: dict, where: str) -> dict:
+        return Llama._biases(self, {"attention_bias": c.get("attention_bias", False)}, where)
 
     def _moe(self, c: dict, where: str) -> dict:
         moe = super()._moe(c, where)

@@ -17,10 +17,9 @@ Qwen2MoeConfig's (Qwen1.5-MoE-A2.7B's shape: 60 experts, top 4).
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import Source, _show, number, register
+from tfspec.interop.hf.family import _show, flag, number, register
 from tfspec.interop.hf.llama import Llama, Qwen2
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, first_moe
-from tfspec.interop.hf.t5 import _flag
 
 MOE_FIELDS = ("num_experts_per_tok", "norm_topk_prob", "moe_intermediate_size", "decoder_sparse_step",
               "mlp_only_layers")
@@ -68,12 +67,8 @@ class Qwen2Moe(SparseSteps, Qwen2):
                 "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
                 "shared_expert_intermediate_size": 5632}
 
-    def spec_data(self, source: Source) -> dict:
-        _flag(source.config, "qkv_bias", source.where, True)  # checked here: _biases is not told where
-        return super().spec_data(source)
-
-    def _biases(self, c: dict) -> dict:
-        qkv = c.get("qkv_bias", True)
+    def _biases(self, c: dict, where: str) -> dict:
+        qkv = flag(c, "qkv_bias", where, True)
         return {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False}
 
     def _moe(self, c: dict, where: str) -> dict:

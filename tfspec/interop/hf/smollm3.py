@@ -62,8 +62,8 @@ def _rotated_layers(c: dict, where: str, layers: int) -> list[bool]:
     """Whether each layer rotates its queries and keys, as ``no_rope_layers`` (1: rotary, 0: none)
     or, without it, ``no_rope_layer_interval`` says."""
     listed = c.get("no_rope_layers")
+    interval = number(c, "no_rope_layer_interval", where, default=4)  # read whether the list decides or not
     if listed is None:
-        interval = number(c, "no_rope_layer_interval", where, default=4)
         if interval < 1:
             raise TfspecError(f"{where}: no_rope_layer_interval must be a positive integer, got {interval}")
         return [(i + 1) % interval != 0 for i in range(layers)]

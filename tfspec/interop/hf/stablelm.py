@@ -16,9 +16,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, number, register, repeated_layer
+from tfspec.interop.hf.family import Rule, Source, flag, number, register, repeated_layer
 from tfspec.interop.hf.llama import Llama
-from tfspec.interop.hf.t5 import _flag
 
 PARTIAL_ROTARY = 0.25
 """StableLmConfig's partial_rotary_factor when a configuration leaves it out."""
@@ -44,20 +43,20 @@ class StableLm(Llama):
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.defaults | source.config, source.where
-        qkv = _flag(c, "use_qkv_bias", where, False)
+        qkv = flag(c, "use_qkv_bias", where, False)
         return super().spec_data(replace(source, config=c)) | {
             "norm_type": "layer", "norm_eps": number(c, "layer_norm_eps", where, float, 1e-5),
             "dropout": number(c, "hidden_dropout", where, float, 0.0),
             "biases": {"q": qkv, "k": qkv, "v": qkv, "o": False, "ffn": False},
-            "residual": "parallel_shared_norm" if _flag(c, "use_parallel_residual", where, False) else "sequential"}
+            "residual": "parallel_shared_norm" if flag(c, "use_parallel_residual", where, False) else "sequential"}
 
     def _attention(self, c: dict, where: str):
-        if _flag(c, "qk_layernorm", where, False):
+        if flag(c, "qk_layernorm", where, False):
             return {"kind": "causal_self_attention", "qk_norm": "per_head"}
         return "causal_self_attention"
 
     def _rotary(self, c: dict, where: str) -> dict:
-        return super()._rotary(with_rotated_share(c, PARTIAL_ROTARY), where)
+        return super()._rotary(with_rotated_share(c, PARTIAL_ROTARY, where), where)
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Llama's (with the norms' shifts), less the second norm of parallel layers; per-head
@@ -83,7 +82,7 @@ class StableLm(Llama):
                          "qk_layernorm": repeated_layer(spec, "decoder")[0].qk_norm == "per_head"}
 
 
-def with_rotated_share(c: dict, default: float) -> dict:
+def with_rotated_share(c: dict, default: float, where: str) -> dict:
     """``c`` with the rotated share where Llama's rotary settings read it: the fraction from the
     rotary settings (``rope_parameters``, or ``rope_scaling`` which replaces it), else from the
     top-level ``partial_rotary_factor`` (transformers 4 files), else ``default`` (StableLM's
@@ -92,7 +91,7 @@ def with_rotated_share(c: dict, default: float) -> dict:
     rope = c.get(key) or {}
     if not isinstance(rope, dict):  # Llama's to refuse
         return c
-    return c | {key: {"partial_rotary_factor": c.get("partial_rotary_factor", default), **rope}}
+    return c | {key: {"partial_rotary_factor": number(c, "partial_rotary_factor", where, float, default), **rope}}
 
 
 def with_shifts(rules: list[Rule]) -> list[Rule]:

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.family import Rule, Source, flag, number, register
 from tfspec.interop.hf.llama import Mistral
 from tfspec.interop.hf.stablelm import with_shifts
-from tfspec.interop.hf.t5 import _flag
 
 
 @register
@@ -48,7 +47,7 @@ class Starcoder2(Mistral):
         c |= {key: ending for key in ("bos_token_id", "eos_token_id") if isinstance(c[key], int) and c[key] >= size}
         return super().spec_data(replace(source, config=c)) | {
             "gated": False, "norm_type": "layer", "norm_eps": number(c, "norm_epsilon", where, float, 1e-5),
-            "dropout": number(c, "residual_dropout", where, float, 0.0), "bias": _flag(c, "use_bias", where, True),
+            "dropout": number(c, "residual_dropout", where, float, 0.0), "bias": flag(c, "use_bias", where, True),
             "biases": None}
 
     def rules(self, spec, architecture: str) -> list[Rule]:

@@ -23,8 +23,8 @@ from dataclasses import replace
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, number,
-                                     register, repeated_layer)
+from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, flag, number,
+                                      register, repeated_layer)
 
 ATTENTION = 1.0
 """T5's attention scale: q·k unscaled, the 1 / sqrt(d_k) folded into the initialisation."""
@@ -69,8 +69,8 @@ class T5(Family):
     def _output(self, source: Source, d_model: int) -> dict:
         """tie_embeddings and output_scale, read as the module docstring says."""
         c, where = source.config, source.where
-        scaled = _flag(c, "scale_decoder_outputs", where, _flag(c, "tie_word_embeddings", where, True))
-        untied = (not _flag(c, "tie_word_embeddings", where, True)
+        scaled = flag(c, "scale_decoder_outputs", where, flag(c, "tie_word_embeddings", where, True))
+        untied = (not flag(c, "tie_word_embeddings", where, True)
                   or (not scaled and source.names is not None and "lm_head.weight" in source.names))
         return {"tie_embeddings": "inputs" if untied else "all", "output_scale": d_model ** -0.5 if scaled else 1.0}
 
@@ -175,13 +175,6 @@ def _feed_forward(c: dict, where: str) -> tuple[str, bool]:
         raise TfspecError(f"{where}: feed_forward_proj: {_show(value)} is not supported; tfspec computes "
                           f"{', '.join(ACTIVATIONS)} and gated-<each of them>")
     return ACTIVATIONS[name], gated
-
-
-def _flag(c: dict, key: str, where: str, default: bool) -> bool:
-    value = c.get(key, default)
-    if not isinstance(value, bool):
-        raise TfspecError(f"{where}: {key} must be true or false, got {_show(value)}")
-    return value
 
 
 def _vocab(source: Source) -> dict:

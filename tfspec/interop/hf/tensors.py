@@ -28,8 +28,22 @@ from tfspec.untrusted import parse_json
 
 DTYPES = {"F64": np.dtype("<f8"), "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
           "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
-          "U8": np.dtype("u1"), "BOOL": np.dtype("?")}
-"""safetensors dtype codes -> how their bytes are laid out (bfloat16: the upper half of a float32)."""
+          "U8": np.dtype("u1"), "BOOL": np.dtype("?"), "F8_E4M3": np.dtype("u1")}
+"""safetensors dtype codes -> how their bytes are laid out (bfloat16: the upper half of a float32;
+float8 e4m3fn: one byte, looked up in ``E4M3``)."""
+
+
+def _e4m3_values() -> np.ndarray:
+    """float8 e4m3fn's 256 codes as float32 (OCP FP8: a sign, 4 exponent bits biased by 7, 3 mantissa
+    bits, subnormals at exponent 0; no infinities, S.1111.111 the NaN), every one exact."""
+    code = np.arange(256)
+    exponent, mantissa = (code >> 3) & 0xF, code & 7
+    magnitude = np.where(exponent == 0, mantissa * 2.0 ** -9, (8 + mantissa) * 2.0 ** (exponent - 10))
+    magnitude[(code & 0x7F) == 0x7F] = np.nan
+    return np.where(code >> 7, -magnitude, magnitude).astype(np.float32)
+
+
+E4M3 = _e4m3_values()
 MAX_HEADER = 100 << 20
 """safetensors' own limit on the JSON header."""
 
@@ -84,11 +98,13 @@ def _entry(path: Path, name: str, info, data: int, base: int) -> Entry:
 
 
 def read_tensor(entry: Entry) -> np.ndarray:
-    """The tensor as float32 (floating types) or its own integer type."""
+    """The tensor as float32 (floating types, float8 too) or its own integer type."""
     raw = np.memmap(entry.file, dtype=DTYPES[entry.dtype], mode="r", offset=entry.start,
                     shape=entry.shape) if entry.end > entry.start else np.zeros(entry.shape, DTYPES[entry.dtype])
     if entry.dtype == "BF16":
         return (raw.astype(np.uint32) << 16).view(np.float32)
+    if entry.dtype == "F8_E4M3":
+        return E4M3[raw]
     return np.array(raw, dtype=np.float32 if entry.dtype.startswith("F") else raw.dtype)
 
 
