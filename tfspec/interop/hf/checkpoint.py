@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,8 +47,8 @@ class Checkpoint:
     files: list[Path] = field(default_factory=list)
     """Weight files, empty for a configuration alone."""
     tensors: dict[str, Entry | np.ndarray] = field(default_factory=dict)
-    """Tensor name -> where it is (safetensors) or its value (pickled files, read whole), or an
-    MXFP4 tensor's blocks and scales (``mxfp4.Packed``, once ``mxfp4.unpacked``)."""
+    """Tensor name -> where it is (safetensors) or its value (pickled files, read whole), or a
+    quantized tensor's parts (``mxfp4.Packed``, ``fp8.Scaled``: ``quantized.dequantized``)."""
     origin: dict[str, Path] = field(default_factory=dict)
     """Tensor name -> the file holding it."""
 
@@ -63,7 +64,7 @@ class Checkpoint:
         t = self.tensors[name]
         if isinstance(t, np.ndarray):
             return t
-        return read_tensor(t) if isinstance(t, Entry) else t.read()  # else MXFP4, dequantized (mxfp4.Packed)
+        return read_tensor(t) if isinstance(t, Entry) else t.read()  # else quantized, read dequantized
 
     def where(self, name: str) -> str:
         return str(self.origin.get(name, self.directory))
@@ -78,14 +79,14 @@ def open_checkpoint(directory: str | Path) -> Checkpoint:
         raise TfspecError(f"{directory}: no such checkpoint directory")
     checkpoint = Checkpoint(directory, read_config(directory / CONFIG))
     for single, index in WEIGHT_FILES:
-        if (directory / index).is_file():
+        if _present(directory / index):
             checkpoint.files = _shards(directory / index)
-        elif (directory / single).is_file():
+        elif _present(directory / single):
             checkpoint.files = [directory / single]
         else:
             continue
         for path in checkpoint.files:
-            tensors = read_header(path)[0] if path.suffix == ".safetensors" else read_pickled(path)
+            tensors = _read_tensors(path)
             for name in tensors.keys() & checkpoint.tensors.keys():
                 raise TfspecError(f"{path}: tensor {name!r} is also in {checkpoint.origin[name].name}")
             checkpoint.tensors |= tensors
@@ -94,6 +95,30 @@ def open_checkpoint(directory: str | Path) -> Checkpoint:
             _check_index(directory / index, checkpoint)
         break
     return checkpoint
+
+
+def _present(path: Path) -> bool:
+    """Whether the weights file ``path`` is there: False where nothing has its name, an error where
+    something has it but is no file to read (a directory, a dangling link, a loop of links): a
+    checkpoint whose weights cannot be read must not import as a configuration alone."""
+    if not os.path.lexists(path):
+        return False
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise TfspecError(f"{path}: not a readable weights file ({e.strerror or e})") from None
+    if not stat.S_ISREG(mode):
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise TfspecError(f"{path}: not a readable weights file ({kind})")
+    return True
+
+
+def _read_tensors(path: Path) -> dict:
+    """The tensors of one weights file (safetensors entries, or a pickle's arrays)."""
+    try:
+        return read_header(path)[0] if path.suffix == ".safetensors" else read_pickled(path)
+    except OSError as e:  # permissions, or a file gone since it was found
+        raise TfspecError(f"{path}: not a readable weights file ({e.strerror or e})") from None
 
 
 def read_config(path: Path) -> dict:
@@ -126,7 +151,7 @@ def _read_index(path: Path) -> dict[str, str]:
 def _shards(index: Path) -> list[Path]:
     files = [index.parent / name for name in sorted(set(_read_index(index).values()))]
     for path in files:
-        if not path.is_file():
+        if not _present(path):
             raise TfspecError(f"{path}: missing shard named in {index.name}")
     return files
 
