@@ -118,11 +118,14 @@ def _yarn(frequencies: np.ndarray, base: float, scaling: Mapping[str, Any]) -> n
 def _llama3(frequencies: np.ndarray, scaling: Mapping[str, Any]) -> np.ndarray:
     """Llama 3.1's rule (transformers' ``_compute_llama3_parameters``): wavelengths longer than
     L / low_freq_factor divided by ``factor``, shorter than L / high_freq_factor kept, those
-    between interpolated by how many times they fit into the original context L."""
+    between interpolated by how many times they fit into the original context L. Equal factors
+    leave no wavelength between (the quotient, 0 / 0 at the one wavelength L / low, is transformers'
+    too, and picked there only)."""
     factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
     context = scaling["original_max_position_embeddings"]
     wavelength = 2 * math.pi / frequencies
-    smooth = (context / wavelength - low) / (high - low)
-    between = (1 - smooth) * frequencies / factor + smooth * frequencies
+    with np.errstate(divide="ignore", invalid="ignore"):
+        smooth = (context / wavelength - low) / (high - low)
+        between = (1 - smooth) * frequencies / factor + smooth * frequencies
     return np.where(wavelength > context / low, frequencies / factor,
                     np.where(wavelength < context / high, frequencies, between))

@@ -21,7 +21,9 @@ class Llama3Scaling(SpecModel):
     wavelengths longer than original_max_position_embeddings / low_freq_factor are stretched by
     ``factor``, those shorter than original_max_position_embeddings / high_freq_factor kept,
     and those between interpolated smoothly, so a model trained on short contexts reads long
-    ones. Field names are transformers' ``rope_scaling`` keys, here and in the other rules."""
+    ones. Field names are transformers' ``rope_scaling`` keys, here and in the other rules. Equal
+    factors leave no band between (Llama-4-Scout-17B-16E-Instruct's 1 and 1): each wavelength is
+    stretched or kept, as transformers computes it."""
 
     depends_on_length: ClassVar[bool] = False
     """Fixed frequencies, whatever a call's length (``Positional.depends_on_length``)."""
@@ -38,8 +40,8 @@ class Llama3Scaling(SpecModel):
 
     @model_validator(mode="after")
     def _band(self) -> Llama3Scaling:
-        if self.high_freq_factor <= self.low_freq_factor:
-            raise field_error("high_freq_factor", f"high_freq_factor ({self.high_freq_factor}) must exceed "
+        if self.high_freq_factor < self.low_freq_factor:
+            raise field_error("high_freq_factor", f"high_freq_factor ({self.high_freq_factor}) must be at least "
                               f"low_freq_factor ({self.low_freq_factor}): wavelengths between the two bounds are "
                               "interpolated; raise high_freq_factor")
         return self
