@@ -1,12 +1,16 @@
 """config.json files as their repositories publish them: the fields transformers reads past.
 
-DeepSeek-V3's, DeepSeek-V2-Lite's and phi-2's files carry ``auto_map`` (pointers to the
-repositories' own code, which transformers does not run for a model type it has a class of);
-gpt-j-6b's carries ``rotary`` and ``scale_attn_weights``, and DeepSeek's the fields of their own
-code (``aux_loss_alpha``, ``seq_aux``, ``ep_size``, ``scoring_func``, ``moe_layer_freq``), none of
-which transformers' classes read. Each file imports at transformers' own count (its class built
-from the same file on the meta device); at tiny sizes each field leaves transformers' logits as
-they are, and tfspec's equal them. A value transformers would not compute stays refused by name.
+DeepSeek-V3's, DeepSeek-V2-Lite's, phi-2's, Nemotron-H-56B-Base-8K's and Phi-mini-MoE-instruct's
+files carry ``auto_map`` (pointers to the repositories' own code, which transformers does not run
+for a model type it has a class of: Phi-mini-MoE's ``PhiMoEForCausalLM`` is its
+``PhimoeForCausalLM``); gpt-j-6b's carries ``rotary`` and ``scale_attn_weights``, DeepSeek's the
+fields of their own code (``aux_loss_alpha``, ``seq_aux``, ``ep_size``, ``scoring_func``,
+``moe_layer_freq``) and V3's its fp8 ``quantization_config``, Nemotron-H's ``attention_head_dim``,
+none of which transformers' classes read. Each file imports at transformers' own count (the class
+its AutoModelForCausalLM picks by model type, built from the same file on the meta device;
+Llama-4-Scout-17B-16E-Instruct's text model, whose llama3 rope scaling has equal low and high
+frequency factors); at tiny sizes each field leaves transformers' logits as they are, and tfspec's
+equal them. A value transformers would not compute stays refused by name.
 """
 
 from __future__ import annotations
@@ -23,31 +27,43 @@ from tfspec.interop.hf.family import COMMON_IGNORED
 transformers = pytest.importorskip("transformers")
 
 FIXTURES = Path(__file__).parent / "fixtures/hf"
-QUANTIZED = "quantization_config"
-"""DeepSeek-V3's file describes its fp8 weights: refused (below), so the count reads the file without it."""
 
 
 def published(name: str) -> dict:
     return json.loads((FIXTURES / name / "config.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["DeepSeek-V3", "DeepSeek-V2-Lite", "phi-2", "gpt-j-6b"])
-def test_published_config_imports_at_transformers_count(name, cli, tmp_path):
-    config = {k: v for k, v in published(name).items() if k != QUANTIZED}
-    (tmp_path / name).mkdir()
-    (tmp_path / name / "config.json").write_text(json.dumps(config))
-    code, _, err = cli("import", tmp_path / name, "-o", tmp_path / "ours", "--quiet", "--verbose")
+def imported_count(cli, name: str, tmp_path) -> int:
+    """The count ``tfspec report`` gives as transformers' for the published file ``name``, imported."""
+    code, _, err = cli("import", FIXTURES / name, "-o", tmp_path / "ours", "--quiet", "--verbose")
     assert code == 0, err
-    assert ("auto_map" in config) == ("ignored: auto_map: " in err), err
-    theirs = transformers_count(transformers.AutoConfig.from_pretrained(tmp_path / name), config["architectures"][0])
+    assert ("auto_map" in published(name)) == ("ignored: auto_map: " in err), err
     code, out, err = cli("report", tmp_path / "ours", "--format", "json")
     assert code == 0, err
     params = json.loads(out)["params"]
-    assert params.get("transformers", params)["total"] == theirs
+    return params.get("transformers", params)["total"]
 
 
-def test_quantized_weights_are_refused_by_name(cli, tmp_path):
-    assert_config_refused(cli, tmp_path, published("DeepSeek-V3"), "quantization_config: ")
+@pytest.mark.parametrize("name", ["DeepSeek-V3", "DeepSeek-V2-Lite", "phi-2", "gpt-j-6b", "Nemotron-H-56B-Base-8K",
+                                  "Phi-mini-MoE-instruct"])
+def test_published_config_imports_at_transformers_count(name, cli, tmp_path):
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[published(name)["model_type"]]  # by model type, as transformers
+    theirs = transformers_count(transformers.AutoConfig.from_pretrained(FIXTURES / name), architecture)
+    assert imported_count(cli, name, tmp_path) == theirs
+
+
+def test_published_llama4_instruct_config_imports_at_its_text_models_count(cli, tmp_path):
+    """Llama-4-Scout-17B-16E-Instruct: its text model as transformers 5 builds it (its strict
+    Llama4TextConfig takes the published integer attn_temperature_tuning, 4, by its truth, as the
+    modeling code reads it, and has no for_llm_compressor)."""
+    text = published("Llama-4-Scout-17B-16E-Instruct")["text_config"]
+    assert text["rope_scaling"]["low_freq_factor"] == text["rope_scaling"]["high_freq_factor"]
+    fields = {k: v for k, v in text.items() if k != "for_llm_compressor"}
+    fields["attn_temperature_tuning"] = bool(text["attn_temperature_tuning"])
+    theirs = transformers_count(transformers.Llama4TextConfig(**fields), "Llama4ForCausalLM")
+    assert imported_count(cli, "Llama-4-Scout-17B-16E-Instruct", tmp_path) == theirs
 
 
 DEEPSEEK = dict(vocab_size=90, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
@@ -103,7 +119,7 @@ REFUSED = {  # the field set to a value transformers' class would not compute: (
 @pytest.mark.parametrize("case", REFUSED)
 def test_a_value_transformers_would_not_compute_is_refused_by_name(case, cli, tmp_path):
     name, key, value = REFUSED[case]
-    config = {k: v for k, v in published(name).items() if k != QUANTIZED} | {key: value}
+    config = published(name) | {key: value}
     assert_config_refused(cli, tmp_path, config, f"{key}: {json.dumps(value)} is not supported")
 
 
