@@ -27,7 +27,8 @@ class Builder:
     def __init__(self, name: str, opset: int, dtype: str, weights: dict[str, np.ndarray], quant=None, sink=None):
         self.name, self.opset, self.dtype = name, opset, dtype
         self.quant = quant
-        """``int4.Int4``: projections as MatMulNBits and quantised tables; None: float weights."""
+        """``int4.Int4`` (projections as MatMulNBits, quantised tables) or ``int8.Int8`` (every
+        constant-weight product int8); None: float weights."""
         self.sink = sink
         """``external.ExternalData``: initializers written to one data file as they are made
         (the proto holds references only); None: initializers held in the proto."""
@@ -104,9 +105,7 @@ class Builder:
     def gather(self, table: str, ids: str) -> str:
         """Rows ``ids`` of the embedding ``table`` (quantised with ``quant``)."""
         if self.quant is not None and len(self.shape(table)) == 2:
-            from .int4 import gather
-
-            return gather(self, table, ids)
+            return self.quant.gather(self, table, ids)
         return self.op("Gather", self.param(table), ids)
 
     def input(self, name: str, shape, elem_type=None) -> str:
@@ -154,17 +153,26 @@ class Builder:
         """x W^T + b with W in PyTorch's (out, in) layout, as a 2-D Gemm with transB: about
         1.5x faster decoding in onnxruntime's CPU kernels than MatMul on a transposed weight.
         A flat ``x`` gives a flat result; a (B, L, in) one is reshaped in and out. With
-        ``quant``, MatMulNBits (``int4``), at the tables' bits for the output projection (``table``)."""
+        ``quant``, MatMulNBits (``int4``), at the tables' bits for the output projection (``table``),
+        or int8 (``gemm``)."""
         out, features = self.shape(weight)
-        if self.quant is not None:
-            from .int4 import matmul_nbits
-
-            y = matmul_nbits(self, self.rows(x, features), weight, bias, table)
+        if self.quant is not None and not self.quant.every_product:
+            y = self.quant.linear(self, self.rows(x, features), weight, bias, table)
         else:
-            y = self.op("Gemm", self.rows(x, features), self.param(weight), self.param(bias) if bias else None,
-                        transB=1)
+            y = self.gemm(self.rows(x, features), weight, self.param(bias) if bias else None)
         self.flat.add(y)
         return y if x in self.flat else self.sequence(y, out)
+
+    def gemm(self, x: str, weight: str, bias: str | None = None, make=None, transposed: bool = True) -> str:
+        """x (rows, K) times a constant matrix plus the value ``bias``: one Gemm. The matrix is
+        initializer ``weight``, holding ``make()`` (default: the IR parameter ``weight``), in
+        PyTorch's (out, in) layout when ``transposed``, else (in, out). A ``quant`` that quantises
+        ``every_product`` (``int8``) emits its own nodes, the weight quantised as it is read."""
+        make = make or (lambda: self.weights[weight])
+        if self.quant is not None and self.quant.every_product:
+            return self.quant.gemm(self, x, weight, make, bias, transposed)
+        matrix = self.stored(weight, lambda: make().astype(self.np_dtype, copy=False))
+        return self.op("Gemm", x, matrix, bias, transB=1 if transposed else None)
 
     def rows(self, x: str, features: int) -> str:
         """The (B * L, features) view of ``x`` (``x`` itself when already flat)."""

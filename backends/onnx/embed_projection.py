@@ -15,6 +15,6 @@ def embed_projection(e, node: Node, x: str) -> str:
     if not node.attrs.get("transpose"):
         return b.linear(x, p["weight"], p.get("bias"))
     d, width = b.weights[p["weight"]].shape
-    y = b.op("Gemm", b.rows(x, d), b.param(p["weight"]))
+    y = b.gemm(b.rows(x, d), p["weight"], transposed=False)
     b.flat.add(y)
     return y if x in b.flat else b.sequence(y, width)

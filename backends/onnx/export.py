@@ -11,7 +11,6 @@ target and moved in last, manifest last of all, so an interrupted export leaves 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -35,6 +34,7 @@ from .fused import FUSED_KINDS, fuse
 from .generator import check_generate, differences
 from .graphs import emit
 from .inplace import NotInPlace
+from .int8 import Int8
 from .shortlist import check_shortlist
 from .runtime import FORMAT, MANIFEST, OnnxModel
 
@@ -99,23 +99,15 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                           "maps source tokens to target candidates")
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
-    metadata = lambda kind: graph_metadata(manifest, kind)  # noqa: E731
     try:
         kinds = graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else [])
         for kind in kinds + (["decoder_inplace"] if fused and "decoder" in kinds else []):
             try:
-                proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=metadata(kind))
+                write_graph(graph, kind, weights, staging, manifest, fused)
             except NotInPlace as e:  # the standard step graph serves it
                 manifest["in_place_cache"] = result.in_place_cache = f"not written: {e}"
-                continue
-            if fused and kind in FUSED_KINDS:
-                manifest.setdefault("fused", {})[kind] = dict(fuse(proto, one_length=kind != "model"))
-            path = staging / f"{kind}.onnx"
-            save_graph(proto, path)
-            onnx.checker.check_model(str(path), full_check=True)
-            manifest["graphs"][kind] = path.name
         if generate:
-            manifest["graphs"]["generate"] = write_generate(staging, manifest, metadata("generate"))
+            manifest["graphs"]["generate"] = write_generate(staging, manifest, graph_metadata(manifest, "generate"))
         if shortlist:
             save_shortlist(shortlist, staging / SHORTLIST)
             manifest["shortlist"] = {"file": SHORTLIST, **shortlist.meta}
@@ -131,7 +123,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
                                   for c in result.checks]
             write_manifest(staging, manifest)
         if int8:
-            manifest["int8"] = result.int8 = quantize(staging, manifest, metadata("generate"))
+            manifest["int8"] = result.int8 = quantize(graph, weights, staging, manifest, fused)
             write_manifest(staging, manifest)
         result.files = publish(staging, directory, MANIFEST)
     finally:
@@ -153,6 +145,20 @@ def graph_metadata(manifest: dict, kind: str) -> dict[str, str]:
             "tfspec.vocab": json.dumps(manifest["vocab"])}
 
 
+def write_graph(graph, kind: str, weights, directory: Path, manifest: dict, fused: bool, quant=None) -> None:
+    """Emit graph ``kind`` (rewritten with onnxruntime's fused operators where ``fused`` and
+    ``FUSED_KINDS`` say), save it into ``directory``, check it and list it in ``manifest``."""
+    proto = emit(graph, kind, weights, opset=manifest["opset"], dtype=manifest["dtype"],
+                 metadata=graph_metadata(manifest, kind), quant=quant)
+    if fused and kind in FUSED_KINDS:
+        manifest.setdefault("fused", {})[kind] = dict(fuse(proto, one_length=kind != "model"))
+    path = directory / f"{kind}.onnx"
+    save_graph(proto, path)
+    del proto  # the checker reads the file
+    onnx.checker.check_model(str(path), full_check=True)
+    manifest["graphs"][kind] = path.name
+
+
 def write_generate(directory: Path, manifest: dict, metadata: dict[str, str]) -> str:
     """Compose generate.onnx from the directory's encoder and step graphs (float or quantised),
     check it with onnx.checker and return its file name."""
@@ -168,42 +174,30 @@ def write_generate(directory: Path, manifest: dict, metadata: dict[str, str]) ->
     return path.name
 
 
-def quantize(directory: Path, manifest: dict, generate_metadata: dict[str, str] | None = None) -> dict:
-    """Replace the directory's float32 graphs by int8 ones: dynamic quantisation of every
-    constant-weight MatMul and Gemm, per output channel (activations are quantised at run time;
-    norms, softmax and the rest stay float32). Weights use 7 of the 8 bits (``reduce_range``):
-    on x86 CPUs without VNNI onnxruntime's u8 x s8 kernels add pairs of products in 16 bits,
-    and full-range weights overflow them (logits off by 1.6 on a model whose logits reach 4,
-    against 0.08 with the reduced range, equally fast). generate.onnx is composed again from
-    the quantised encoder and step graphs, so that it computes what they compute (quantising it
-    whole left the matrix products of its Loop body, whose weights it read from the outer graph,
-    in float32), and compared with the Python search over them. Returns how greedy decoding compares with the float32 graphs on the parity
-    inputs, and generate.onnx with the Python search, as recorded in the manifest."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
+def quantize(graph, weights, directory: Path, manifest: dict, fused: bool) -> dict:
+    """Replace the directory's float32 graphs by int8 ones (``int8``: every constant-weight
+    matrix product, per output channel; activations quantised at run time; norms, softmax and
+    the rest float32), emitted again from ``weights`` with each weight quantised as it is read.
+    generate.onnx is composed again from the quantised encoder and step graphs, so that it
+    computes what they compute, and compared with the Python search over them. Returns how
+    greedy decoding compares with the float32 graphs on the parity inputs, and generate.onnx
+    with the Python search, as recorded in the manifest."""
     staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=directory))
     try:
-        logging.disable(logging.WARNING)  # quantize_dynamic advises pre-processing: shapes are already known
-        try:
-            for kind, file in manifest["graphs"].items():
-                if kind == "generate":
-                    continue
-                quantize_dynamic(directory / file, staging / file, weight_type=QuantType.QInt8, per_channel=True,
-                                 reduce_range=True, op_types_to_quantize=["MatMul", "Gemm"],  # not opset 23's Attention
-                                 use_external_data_format=(directory / f"{file}.data").exists(),
-                                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})  # past --fused's ops
-        finally:
-            logging.disable(logging.NOTSET)
+        for kind in [k for k in manifest["graphs"] if k != "generate"]:
+            write_graph(graph, kind, weights, staging, manifest, fused, Int8())
         shutil.copy(directory / MANIFEST, staging / MANIFEST)
         if "generate" in manifest["graphs"]:
-            write_generate(staging, manifest, generate_metadata)
-        record = {"weights": "int8 (7-bit range), per output channel", "ops": ["MatMul", "Gemm"]}
+            write_generate(staging, manifest, graph_metadata(manifest, "generate"))
+        record = {"weights": Int8().describe(), "ops": ["MatMul", "Gemm"]}
         if "decoder" in manifest["graphs"]:
             record |= agreement(OnnxModel(directory, device="cpu"), OnnxModel(staging, device="cpu"))
         if "generate" in manifest["graphs"]:  # recorded, as int8 agreement is: float32 parity decides
             found = differences(OnnxModel(staging, device="cpu")).values()
             record["generate_sentences"] = sum(n for _, n in found)
             record["generate_sentences_equal"] = record["generate_sentences"] - sum(d for d, _ in found)
+        for file in manifest["graphs"].values():  # a float32 graph's weight file the int8 one may not have
+            (directory / f"{file}.data").unlink(missing_ok=True)
         for path in staging.iterdir():  # the graphs and any external weight files
             if path.name != MANIFEST:
                 os.replace(path, directory / path.name)

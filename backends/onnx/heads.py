@@ -33,5 +33,5 @@ def classifier(e, node: Node, x: str) -> str:
     """logits = x W^T + b, for one vector per sequence (B, d) or one per position (B, S, d)."""
     p = node.params
     if len(node.shape) == 2:
-        return e.b.op("Gemm", x, e.b.param(p["weight"]), e.b.param(p["bias"]), transB=1)
+        return e.b.gemm(x, p["weight"], e.b.param(p["bias"]))
     return e.b.linear(x, p["weight"], p["bias"])

@@ -39,10 +39,19 @@ class Int4:
     channel_scales: dict[str, np.ndarray] = field(default_factory=dict, hash=False)
     """Projection weight name -> its (K,) activation-aware scales (``awq``); empty: round to nearest."""
 
+    every_product = False
+    """``Builder.gemm`` asks: the projections only (``linear``); other products stay float."""
+
     def describe(self) -> str:
         how = "activation-aware scales" if self.channel_scales else "round to nearest"
         return (f"int4 MatMulNBits, block {self.block}, {'symmetric' if self.symmetric else 'zero points'}, "
                 f"{how}; embeddings and output projection int{self.tables}")
+
+    def linear(self, b, x: str, weight: str, bias: str | None, table: bool = False) -> str:
+        return matmul_nbits(b, x, weight, bias, table)
+
+    def gather(self, b, table: str, ids: str) -> str:
+        return gather(b, table, ids)
 
 
 def quantize(w: np.ndarray, bits: int, block: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -102,8 +111,8 @@ def matmul_nbits(b, x: str, weight: str, bias: str | None, table: bool = False) 
 def blocks(b, weight: str, bits: int, symmetric: bool, scales: np.ndarray | None = None) -> list[str]:
     """The initializers of ``weight`` quantised in blocks: data, scales and (not ``symmetric``)
     zero points, computed together on first use and written once per export."""
-    part = _once(lambda: quantize(b.weights[weight] if scales is None else b.weights[weight] * scales, bits,
-                                  b.quant.block, symmetric))
+    part = once(lambda: quantize(b.weights[weight] if scales is None else b.weights[weight] * scales, bits,
+                                 b.quant.block, symmetric))
     name = f"{weight}.q{bits}b{b.quant.block}{'' if symmetric else 'z'}{'' if scales is None else 'a'}"
     names = [b.stored(name, lambda: part()[0]), b.stored(name + ".scales", lambda: part()[1].astype(b.np_dtype))]
     return names + ([] if symmetric else [b.stored(name + ".zero_points", lambda: part()[2])])
@@ -128,7 +137,7 @@ def gather(b, table: str, ids: str) -> str:
     return flat if d % q.block == 0 else b.op("Slice", flat, b.ints(0), b.ints(d), b.ints(-1))
 
 
-def _once(make):
+def once(make):
     """``make`` called on first use only: a weight's quantised parts are computed together
     when the first of them is written, and not at all when every part is already stored."""
     memo = []

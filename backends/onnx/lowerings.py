@@ -69,7 +69,7 @@ def pooler(e, node: Node, x: str) -> str:
     """tanh(x_1 W^T + b) of the first position: (B, L, d) -> (B, d)."""
     b, p = e.b, node.params
     first = b.op("Gather", x, b.const(np.int64(0)), axis=1)
-    return b.op("Tanh", b.op("Gemm", first, b.param(p["w_pool"]), b.param(p["b_pool"]), transB=1))
+    return b.op("Tanh", b.gemm(first, p["w_pool"], b.param(p["b_pool"])))
 
 
 @lowering("timestep")
@@ -127,7 +127,7 @@ def dense(e, node: Node, x: str) -> str:
     """act(x W^T + b) on each position, or on one vector per sequence (B, d) (a task head's transform)."""
     b, p = e.b, node.params
     if len(node.shape) == 2:
-        y = b.op("Gemm", x, b.param(p["weight"]), b.param(p["bias"]) if "bias" in p else None, transB=1)
+        y = b.gemm(x, p["weight"], b.param(p["bias"]) if "bias" in p else None)
     else:
         y = b.linear(x, p["weight"], p.get("bias"))
     return activation(b, y, node.attrs["activation"])

@@ -34,17 +34,16 @@ def moe(e, node: Node, x: str) -> str:
         weight = b.op("ReduceSum", b.op("Mul", b.op("GatherND", top, index),
                                         b.op("Cast", b.op("GatherND", hit, index), to=b.elem_type)), b.ints(1),
                       keepdims=1)  # (M, 1): its router weight in each row
-        weights = [b.const(b.weights[p[role]][expert]) if p.get(role) else None
-                   for role in ("w_1", "w_3", "w_2", "b_1", "b_2", "b_3")]
+        biases = [b.const(b.weights[p[role]][expert]) if p.get(role) else None for role in ("b_1", "b_2", "b_3")]
+        matrices = (p["w_1"], p.get("w_3"), p["w_2"])
         routed = b.op("GatherND", flat, index)  # (M, d)
         if a.get("input_weighted"):  # Llama 4: expert(p x)
-            out = _ffn(b, a, b.op("Mul", routed, weight), *weights, routed=True)
+            out = _ffn(b, a, b.op("Mul", routed, weight), *matrices, *biases, expert=expert)
         else:
-            out = b.op("Mul", _ffn(b, a, routed, *weights, routed=True), weight)
+            out = b.op("Mul", _ffn(b, a, routed, *matrices, *biases, expert=expert), weight)
         y = b.op("ScatterND", y, index, out, reduction="add")
     if "w_shared_1" in p:
-        shared = _ffn(b, a, flat, *(b.param(p[r]) if r in p else None for r in ("w_shared_1", "w_shared_3",
-                                                                                "w_shared_2")))
+        shared = _ffn(b, a, flat, *(p.get(r) for r in ("w_shared_1", "w_shared_3", "w_shared_2")))
         if "w_shared_gate" in p:  # Qwen2-MoE: sigmoid(x w_gate) scales it
             shared = b.op("Mul", b.op("Sigmoid", b.linear(flat, p["w_shared_gate"])), shared)
         y = b.op("Add", y, shared)
@@ -124,11 +123,16 @@ def _f32(b, value: float) -> str:
 
 
 def _ffn(b, a: dict, x: str, w_1: str, w_3: str | None, w_2: str, b_1: str | None = None,
-         b_2: str | None = None, b_3: str | None = None, routed: bool = False) -> str:
-    """act(x W1 + b1) (* (x W3 + b3) when gated), then W2 (+ b2); weights in PyTorch's (out, in)
-    layout; a routed expert's branches clamped and shifted as the PyTorch backend's ``_ffn``."""
+         b_2: str | None = None, b_3: str | None = None, expert: int | None = None) -> str:
+    """act(x W1 + b1) (* (x W3 + b3) when gated), then W2 (+ b2): ``w_*`` the IR parameters, in
+    PyTorch's (out, in) layout, or with ``expert`` that routed expert's matrices of them (then
+    clamped and shifted as the PyTorch backend's ``_ffn``); ``b_*`` the biases' graph values."""
+    routed = expert is not None
+
     def times(h, weight, bias=None):
-        return b.op("Gemm", h, weight, bias, transB=1)
+        if not routed:
+            return b.gemm(h, weight, bias)
+        return b.gemm(h, f"{weight}.{expert}", bias, make=lambda: b.weights[weight][expert])
     gate = times(x, w_1, b_1)
     if w_3 is None:
         return times(activation(b, gate, a["activation"]), w_2, b_2)

@@ -71,8 +71,11 @@ def choose_route(args, spec, quant) -> tuple[bool, object]:
         raise TfspecError(f"{args.weights or args.spec}: streaming reads a safetensors file with tfspec's "
                           f"parameter names (`tfspec import` writes one); these weights would be loaded whole "
                           f"(~{need.floating / GiB:.1f} GiB), more than the {free / GiB:.1f} GiB available")
-    if stream and (args.int8 or args.fused or args.shortlist is not None):
-        flag = "--int8" if args.int8 else "--fused" if args.fused else "--shortlist"
+    if stream and args.int8:
+        raise TfspecError("--int8 checks the float32 graphs against the float32 model before quantising, and a "
+                          "streamed export holds neither (--int4 quantises while streaming)")
+    if stream and (args.fused or args.shortlist is not None):
+        flag = "--fused" if args.fused else "--shortlist"
         raise TfspecError(f"{flag} rewrites graphs held whole in memory; a streamed export cannot (--int4 "
                           "quantises while streaming)")
     return stream, need

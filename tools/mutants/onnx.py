@@ -90,4 +90,7 @@ MUTANTS = [
          file="backends/onnx/export.py", old="same = sum(a == b for x, y in zip(ours, theirs) for a, b in zip(x, y))",
          new="same = sum(len(x) for x, y in zip(ours, theirs) if x == y)",
          tests=["tests/test_int8.py::test_export_int8"]),
+    dict(name="int8 weights in the full 8-bit range (quantize_dynamic's reduce_range dropped)",
+         file="backends/onnx/int8.py", old="RANGE = 64\n", new="RANGE = 127\n",
+         tests=["tests/test_int8_quantiser.py::test_int8_export_is_quantize_dynamic_of_the_float32_graphs[tiny]"]),
 ]
