@@ -37,6 +37,9 @@ DOMAIN = "com.microsoft"
 FUSED_KINDS = ("model", "encoder", "decoder", "decoder_shortlist", "decoder_inplace")
 """The graphs ``export --fused`` rewrites: not the static step graph (for CUDA graphs) nor
 generate.onnx (standard operators only, for every runtime)."""
+SMALL = 64
+"""Initializers of at most this many values are read as arrays (scales, axes, epsilons); the
+weights are known by name and shape only, so that rewriting copies none of them."""
 
 
 class Rewriter:
@@ -44,11 +47,13 @@ class Rewriter:
 
     def __init__(self, model: onnx.ModelProto):
         self.model, self.graph = model, model.graph
-        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True).graph
+        inferred = onnx.shape_inference.infer_shapes(_without_weights(model), data_prop=True).graph
         self.shapes = {v.name: [d.dim_value or d.dim_param or None for d in v.type.tensor_type.shape.dim]
                        for v in (*inferred.value_info, *inferred.input, *inferred.output)
                        if v.type.tensor_type.HasField("shape")}
-        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer}
+        self.initialized = {t.name for t in self.graph.initializer}
+        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer
+                          if np.prod(t.dims) <= SMALL}
         self.outputs = {o.name for o in self.graph.output}
         self._count = 0
         self.index()
@@ -97,6 +102,18 @@ class Rewriter:
     def each(self, op: str) -> list:
         """The ``op`` nodes now, by their first output (later rewrites replace the objects)."""
         return [n.output[0] for n in self.graph.node if n.op_type == op]
+
+
+def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with its large initializers as graph inputs of their type and shape, all that
+    shape inference reads of them: it copies the model it is given (a 103M-parameter model's
+    ``export --fused`` peaked 0.7 GB higher with the weights in that copy, and 20% slower)."""
+    g = model.graph
+    large = [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+             for t in g.initializer if np.prod(t.dims) > SMALL]
+    small = [t for t in g.initializer if np.prod(t.dims) <= SMALL]
+    graph = helper.make_graph(g.node, g.name, [*g.input, *large], g.output, small, value_info=g.value_info)
+    return helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
 
 
 def fuse(model: onnx.ModelProto, one_length: bool = False) -> Counter:
@@ -204,7 +221,7 @@ def _residual(r: Rewriter, add) -> bool:
     norms do not all do)."""
     a, b = (r.shapes.get(i) for i in add.input)
     return (bool(a) and bool(b) and len(a) == len(b) and len(a) in (2, 3) and isinstance(a[-1], int)
-            and a[-1] == b[-1] and not any(i in r.constants for i in add.input)
+            and a[-1] == b[-1] and not any(i in r.initialized for i in add.input)
             and not any(x != y and (isinstance(x, int) or isinstance(y, int)) for x, y in zip(a, b)))
 
 
@@ -221,7 +238,7 @@ def _rms_norm(r: Rewriter, mean):
     div = root and root.op_type == "Sqrt" and r.readers.get(root.output[0], [None])[0]
     gain = div and div.op_type == "Div" and div.input == [x, root.output[0]] and r.readers.get(div.output[0])
     eps = r.constants.get(plus.input[1])
-    if not gain or len(gain) != 1 or gain[0].op_type != "Mul" or gain[0].input[1] not in r.constants or eps is None \
+    if not gain or len(gain) != 1 or gain[0].op_type != "Mul" or gain[0].input[1] not in r.initialized or eps is None \
             or any(not r.private(n.output[0]) for n in (square, mean, plus, root, div)):
         return None
     return [square, mean, plus, root, div, gain[0]], x, [gain[0].input[1]], float(eps), gain[0].output[0]
