@@ -35,6 +35,13 @@ step reads in each engine's own files and the fraction of the bandwidth at batch
 With ``--experts``, transformers writes a MixtralForCausalLM instead; onnxruntime-genai's format
 carries no mixture of experts and CTranslate2's converter registers no Mixtral, so both sit out;
 the bytes a step reads count the chosen experts only (the active parameters' share).
+
+Needs, beyond the README's install: CTranslate2 (``pip install ctranslate2``, a benchmark-only
+dependency; not with ``--experts`` or ``--shape``); with ``--shape``, llama.cpp (its converter's
+source tree and a Python with llama-cpp-python: tools/to_gguf.py says where and how) and
+onnxruntime-genai's model builder with what it imports (``onnx-ir``: the dev and genai extras
+install it). Each is checked before anything is written (tools/needs.py): a missing one is an
+``error:`` line saying how to get it, exit status 2.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from bandwidth import cpu_name, fraction, weights_read_per_step
 from bench_decode import cpu_seconds
 from isolated import Job, interleave, with_bare
 from llm_engines import SHAPES
+from needs import imports, module, path, require
 from peer_bare import BARE_LIMIT, fastest_ct2, generate, invalid
 from tfspec import build_graph, load_spec
 from tfspec.analysis import analyze_params
@@ -144,6 +152,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="with --shape: a smoke run (2 layers, a 16,384-token vocabulary, 1 round, 16 "
                    "new tokens)")
     args = p.parse_args()
+    require(needs(args))
     if args.shape:
         return published(args)
     with tempfile.TemporaryDirectory(prefix="bench-generate-") as tmp:
@@ -179,6 +188,18 @@ def main() -> None:
           f"{steal / wall:.2f} cores; {cpu_name()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
           f"weights read per step {step_bytes / 1e6:.0f} MB")
     sys.exit(table(args, results, step_bytes, statistics.median(reads)))
+
+
+def needs(args) -> list[str | None]:
+    """What this run needs beyond the README's install (the module docstring), checked by ``require``."""
+    if args.shape:
+        from to_gguf import INSTALL, LLAMA_CPP_PYTHON, LLAMA_CPP_SOURCE
+
+        return [imports("onnxruntime_genai.models.builder", 'pip install -e ".[cpu,dev]" (or tfspec[genai]) '
+                        "installs onnx-ir, which onnxruntime-genai's model builder imports"),
+                path(LLAMA_CPP_SOURCE / "convert_hf_to_gguf.py", INSTALL),
+                imports("llama_cpp", INSTALL, python=LLAMA_CPP_PYTHON)]
+    return [] if args.experts else [module("ctranslate2", "pip install ctranslate2 (a benchmark-only dependency)")]
 
 
 def save_prompts(work: Path, vocab: int, width: int, prefill: int) -> tuple[dict, str]:

@@ -8,7 +8,8 @@ that directory, as a user would: `tfspec import` then `tfspec export --fused` (f
 `--int4`), llama.cpp's own converter and quantiser (tools/to_gguf.py), and
 `python -m onnxruntime_genai.models.builder -p int4 -e cpu`. Every engine is then timed in a
 fresh process of its own (tools/isolated.py): llama.cpp in the Python that has llama-cpp-python
-($LLAMA_CPP_PYTHON), which holds nothing of tfspec. This module imports no engine.
+($LLAMA_CPP_PYTHON), which holds nothing of tfspec. This module imports no engine; the bytes a
+llama.cpp step reads come from its GGUF reader, gguf (llama.cpp's gguf-py, in $LLAMA_CPP_SOURCE).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ means the table's conditions slowed the peer, and the table is invalid. ``timed`
 loop every engine's worker uses, so all get the same warm-up.
 
     python -I tools/peer_bare.py JOB     # JOB: {"function": ..., "engines": [...], "kwargs": {...}}
+
+Each function imports its peer only: ctranslate2 (``pip install ctranslate2``), transformers and
+onnxruntime_genai (the dev install), llama_cpp (llama-cpp-python, in the Python
+tools/to_gguf.py's ``INSTALL`` makes).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ of the checkpoint. Used by tools/bench_generate.py and the serving benchmark (ll
     python tools/to_gguf.py HF_DIR -o OUT_DIR [--types f32 q8_0 q4_0]   # OUT_DIR/model-<type>.gguf
 
 Where the tools are: $LLAMA_CPP_SOURCE (the vendored llama.cpp tree: convert_hf_to_gguf.py,
-gguf-py) and $LLAMA_CPP_PYTHON (a python with llama_cpp); defaults below.
+gguf-py) and $LLAMA_CPP_PYTHON (a python with llama_cpp); defaults below, made by ``INSTALL``.
 """
 
 from __future__ import annotations
@@ -28,6 +28,12 @@ from pathlib import Path
 LLAMA_CPP_SOURCE = Path(os.environ.get("LLAMA_CPP_SOURCE",
                                        "/work/llama-src/llama_cpp_python-0.3.36/vendor/llama.cpp"))
 LLAMA_CPP_PYTHON = os.environ.get("LLAMA_CPP_PYTHON", "/work/llama-venv/bin/python")
+INSTALL = ("python3 -m venv /work/llama-venv && CMAKE_ARGS=-DGGML_NATIVE=ON /work/llama-venv/bin/pip install "
+           "llama-cpp-python==0.3.36 (a compiler and cmake build it), and its source for the converter: pip download "
+           "--no-deps --no-binary :all: -d /work/llama-src llama-cpp-python==0.3.36 && tar -xzf "
+           "/work/llama-src/llama_cpp_python-0.3.36.tar.gz -C /work/llama-src (or set $LLAMA_CPP_PYTHON and "
+           "$LLAMA_CPP_SOURCE)")
+"""How to get llama.cpp as the defaults expect it (BENCHMARKS.md: built here, ``GGML_NATIVE``)."""
 CONVERTED = ("f32", "f16", "bf16", "q8_0")
 """Types llama.cpp's converter writes itself; the others come from llama_model_quantize."""
 QUANTIZED = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q4_k_m": 15, "q5_k_m": 17, "q6_k": 18}
