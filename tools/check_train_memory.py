@@ -13,13 +13,15 @@ view records allocations per op but no peak of live CPU memory; CUDA's max_memor
 no CPU twin). What the estimate leaves out (Python objects, gloo's buffers, small tensors below
 the threshold) is part of the measured number.
 
-    python tools/check_train_memory.py            # the 5 specs x 4 cases, estimate vs measured
+    python tools/check_train_memory.py            # every spec x 4 cases, estimate vs measured
+    python tools/check_train_memory.py --specs rotary-gqa sliding --lengths 512 1024 2048
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import socket
@@ -35,23 +37,34 @@ SPECS = {  # spec file, batch rows, length: different shapes, one mixture of exp
     "bert-base": ("specs/zoo/bert-base.yaml", 4, 64),
     "moe": ("moe", 8, 64),
     "rotary-gqa": ("rotary-gqa", 2, 1024),
+    "sliding": ("sliding", 2, 1024),
+    "latent": ("latent", 2, 1024),
+    "enc-dec": ("enc-dec", 2, 512),
 }
 CASES = [("ddp", 1, False), ("ddp", 1, True), ("fsdp", 2, False), ("fsdp", 2, True)]
 
 
 def load(name: str):
     """A shipped spec; the mixture of experts (`small`'s decoder-only sibling with 4 experts, top
-    2); or a Llama-shaped rotary decoder with grouped-query attention at 1,024 tokens, where an
-    L x L term would dominate if the estimate counted one for the fused kernel."""
+    2); a Llama-shaped rotary decoder with grouped-query attention at 1,024 tokens, where an
+    L x L term would dominate if the estimate counted one for the fused kernel; its Mistral-
+    shaped sibling with a 256-token sliding window; latent attention; or `small`, the
+    encoder-decoder, with positions for 2,048 tokens."""
     from tfspec.spec import Spec, load_spec
 
-    if name not in ("moe", "rotary-gqa"):
+    if name in SPECS and SPECS[name][0].endswith(".yaml"):
         return load_spec(ROOT / SPECS[name][0])
+    if name == "enc-dec":  # small, its sinusoids long enough for 2,048 tokens
+        data = load_spec(ROOT / "specs/small.yaml").model_dump(exclude_none=True)
+        return Spec.model_validate(data | {"name": name, "positional": data["positional"] | {"max_len": 2048}})
     ffn = {"kind": "moe", "experts": 4, "top_k": 2, "d_ff": 512} if name == "moe" else "ffn"
+    attention = {"sliding": {"kind": "restricted_self_attention", "r": 255, "causal": True},
+                 "latent": {"kind": "latent_attention", "kv_lora_rank": 64, "qk_nope_head_dim": 48,
+                            "qk_rope_head_dim": 16, "v_head_dim": 64}}.get(name, "causal_self_attention")
     data = {"name": name, "family": "decoder-only", "vocab": 8000, "d_model": 256, "heads": 4, "d_ff": 512,
-            "dropout": 0.0, "norm": "pre", "positional": {"kind": "rotary", "max_len": 2048},
-            "decoder": {"layers": 4, "block": ["causal_self_attention", ffn]}}
-    if name == "rotary-gqa":
+            "dropout": 0.0, "norm": "pre", "positional": {"kind": "rotary", "max_len": 4096},
+            "decoder": {"layers": 4, "block": [attention, ffn]}}
+    if name in ("rotary-gqa", "sliding"):  # Llama's and Mistral's shapes: grouped heads, RMSNorm, SwiGLU
         data |= {"kv_heads": 2, "norm_type": "rms", "activation": "silu", "gated": True}
     return Spec.model_validate(data)
 
@@ -138,6 +151,8 @@ def estimated(spec_name: str, rows: int, length: int, shard: str, ranks: int, ch
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--specs", nargs="*", default=list(SPECS), choices=list(SPECS))
+    parser.add_argument("--lengths", nargs="*", type=int, help="sequence lengths to measure instead of each "
+                        "spec's own (its batch rows kept)")
     parser.add_argument("--worker", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -146,8 +161,8 @@ def main() -> None:
     print("| spec | batch | shard | ranks | checkpointing | estimate MiB | measured MiB | ratio |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.specs:
-        _, rows, length = SPECS[name]
-        for shard, ranks, checkpoint in CASES:
+        _, rows, own = SPECS[name]
+        for length, (shard, ranks, checkpoint) in itertools.product(args.lengths or [own], CASES):
             guess = estimated(name, rows, length, shard, ranks, checkpoint)
             real = measure(name, rows, length, shard, ranks, checkpoint)
             print(f"| {name} | {rows}x{length} | {shard} | {ranks} | {'yes' if checkpoint else 'no'} | "

@@ -77,6 +77,12 @@ class PositionKind:
         return {}
 
     @classmethod
+    def saved_tables(cls, positions: dict, d_k: int, length: int) -> int:
+        """Bytes of the tables a training step's backward keeps for the kind, computed once per
+        call and shared by the layers (``report --train``); none unless it says."""
+        return 0
+
+    @classmethod
     def embedding_params(cls, positional, width: int) -> dict:
         """IR parameters of the ``positional`` op of an ``embedded`` kind (a learned table)."""
         return {}

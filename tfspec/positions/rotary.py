@@ -55,6 +55,11 @@ class Rotary(PositionKind):
         return positional.scaling is not None and positional.scaling.depends_on_length
 
     @classmethod
+    def saved_tables(cls, positions: dict, d_k: int, length: int) -> int:
+        """The cosines and sines of every position, one per rotated pair each (float32)."""
+        return 4 * length * 2 * (int(d_k * positions["fraction"]) // 2)
+
+    @classmethod
     def layer_problem(cls, layer) -> str | None:
         positions, turned = layer.positions, rotated(layer.positions, layer.d_k)
         if turned % 2 or turned == 0:

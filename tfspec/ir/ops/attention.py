@@ -4,9 +4,10 @@ which caches one compressed latent per position instead of keys and values."""
 from __future__ import annotations
 
 from tfspec import modifiers
-from tfspec.layers.attention import fused_kernel
+from tfspec.positions import KINDS
+from tfspec.layers.attention import block_plan, fused_kernel, use_blocks
 
-from . import LayerOp, keeps_inputs_and_output, register, rows
+from . import LayerOp, register, rows
 
 
 @register
@@ -15,22 +16,34 @@ class Attention(LayerOp):
 
     @staticmethod
     def saved(graph, node, sizes, out):
-        """The projected queries, keys and values, the heads' output and the log-sum-exp (the
-        fused kernel's backward); keys and values repeated for grouped heads; where attention is
-        spelled out (``fused_kernel``), the L x L softmax weights and what each score modifier
-        keeps beside them."""
-        a, rows_q = node.attrs, rows(node, sizes)
-        keys = sizes[a.get("kv_seq", node.shape[1])]
-        rows_k = sizes["B"] * keys
-        h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
+        """What the PyTorch backend's backward keeps (measured with autograd's saved tensors):
+        the input; the queries, and keys and values repeated for every query head, that the
+        kernel reads; the heads' output and the log-sum-exp. A banded kind over a long sequence
+        (``use_blocks``) runs block by block: queries padded to whole blocks of w, each block's
+        keys and values gathered from its neighbours, and the band's mask as the kernel's float
+        bias. Attention spelled out (``fused_kernel``) keeps the L x L softmax weights and what
+        each score modifier keeps beside them."""
+        a = node.attrs
+        queries, keys = sizes[node.shape[1]], sizes[a.get("kv_seq", node.shape[1])]
+        h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
+        rows_q, rows_k = sizes["B"] * queries, sizes["B"] * keys
+        fused = fused_kernel(node)
         saved = {i: out(i) for i in node.inputs}
+        band = None if node.layer.needs_memory else node.layer.band()
+        if fused and band is not None and use_blocks(band, queries):
+            w, before, after = block_plan(band)
+            blocks = sizes["B"] * -(-queries // w)
+            rows_q, rows_k = blocks * w, blocks * w * (before + 1 + after)
+            saved[f"{node.name}#mask"] = rows_k * w * 4
+            if blocks * w > sizes["B"] * queries:  # the blocks' output cut to L, copied for W^O
+                saved[f"{node.name}#out"] = sizes["B"] * queries * h * d_v * 4
+        if (positions := a.get("positions")) is not None:  # one table per call, shared by the layers
+            saved[f"positions#{positions['kind']}"] = KINDS[positions["kind"]].saved_tables(positions, d_k, queries)
         saved[f"{node.name}#q"] = rows_q * h * d_k * 4
-        saved[f"{node.name}#kv"] = rows_k * g * (d_k + d_v) * 4
+        saved[f"{node.name}#kv"] = rows_k * h * (d_k + d_v) * 4
         saved[f"{node.name}#heads"] = rows_q * h * d_v * 4
         saved[f"{node.name}#lse"] = rows_q * h * 4
-        if g != h:
-            saved[f"{node.name}#repeated"] = rows_k * h * (d_k + d_v) * 4
-        if not fused_kernel(node):
+        if not fused:
             copies = 1 + sum(m.saved_scores for m in modifiers.ordered() if a.get(m.field) is not None)
             saved[f"{node.name}#weights"] = copies * rows_q * h * keys * 4
         return saved
@@ -44,7 +57,24 @@ class Attention(LayerOp):
 @register
 class LatentAttention(LayerOp):
     name = "latent_attention"
-    saved = staticmethod(keeps_inputs_and_output)
+
+    @staticmethod
+    def saved(graph, node, sizes, out):
+        """The input; W_kva's output, its normalised latent (and the norm's statistics) and the
+        latent W_kvb reads; queries (through their own latent, its norm and gain where
+        q_lora_rank is set), keys expanded to every head and W_kvb's output holding the values; the fused
+        kernel's log-sum-exp and the heads' output (measured with autograd's saved tensors)."""
+        a, n = node.attrs, rows(node, sizes)
+        h, d_k, d_v, rank = a["heads"], a["d_k"], a["d_v"], a["kv_lora_rank"]
+        width = rank + a["qk_rope_head_dim"]
+        values = (2 * width + rank + 1) + h * (2 * d_k + a["qk_nope_head_dim"] + d_v + 1 + d_v)
+        if a["q_lora_rank"] is not None:  # W_qa's output, its norm's statistics, normed and gained
+            values += 3 * a["q_lora_rank"] + 1
+        saved = {i: out(i) for i in node.inputs} | {f"{node.name}#inside": 4 * n * values}
+        if (positions := a.get("positions")) is not None:  # rotary turns the qk_rope_head_dim features
+            tables = KINDS[positions["kind"]].saved_tables(positions, a["qk_rope_head_dim"], sizes[node.shape[1]])
+            saved[f"positions#{positions['kind']}"] = tables
+        return saved
 
     @classmethod
     def cached(cls, node) -> int:

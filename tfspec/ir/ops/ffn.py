@@ -26,13 +26,15 @@ class Moe(LayerOp):
 
     @staticmethod
     def saved(graph, node, sizes, out):
-        """The experts' tensors for top_k rows per position, their gathered inputs and outputs,
-        the router's logits and weights, and a shared expert's hidden states."""
-        a, n = node.attrs, rows(node, sizes)
-        routed = n * a["top_k"]
+        """The experts' tensors for top_k rows per position: each expert's gathered input, its
+        output and that output weighted, the row ids (int64) and routing weights; the router's
+        logits and probabilities, its top_k ids (int64) and weights and their normaliser; a
+        shared expert's hidden states (measured with autograd's saved tensors)."""
+        a, n, k = node.attrs, rows(node, sizes), node.attrs["top_k"]
+        routed = n * k
         saved = _ffn(graph, node, sizes, out, tokens=routed)
-        saved[f"{node.name}#routed"] = 2 * routed * node.shape[-1] * 4
-        saved[f"{node.name}#router"] = 2 * n * a["experts"] * 4
+        saved[f"{node.name}#routed"] = routed * (3 * node.shape[-1] * 4 + 8 + 4)
+        saved[f"{node.name}#router"] = n * (2 * a["experts"] * 4 + k * (8 + 4) + 8)
         if "w_shared_1" in node.params:
             saved[f"{node.name}#shared"] = 2 * n * graph.params[node.params["w_shared_1"]].shape[0] * 4
         return saved
