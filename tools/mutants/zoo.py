@@ -93,7 +93,7 @@ MUTANTS += [
          new="shared = None",
          tests=[PARALLEL_FULL + "[phi-qk-norm]", PARALLEL_TESTS + "test_default_config_counts_as_transformers"]),
     dict(name="Falcon-40B's grouped query_key_value read with keys and values swapped",
-         file="tfspec/interop/hf/family.py",
+         file="tfspec/interop/hf/layouts.py",
          old="x[:, -2], x[:, -1]]).reshape(value.shape)",
          new="x[:, -1], x[:, -2]]).reshape(value.shape)",
          tests=[PARALLEL_FULL + "[falcon-40b]"]),

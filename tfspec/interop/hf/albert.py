@@ -24,6 +24,7 @@ from dataclasses import replace
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import Bert, _dense
 from tfspec.interop.hf.family import Rule, Source, norm_rules, number, register
+from tfspec.interop.hf.layouts import Concat
 
 DEFAULTS = {"vocab_size": 30000, "embedding_size": 128, "hidden_size": 4096, "num_attention_heads": 64,
             "intermediate_size": 16384, "hidden_act": "gelu_new", "hidden_dropout_prob": 0.0,
@@ -99,8 +100,8 @@ class Albert(Bert):
             ours = f"encoder.layers.{layer.index}."
             theirs = f"encoder.albert_layer_groups.{layer.index // run}.albert_layers.{layer.index % run}."
             qkv = [f"{theirs}attention.{part}" for part in ("query", "key", "value")]
-            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat"),
-                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), "concat"),
+            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), Concat()),
+                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), Concat()),
                       *_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.dense"),
                       *norm_rules(ours + "self_attn_norm", theirs + "attention.LayerNorm"),
                       *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "ffn"),

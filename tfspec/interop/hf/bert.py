@@ -13,9 +13,10 @@ from dataclasses import replace
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.task_heads import Pooled
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
                                       register, repeated_layer)
+from tfspec.interop.hf.layouts import Concat
+from tfspec.interop.hf.task_heads import Pooled
 
 SPECIAL_TOKENS = {"unk_id": "[UNK]", "bos_id": "[CLS]", "eos_id": "[SEP]", "mask_id": "[MASK]"}
 UNCASED_IDS = {"unk_id": 100, "bos_id": 101, "eos_id": 102, "mask_id": 103}
@@ -111,8 +112,8 @@ class Bert(Family):
         for i in range(spec.encoder.num_layers):
             ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
             qkv = [f"{theirs}attention.self.{part}" for part in ("query", "key", "value")]
-            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat"),
-                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), "concat"),
+            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), Concat()),
+                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), Concat()),
                       *_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.output.dense"),
                       *norm_rules(ours + "self_attn_norm", theirs + "attention.output.LayerNorm"),
                       *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),

@@ -9,7 +9,7 @@ embeddings (``word_embeddings_layernorm``: ``embed_norm``). transformers adds sl
 key's position among the real tokens; under a causal mask that is -slope * (i - j) plus a
 constant per query row, which softmax removes, so left- or right-padded batches compute what
 tfspec does at the real tokens. ``query_key_value`` holds each head's query, key and value rows
-together ((h, 3, d) rows), reordered to tfspec's ``w_qkv`` (the rules' ``per_head`` layout).
+together ((h, 3, d) rows), reordered to tfspec's ``w_qkv`` (``layouts.PerHead``).
 
 ALiBi has no longest sequence; ``positional.max_len`` is the 2048 tokens BLOOM was trained on
 (decoding stops there). Older files name the sizes ``n_embed`` and ``num_attention_heads``
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Family, Rule, Source, norm_rules, number, register, repeated_layer
+from tfspec.interop.hf.layouts import PerHead
 
 TRAINED_LENGTH = 2048
 """BLOOM's training sequence length (BigScience, 2022, §3.3): tfspec's max_len for its ALiBi."""
@@ -69,8 +70,8 @@ class Bloom(Family):
             attn, ffn = layer.names
             theirs, heads = f"h.{layer.index}.", layer.attention.heads
             rules += [*norm_rules(f"{attn}_norm", theirs + "input_layernorm"),
-                      *[Rule(f"{attn}.{n}_qkv", (f"{theirs}self_attention.query_key_value.{kind}",), "per_head",
-                             heads=heads) for n, kind in (("w", "weight"), ("b", "bias"))],
+                      *[Rule(f"{attn}.{n}_qkv", (f"{theirs}self_attention.query_key_value.{kind}",), PerHead(heads))
+                        for n, kind in (("w", "weight"), ("b", "bias"))],
                       *_linear(f"{attn}.w_o", f"{attn}.b_o", theirs + "self_attention.dense"),
                       *norm_rules(f"{ffn}_norm", theirs + "post_attention_layernorm"),
                       *_linear(f"{ffn}.w_1", f"{ffn}.b_1", theirs + "mlp.dense_h_to_4h"),

@@ -60,8 +60,8 @@ class CodeGen(GPTJ):
         for rule in super().rules(spec, architecture):
             if rule.ir.endswith(".w_qkv"):
                 stored = rule.hf[0].replace(".q_proj.", ".qkv_proj.")
-                rule = ModelParallelQkv(rule.ir, (stored,), "concat", width=rule.width, rotary=rule.rotary,
-                                        rotated=rule.rotated)
+                a = rule.layout
+                rule = Rule(rule.ir, (stored,), ModelParallelQkv(width=a.width, rotary=a.rotary, rotated=a.rotated))
             out.append(rule)
         return out
 

@@ -22,13 +22,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tfspec.interop.hf.family import Rule, Source, flag, number, register
+from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.llama import Llama
 from tfspec.positions import rotary
 
 
 @dataclass(frozen=True)
-class InterleavedRotary(Rule):
-    """A ``concat`` rule for stacked query, key (and value) rows, each head ``width`` rows, whose
+class InterleavedRotary(Concat):
+    """Stacked query, key (and value) rows (``Concat``), each head ``width`` rows, whose
     first ``rotated`` rows (the queries' and keys') rotate the first ``rotary`` features of each
     head in interleaved pairs (x_0, x_1), (x_2, x_3), ... (GPT-J's rotate_every_two, Cohere).
     tfspec's rotary rotates halves (x_i, x_{i+r/2}); scores are sums over features, unchanged
@@ -49,8 +50,8 @@ class InterleavedRotary(Rule):
         value = super().to_ir(parts)
         return value[self._order(len(value))]
 
-    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        return super().to_hf(value[np.argsort(self._order(len(value)))])
+    def to_hf(self, value: np.ndarray, count: int) -> list[np.ndarray]:
+        return super().to_hf(value[np.argsort(self._order(len(value)))], count)
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ class InterleavedGains(InterleavedRotary):
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
         return parts[0][:, self._order(self.width)]
 
-    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        return {self.hf[0]: value[:, np.argsort(self._order(self.width))]}
+    def to_hf(self, value: np.ndarray, count: int) -> list[np.ndarray]:
+        return [value[:, np.argsort(self._order(self.width))]]
 
 
 def interleaved(rules: list[Rule], spec) -> list[Rule]:
@@ -75,11 +76,13 @@ def interleaved(rules: list[Rule], spec) -> list[Rule]:
         name, _, kind = rule.ir.rpartition(".")
         if kind in ("w_qkv", "b_qkv"):
             a = plans[name]
-            rule = InterleavedRotary(rule.ir, rule.hf, "concat", rule.rows, width=a.d_k,
-                                     rotary=rotary.rotated(a.positions, a.d_k), rotated=(a.heads + a.kv_heads) * a.d_k)
+            layout = InterleavedRotary(rule.layout.rows, width=a.d_k, rotary=rotary.rotated(a.positions, a.d_k),
+                                       rotated=(a.heads + a.kv_heads) * a.d_k)
+            rule = replace(rule, layout=layout)
         elif kind in ("q_norm", "k_norm") and plans[name].qk_norm == "per_head":
             a = plans[name]
-            rule = InterleavedGains(rule.ir, rule.hf, width=a.d_k, rotary=rotary.rotated(a.positions, a.d_k), rotated=a.d_k)
+            layout = InterleavedGains(width=a.d_k, rotary=rotary.rotated(a.positions, a.d_k), rotated=a.d_k)
+            rule = replace(rule, layout=layout)
         out.append(rule)
     return out
 

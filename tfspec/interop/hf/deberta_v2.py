@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import _dense
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, flag, norm_rules,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, flag, norm_rules,
                                       number, register, repeated_layer)
+from tfspec.interop.hf.layouts import Concat
+from tfspec.interop.hf.masked_lm import MaskedLM
 from tfspec.interop.hf.task_heads import Pooled
 
 TERMS = ("c2p", "p2c")
@@ -40,27 +42,29 @@ ABSENT = {"position_biased_input": "true", "share_att_key": "false", "pos_att_ty
 """What transformers' DeBERTa-v2 makes of these fields where config.json leaves them out:
 DebertaV2Config's defaults, and for share_att_key (no field of the class) the model's
 ``getattr(config, "share_att_key", False)``: position projections of each layer's own."""
-SPECIAL_TOKENS = {"bos_id": ("[CLS]", 1), "eos_id": ("[SEP]", 2), "unk_id": ("[UNK]", 3), "mask_id": ("[MASK]", 128000)}
-"""Token and its id in DeBERTa-v3's vocabulary, for ids only tokenizers and training read."""
 
 
 @register
-class DebertaV2(Family):
+class DebertaV2(MaskedLM):
     model_type = "deberta-v2"
-    family = "encoder-only"
     title = "DeBERTa-v2"
     architectures = {"DebertaV2Model": "", "DebertaV2ForMaskedLM": "deberta."}
     export_architecture = "DebertaV2Model"
     masked_lm = "DebertaV2ForMaskedLM"
     heads = ("cls.", "lm_predictions.", "mask_predictions.")
+    head_names = ("cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm", "cls.predictions.bias")
+    tied_output = "cls.predictions.decoder.*"
+    special_tokens = {"bos_id": ("[CLS]", 1), "eos_id": ("[SEP]", 2), "unk_id": ("[UNK]", 3),
+                      "mask_id": ("[MASK]", 128000)}
+    """Where DeBERTa-v3's vocabulary puts them."""
     mapped = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob", "max_position_embeddings",
               "type_vocab_size", "layer_norm_eps", "pad_token_id", "relative_attention", "max_relative_positions",
               "position_biased_input", "pos_att_type", "position_buckets", "norm_rel_ebd", "share_att_key", "legacy",
               "embedding_size", "attention_head_size")
-    required = {"tie_word_embeddings": (True,), "conv_kernel_size": (0,)}
+    required = MaskedLM.required | {"conv_kernel_size": (0,)}
     task_heads = Pooled(dense="pooler.dense", activation="gelu", configured=True, base_pooler=False)
-    free = Family.free + ("vocab.bos_id", "vocab.eos_id")
+    free = MaskedLM.free + ("vocab.bos_id", "vocab.eos_id")
     ignored = {**dict.fromkeys(("bos_token_id", "eos_token_id"), "DeBERTa's computation reads no bos/eos id"),
                **dict.fromkeys(("pooler_hidden_size", "pooler_hidden_act"), "read by the ContextPooler of "
                                "DebertaV2ForSequenceClassification only (task_heads.py)"),
@@ -69,7 +73,7 @@ class DebertaV2(Family):
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
-        mlm = self.architectures[source.architecture] != ""
+        mlm = self.reads_head(source)
         legacy = flag(c, "legacy", where, True)  # read with or without the masked-LM head
         if mlm and not legacy:
             raise TfspecError(f"{where}: legacy: false is not supported with {source.architecture}; tfspec imports its "
@@ -131,15 +135,10 @@ class DebertaV2(Family):
                 else max_len, "terms": terms, "table_norm": "layer_norm" in norm.lower()}
 
     def _vocab(self, source: Source) -> dict:
-        """pad from the config (it masks keys); the others from the vocabulary, else DeBERTa-v3's
-        places, else the first ids left over."""
-        c, where = source.config, source.where
-        size = number(c, "vocab_size", where, default=128100)
-        ids = {"pad_id": number(c, "pad_token_id", where, default=0)}
-        spare = (i for i in range(size) if i != ids["pad_id"] and i not in (1, 2, 3))
-        for key, (token, place) in SPECIAL_TOKENS.items():
-            ids[key] = source.vocabulary.get(token, place if place < size and place != ids["pad_id"] else next(spare))
-        return {"size": size, **ids}
+        """pad from the config; the others as ``special_ids`` finds them (DeBERTa-v3's places)."""
+        size = number(source.config, "vocab_size", source.where, default=128100)
+        pad = number(source.config, "pad_token_id", source.where, default=0)
+        return {"size": size, **self.special_ids(source, size, {"pad_id": pad})}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("encoder.embed.weight", ("embeddings.word_embeddings.weight",)),
@@ -151,8 +150,8 @@ class DebertaV2(Family):
         for i in range(spec.encoder.num_layers):
             ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
             qkv = [f"{theirs}attention.self.{part}_proj" for part in ("query", "key", "value")]
-            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat"),
-                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), "concat"),
+            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), Concat()),
+                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), Concat()),
                       *_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.output.dense"),
                       *norm_rules(ours + "self_attn_norm", theirs + "attention.output.LayerNorm"),
                       *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),
@@ -166,21 +165,15 @@ class DebertaV2(Family):
             if spec.positional.table_norm:
                 rules += [Rule(owner + NORM, ("encoder.LayerNorm.weight",)),
                           Rule(owner + NORM_BIAS, ("encoder.LayerNorm.bias",))]
-        return rules + (self._head_rules(spec) if spec.head_transform else [])
-
-    def _head_rules(self, spec) -> list[Rule]:
-        """The masked-LM head under ``cls.predictions`` (legacy, as export writes it)."""
-        return [*_dense("head.dense.weight", "head.dense.bias", "cls.predictions.transform.dense"),
-                *norm_rules("head.norm", "cls.predictions.transform.LayerNorm"),
-                Rule("output.bias", ("cls.predictions.bias",))]
+        return rules + self.head_rules(spec)  # under cls.predictions (legacy, as export writes it)
 
     def dropped(self, architecture: str) -> dict[str, str]:
-        dropped = {"embeddings.position_ids": "a buffer of position indices, not a weight",
-                   "mask_predictions.*": "the replaced-token-detection head, which transformers does not load"}
+        dropped = super().dropped(architecture) | {
+            "embeddings.position_ids": "a buffer of position indices, not a weight",
+            "mask_predictions.*": "the replaced-token-detection head, which transformers does not load"}
         if architecture == self.export_architecture:
-            return dropped | {"cls.*": f"the masked-LM head, not part of {architecture}"}
-        return dropped | {"cls.predictions.decoder.*": "the output projection, tied to the token embedding",
-                          "lm_predictions.*": "the head legacy: false reads; with legacy true transformers reads "
+            return dropped
+        return dropped | {"lm_predictions.*": "the head legacy: false reads; with legacy true transformers reads "
                                               "cls.predictions"}
 
     def structure(self, spec) -> str | None:
@@ -189,12 +182,6 @@ class DebertaV2(Family):
         if spec.positional.kind not in ("disentangled", "learned", "none"):
             return f"{self.title}'s positions are disentangled or learned, not {spec.positional.kind}"
         return None
-
-    def architecture_for(self, spec) -> str:
-        return self.masked_lm if spec.head_transform else self.export_architecture
-
-    def outputs(self, architecture: str) -> dict[str, str]:
-        return {"logits": "logits"} if architecture == self.masked_lm else {"memory": "last_hidden_state"}
 
     def config(self, spec) -> dict:
         attention, ffn = repeated_layer(spec, "encoder")

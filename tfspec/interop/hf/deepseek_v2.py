@@ -33,6 +33,7 @@ import numpy as np
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, Source, number, register
+from tfspec.interop.hf.layouts import Layout
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, first_moe
 from tfspec.ir.rope_scaling import yarn_mscale
@@ -56,13 +57,13 @@ def _softmax_scale(c: dict, d_k: int, where: str) -> float | None:
 
 
 @dataclass(frozen=True)
-class RotaryPairs(Rule):
+class RotaryPairs(Layout):
     """A projection whose rows come in blocks of ``block`` (one per head) ending in ``rope``
     rotary rows stored in DeepSeek's interleaved pairs: the IR holds each block's rope rows
     even ones first, then odd ones (tfspec's rotate-half layout)."""
 
-    block: int = 0
-    rope: int = 0
+    block: int
+    rope: int
 
     def _order(self, rows: int) -> np.ndarray:
         index = np.arange(rows).reshape(-1, self.block)
@@ -72,8 +73,8 @@ class RotaryPairs(Rule):
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
         return parts[0][self._order(len(parts[0]))]
 
-    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        return {self.hf[0]: value[np.argsort(self._order(len(value)))]}
+    def to_hf(self, value: np.ndarray, count: int) -> list[np.ndarray]:
+        return [value[np.argsort(self._order(len(value)))]]
 
 
 @register
@@ -145,9 +146,9 @@ class DeepseekV2(Experts, Llama):
             theirs = f"layers.{layer.index}.self_attn."
             width = a.qk_nope_head_dim + a.qk_rope_head_dim
             q = ("q", "q_proj") if a.q_lora_rank is None else ("qb", "q_b_proj")
-            rules += [RotaryPairs(f"{ours}w_{q[0]}", (f"{theirs}{q[1]}.weight",), block=width, rope=a.qk_rope_head_dim),
-                      RotaryPairs(f"{ours}w_kva", (f"{theirs}kv_a_proj_with_mqa.weight",),
-                                  block=a.kv_lora_rank + a.qk_rope_head_dim, rope=a.qk_rope_head_dim),
+            rules += [Rule(f"{ours}w_{q[0]}", (f"{theirs}{q[1]}.weight",), RotaryPairs(width, a.qk_rope_head_dim)),
+                      Rule(f"{ours}w_kva", (f"{theirs}kv_a_proj_with_mqa.weight",),
+                           RotaryPairs(a.kv_lora_rank + a.qk_rope_head_dim, a.qk_rope_head_dim)),
                       Rule(f"{ours}kv_norm", (f"{theirs}kv_a_layernorm.weight",)),
                       Rule(f"{ours}w_kvb", (f"{theirs}kv_b_proj.weight",)),
                       Rule(f"{ours}w_o", (f"{theirs}o_proj.weight",))]

@@ -19,6 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import Bert, _dense
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, norm_rules, number,
                                       register, repeated_layer)
+from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.task_heads import Pooled
 
 NORM_EPS = 1e-12
@@ -68,8 +69,8 @@ class DistilBert(Bert):
         for i in range(spec.encoder.num_layers):
             ours, theirs = f"encoder.layers.{i}.", f"transformer.layer.{i}."
             qkv = [f"{theirs}attention.{part}_lin" for part in ("q", "k", "v")]
-            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat"),
-                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), "concat"),
+            rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), Concat()),
+                      Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), Concat()),
                       *_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.out_lin"),
                       *norm_rules(ours + "self_attn_norm", theirs + "sa_layer_norm"),
                       *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "ffn.lin1"),

@@ -122,23 +122,11 @@ def _show(value) -> str:
     return "unset" if value is None else json.dumps(value)
 
 
-def _joined(earlier: np.ndarray, value: np.ndarray, rule) -> np.ndarray:
-    """A checkpoint tensor holding several IR parameters, in the rules' order: their blocks along
-    the rule's axis (layout split) or their columns alternating along the last axis (layout
-    interleave); for any other layout, two rules writing one tensor write the same values (the
-    last is kept). A family's own rule may say how it joins (``join``: Qwen3-Next's queries and
-    gates, head by head)."""
-    if (join := getattr(rule, "join", None)) is not None:
-        return join(earlier, value)
-    if rule.layout == "interleave":
-        return np.stack([earlier, value], -1).reshape(*value.shape[:-1], 2 * value.shape[-1])
-    return np.concatenate([earlier, value], axis=rule.axis) if rule.layout == "split" else value
-
-
 def export_checkpoint(spec: Spec, weights: dict[str, np.ndarray], output: str | Path, dtype: str = "float32",
                       extra_files: list[Path] = ()) -> tuple[str, list[str]]:
     """Write ``config.json`` and ``model.safetensors`` (plus ``extra_files``, e.g. tokenizer
-    files) for ``spec`` with ``weights`` (IR names); return the architecture and file names."""
+    files) for ``spec`` with ``weights`` (IR names); return the architecture and file names. A
+    tensor several rules write (a ``Split`` block each) is joined by the later rule's layout."""
     family = fitting_family(spec)
     spec = family_form(spec)
     architecture = family.architecture_for(spec)
@@ -147,7 +135,7 @@ def export_checkpoint(spec: Spec, weights: dict[str, np.ndarray], output: str | 
     for rule in family.rules(spec, architecture):
         for name, value in rule.to_hf(weights[rule.ir]).items():
             key = name if name.startswith(family.heads) else prefix + name
-            tensors[key] = _joined(tensors[key], value, rule) if key in tensors else value
+            tensors[key] = rule.layout.join(tensors[key], value) if key in tensors else value
     config = family.config(spec) | {"dtype": dtype}
     with staged_directory(Path(output)) as staging:
         (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -8,8 +8,8 @@ the output is tied to the token embedding unless ``tie_word_embeddings`` is fals
 layouts of the layer. ``new_decoder_architecture`` (falcon-40b, falcon-11B): ``num_kv_heads``
 key/value heads, attention and MLP in parallel through their own LayerNorms (``ln_attn``,
 ``ln_mlp``; ``residual: parallel``), or through one when ``num_ln_in_parallel_attn`` is 1
-(falcon-11B); ``query_key_value`` holds each group's h/g queries, then its key and value (rule
-layout ``per_group``). Else ``parallel_attn`` (falcon-7b): one LayerNorm shared by attention and
+(falcon-11B); ``query_key_value`` holds each group's h/g queries, then its key and value
+(``layouts.PerGroup``). Else ``parallel_attn`` (falcon-7b): one LayerNorm shared by attention and
 MLP (``residual: parallel_shared_norm``), or without it the sequential pre-norm layer; keys
 and values are one head when ``multi_query`` (falcon-7b), else one a query head.
 
@@ -28,6 +28,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, flag, number, register,
                                       repeated_layer)
 from tfspec.interop.hf.gpt_neox import GPTNeoX
+from tfspec.interop.hf.layouts import PerGroup
 
 NORMS = {"sequential": ("input_layernorm", "post_attention_layernorm"), "parallel_shared_norm": ("input_layernorm",),
          "parallel": ("ln_attn", "ln_mlp")}
@@ -106,7 +107,7 @@ class Falcon(GPTNeoX):
         return list(zip((f"{attn}_norm", f"{ffn}_norm"), NORMS[spec.residual]))
 
     def _qkv(self, ours: str, theirs: str, attention) -> Rule:
-        return Rule(ours, (theirs,), "per_group", heads=attention.heads, kv_heads=attention.kv_heads)
+        return Rule(ours, (theirs,), PerGroup(attention.heads, attention.kv_heads))
 
     def config(self, spec) -> dict:
         """The fields GPT-NeoX's configuration shares with Falcon's, and Falcon's own: the new

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.interop.hf.layouts import Copy, Layout
 from tfspec.interop.hf.quantized import METHODS, quant_method
 
 if TYPE_CHECKING:
@@ -82,117 +83,24 @@ class Source:
 
 @dataclass(frozen=True)
 class Rule:
-    """One IR parameter and the checkpoint tensors it comes from.
-
-    ``copy``: the same matrix; ``transpose``: stored (in, out), as GPT-2's Conv1D; ``concat``:
-    the IR matrix is the checkpoint tensors stacked along rows (BERT's query, key and value
-    into ``w_qkv``); ``row``: the IR vector is stored as a one-row matrix (Marian's and BART's
-    final_logits_bias); ``plus_one``: the IR vector is the stored one plus 1 (Gemma's RMSNorm
-    multiplies by 1 + w, tfspec's by its gain); ``split``: the IR matrix is block ``part`` of
-    one checkpoint tensor whose row blocks are ``rows`` (Phi-3's gate_up_proj holds W1 then W3);
-    export stacks the blocks of such a tensor in the order of its rules; ``per_head``: the IR's
-    ``w_qkv``/``b_qkv`` (all queries, then all keys, then all values) stored head by head, each
-    head's query, key and value rows together ((h, 3, d) rows: BLOOM's and GPT-NeoX's
-    query_key_value); ``per_group``: the same stored group by group of g key/value heads, each
-    group's h/g query heads, then its key and its value ((g, h/g + 2, d) rows: Falcon-40B's;
-    per_head is g = h); ``stack``: the IR tensor is the checkpoint tensors, one per expert,
-    stacked along a new first axis (a mixture of experts' (E, f, d) ``w_1`` from Mixtral's
-    ``experts.{j}.w1``: transformers 5 fuses the experts when it loads them and saves them
-    apart again); ``interleave``: the IR tensor is block ``part`` of two whose columns
-    alternate along the checkpoint tensor's last axis, a 3-D one's matrices stored (in, out)
-    (gpt-oss's gate_up_proj (E, d, 2f), gate then linear branch column by column, and its bias);
-    export interleaves the two rules' tensors back in the rules' order. ``transpose`` swaps
-    the last two axes (a stack of experts' matrices stored (in, out): gpt-oss's down_proj)."""
+    """One IR parameter, the checkpoint tensors it comes from, and how they hold it (its
+    ``layout``, ``layouts.py``: stored as is by default)."""
 
     ir: str
     hf: tuple[str, ...]
-    layout: str = "copy"
-    rows: tuple[int, ...] = ()
-    """concat: the rows of each part when they differ (grouped-query attention's q, k, v);
-    split: the rows of each block of the checkpoint tensor."""
-    part: int = 0
-    """split: which block of the checkpoint tensor is the IR matrix."""
-    axis: int = 0
-    """split: the checkpoint tensor's axis its blocks follow one another along (-1: Llama 4's
-    experts' gate_up_proj holds each expert's gate then up columns)."""
-    heads: int = 0
-    """per_head: the heads h whose (q, k, v) rows the checkpoint tensor holds one head after another."""
-    kv_heads: int = 0
-    """per_group: the key/value heads g (``heads`` the query heads)."""
-
-    def _rows(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return self.rows or (shape[0] // len(self.hf),) * len(self.hf)
+    layout: Layout = Copy()
 
     def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
-        if self.layout == "transpose":
-            return {self.hf[0]: (*shape[:-2], shape[-1], shape[-2])}
-        if self.layout == "interleave":
-            stored = (*shape[:-2], shape[-1], shape[-2]) if len(shape) == 3 else tuple(shape)
-            return {self.hf[0]: (*stored[:-1], 2 * stored[-1])}
-        if self.layout == "row":
-            return {self.hf[0]: (1, *shape)}
-        if self.layout == "concat":
-            return {name: (rows, *shape[1:]) for name, rows in zip(self.hf, self._rows(shape))}
-        if self.layout == "split":
-            whole = list(shape)
-            whole[self.axis] = sum(self.rows)
-            return {self.hf[0]: tuple(whole)}
-        if self.layout == "stack":
-            return dict.fromkeys(self.hf, tuple(shape[1:]))
-        return {self.hf[0]: tuple(shape)}
+        """Checkpoint tensor -> its shape, for an IR parameter of ``shape``."""
+        return dict(zip(self.hf, self.layout.hf_shapes(tuple(shape), len(self.hf)), strict=True))
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
-        if self.layout == "per_head":
-            return _regroup(parts[0], self.heads, 3)  # (h, 3, d) rows -> (3, h, d)
-        if self.layout == "per_group":
-            return _ungroup(parts[0], self.heads, self.kv_heads)
-        if self.layout == "plus_one":
-            return parts[0] + 1
-        if self.layout == "split":
-            return np.split(parts[0], np.cumsum(self.rows)[:-1], axis=self.axis)[self.part]
-        if self.layout == "stack":
-            return np.stack(parts)
-        if self.layout == "interleave":
-            block = parts[0][..., self.part::2]
-            return np.swapaxes(block, -1, -2) if block.ndim == 3 else block
-        if self.layout in ("transpose", "row"):
-            return np.swapaxes(parts[0], -1, -2) if self.layout == "transpose" else parts[0][0]
-        return np.concatenate(parts) if self.layout == "concat" else parts[0]
+        """The IR parameter of the checkpoint tensors ``parts`` (in ``hf``'s order)."""
+        return self.layout.to_ir(parts)
 
     def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        if self.layout == "per_head":
-            return {self.hf[0]: _regroup(value, 3, self.heads)}
-        if self.layout == "per_group":
-            return {self.hf[0]: _group(value, self.heads, self.kv_heads)}
-        if self.layout == "plus_one":
-            return {self.hf[0]: value - 1}
-        if self.layout == "interleave":
-            return {self.hf[0]: np.swapaxes(value, -1, -2) if value.ndim == 3 else value}
-        if self.layout in ("transpose", "row"):
-            return {self.hf[0]: np.swapaxes(value, -1, -2) if self.layout == "transpose" else value[None]}
-        if self.layout == "concat":
-            return dict(zip(self.hf, np.split(value, np.cumsum(self._rows(value.shape))[:-1])))
-        if self.layout == "stack":
-            return dict(zip(self.hf, value))
-        return {self.hf[0]: value}
-
-
-def _regroup(value: np.ndarray, outer: int, inner: int) -> np.ndarray:
-    """``value`` whose rows are (outer, inner, d) blocks, its rows reordered to (inner, outer, d)."""
-    return value.reshape(outer, inner, -1, *value.shape[1:]).swapaxes(0, 1).reshape(value.shape)
-
-
-def _ungroup(value: np.ndarray, h: int, g: int) -> np.ndarray:
-    """Rows in (g, h/g + 2, d) blocks (each group's queries, key, value) -> queries, keys, values."""
-    x = value.reshape(g, h // g + 2, -1, *value.shape[1:])
-    return np.concatenate([x[:, :-2].reshape(h, *x.shape[2:]), x[:, -2], x[:, -1]]).reshape(value.shape)
-
-
-def _group(value: np.ndarray, h: int, g: int) -> np.ndarray:
-    """``_ungroup`` undone: queries, keys, values -> rows in (g, h/g + 2, d) blocks."""
-    x = value.reshape(h + 2 * g, -1, *value.shape[1:])
-    q, k, v = x[:h].reshape(g, h // g, *x.shape[1:]), x[h:h + g, None], x[h + g:, None]
-    return np.concatenate([q, k, v], axis=1).reshape(value.shape)
+        """Checkpoint tensor -> its values (its part, where several rules write one) of the IR ``value``."""
+        return dict(zip(self.hf, self.layout.to_hf(value, len(self.hf)), strict=True))
 
 
 SHAPES = {"encoder-decoder": "an encoder-decoder", "decoder-only": "a decoder alone", "encoder-only": "an encoder alone"}

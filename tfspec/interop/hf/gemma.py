@@ -5,8 +5,8 @@ Llama (``llama.py``) with four differences: 256-wide heads (``head_dim``; gemma-
 are 4096 wide under a 3072-wide model) and one key/value head in gemma-2b; a gated tanh GELU
 (``hidden_act: gelu`` in the published configs means the tanh form: transformers rewrites it);
 token embeddings multiplied by sqrt(hidden_size) (``embed_scale``); the output tied to the
-embedding; and RMSNorms computing x * (1 + w), whose stored w is the gain minus one (the rules'
-``plus_one`` layout adds the 1 on import and takes it off on export). Refused by name:
+embedding; and RMSNorms computing x * (1 + w), whose stored w is the gain minus one
+(``layouts.PlusOne`` adds the 1 on import and takes it off on export). Refused by name:
 ``use_bidirectional_attention`` (EmbeddingGemma's encoder), and an ``hidden_activation`` that
 names another function than ``hidden_act`` (transformers 4 computed that field, transformers 5
 computes ``hidden_act``). Gemma 2 and 3 are other model types (logit soft-capping, norms
@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import ACTIVATIONS, Rule, Source, _show, activation, register, repeated_layer
+from tfspec.interop.hf.layouts import PlusOne
 from tfspec.interop.hf.llama import Llama
 
 
@@ -44,7 +45,7 @@ class Gemma(Llama):
             "activation": self._activation(c, where), "embed_scale": True}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
-        return [replace(r, layout="plus_one") if r.ir.endswith("norm.weight") else r
+        return [replace(r, layout=PlusOne()) if r.ir.endswith("norm.weight") else r
                 for r in super().rules(spec, architecture)]
 
     def config(self, spec) -> dict:

@@ -31,6 +31,7 @@ from itertools import groupby
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, _show, activation, number, register
 from tfspec.interop.hf.gemma import Gemma
+from tfspec.interop.hf.layouts import PlusOne
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 """transformers' names for a sliding-window layer and a global one."""
@@ -93,9 +94,9 @@ class Gemma2(Gemma):
                 ours = rule.ir.removesuffix("ffn_norm.weight")
                 theirs = rule.hf[0].removesuffix("post_attention_layernorm.weight")
                 rules += [Rule(f"{ours}self_attn_out_norm.weight", (f"{theirs}post_attention_layernorm.weight",),
-                               "plus_one"),
+                               PlusOne()),
                           Rule(f"{ours}ffn_out_norm.weight", (f"{theirs}post_feedforward_layernorm.weight",),
-                               "plus_one")]
+                               PlusOne())]
                 rule = replace(rule, hf=(f"{theirs}pre_feedforward_layernorm.weight",))
             rules.append(rule)
         return rules

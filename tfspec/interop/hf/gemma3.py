@@ -23,6 +23,7 @@ from __future__ import annotations
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, _show, number, register
 from tfspec.interop.hf.gemma2 import LAYER_TYPES, Gemma2, _checked_kinds
+from tfspec.interop.hf.layouts import PlusOne
 from tfspec.interop.hf.rope import ROPE_TYPES, scaling_config
 
 THETA = {"full_attention": ("rope_theta", 1_000_000.0), "sliding_attention": ("rope_local_base_freq", 10_000.0)}
@@ -86,7 +87,7 @@ class Gemma3(Gemma2):
     def rules(self, spec, architecture: str) -> list[Rule]:
         """Gemma 2's, and each layer's query and key norm gains (stored minus one)."""
         return super().rules(spec, architecture) + [
-            Rule(f"{layer.names[0]}.{part}_norm", (f"layers.{layer.index}.self_attn.{part}_norm.weight",), "plus_one")
+            Rule(f"{layer.names[0]}.{part}_norm", (f"layers.{layer.index}.self_attn.{part}_norm.weight",), PlusOne())
             for layer in spec.plan("decoder") for part in "qk"]
 
     def structure(self, spec) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, norm_rules, number,
                                       register, repeated_layer)
+from tfspec.interop.hf.layouts import Transpose
 
 
 @register
@@ -80,4 +81,4 @@ class GPT2(Family):
 
 
 def _conv1d(weight: str, bias: str, theirs: str) -> list[Rule]:
-    return [Rule(weight, (f"{theirs}.weight",), "transpose"), Rule(bias, (f"{theirs}.bias",))]
+    return [Rule(weight, (f"{theirs}.weight",), Transpose()), Rule(bias, (f"{theirs}.bias",))]

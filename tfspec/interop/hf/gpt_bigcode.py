@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from tfspec.interop.hf.family import Rule, Source, register
 from tfspec.interop.hf.gpt2 import GPT2
+from tfspec.interop.hf.layouts import Copy
 
 
 @register
@@ -35,7 +36,7 @@ class GPTBigCode(GPT2):
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         """GPT-2's names, every matrix stored as tfspec's (Linear, not Conv1D)."""
-        return [replace(r, layout="copy") for r in super().rules(spec, architecture)]
+        return [replace(r, layout=Copy()) for r in super().rules(spec, architecture)]
 
     def dropped(self, architecture: str) -> dict[str, str]:
         return {"lm_head.weight": "the output projection, tied to the token embedding"}

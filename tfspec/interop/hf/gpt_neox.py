@@ -7,7 +7,7 @@ read the layer's input in parallel, each through its own LayerNorm (``residual: 
 ``use_parallel_residual: false`` gives the sequential pre-norm layer); the MLP is one GELU
 layer, not gated, and always biased; the query, key, value and output projections are biased
 unless ``attention_bias`` is false; ``query_key_value`` holds each head's query, key and value
-rows together (rule layout ``per_head``); the output projection is stored as ``embed_out``
+rows together (``layouts.PerHead``); the output projection is stored as ``embed_out``
 (transformers 5 calls it lm_head in memory and writes that name back). transformers 4 files name the rotary settings
 ``rotary_pct`` and ``rotary_emb_base``; ``rope_parameters`` (transformers 5), when set, wins.
 ``gelu_fast`` (gpt-neox-20b) is tanh GELU with sqrt(2/pi) written to ten digits: in float32 it
@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.interop.hf.family import Rule, Source, flag, norm_rules, number, register, repeated_layer
+from tfspec.interop.hf.layouts import PerHead
 from tfspec.interop.hf.stablelm import StableLm
 
 OLD_ROTARY = {"rotary_emb_base": "rope_theta", "rotary_pct": "partial_rotary_factor"}
@@ -104,7 +105,7 @@ class GPTNeoX(StableLm):
         return [(f"{attn}_norm", "input_layernorm"), (f"{ffn}_norm", "post_attention_layernorm")]
 
     def _qkv(self, ours: str, theirs: str, attention) -> Rule:
-        return Rule(ours, (theirs,), "per_head", heads=attention.heads)
+        return Rule(ours, (theirs,), PerHead(attention.heads))
 
     def dropped(self, architecture: str) -> dict[str, str]:
         output = super().dropped(architecture)["lm_head.weight"]  # Llama's reason: tied, or no projection

@@ -16,7 +16,7 @@ A pre-RMSNorm decoder of grouped-query attention and mixtures of experts, as Mix
   c) (the ``moe``'s ``glu_limit`` c = swiglu_limit, ``glu_shift`` 1, activation
   ``quick_gelu``). transformers stores the experts fused: ``gate_up_proj`` (E, d, 2f) with the
   gate's and the linear branch's columns alternating, ``down_proj`` (E, f, d) (the rules'
-  ``interleave`` and ``transpose`` layouts);
+  ``Interleave`` and ``Transpose`` layouts);
 - rotary positions default to YaRN (factor 32 over 4096 positions, unclamped ramp), theta 150000.
 
 The published weights are MXFP4 (``quantization_config: {quant_method: mxfp4}``, the experts'
@@ -35,6 +35,7 @@ from itertools import groupby
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, Source, _show, number, register
 from tfspec.interop.hf.gemma2 import LAYER_TYPES, _checked_kinds
+from tfspec.interop.hf.layouts import Interleave, Transpose
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, _counted, first_moe
 from tfspec.interop.hf.mxfp4 import METHOD
@@ -111,9 +112,9 @@ class GptOss(Experts, Llama):
         return [Rule(f"{name}_norm.weight", (f"layers.{i}.post_attention_layernorm.weight",)),
                 Rule(f"{name}.w_router", (f"{theirs}router.weight",)),
                 Rule(f"{name}.b_router", (f"{theirs}router.bias",)),
-                Rule(f"{name}.w_1", (fused,), "interleave", part=0), Rule(f"{name}.w_3", (fused,), "interleave", part=1),
-                Rule(f"{name}.b_1", (bias,), "interleave", part=0), Rule(f"{name}.b_3", (bias,), "interleave", part=1),
-                Rule(f"{name}.w_2", (f"{theirs}experts.down_proj",), "transpose"),
+                Rule(f"{name}.w_1", (fused,), Interleave(0)), Rule(f"{name}.w_3", (fused,), Interleave(1)),
+                Rule(f"{name}.b_1", (bias,), Interleave(0)), Rule(f"{name}.b_3", (bias,), Interleave(1)),
+                Rule(f"{name}.w_2", (f"{theirs}experts.down_proj",), Transpose()),
                 Rule(f"{name}.b_2", (f"{theirs}experts.down_proj_bias",))]
 
     def structure(self, spec) -> str | None:

@@ -24,6 +24,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.cohere import interleaved
 from tfspec.interop.hf.family import Rule, Source, _show, flag, norm_rules, number, register, repeated_layer
 from tfspec.interop.hf.gpt2 import GPT2
+from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.phi import _linear
 from tfspec.positions import rotary
 
@@ -77,8 +78,8 @@ class GPTJ(GPT2):
         for layer in spec.plan("decoder"):
             (attn, ffn), theirs, a = layer.names, f"h.{layer.index}.", layer.attention
             rules += [*norm_rules(f"{attn}_norm", f"{theirs}ln_1"),
-                      Rule(f"{attn}.w_qkv", tuple(f"{theirs}attn.{p}_proj.weight" for p in "qkv"), "concat",
-                           (a.heads * a.d_k, a.kv_heads * a.d_k, a.kv_heads * a.d_v)),
+                      Rule(f"{attn}.w_qkv", tuple(f"{theirs}attn.{p}_proj.weight" for p in "qkv"),
+                           Concat((a.heads * a.d_k, a.kv_heads * a.d_k, a.kv_heads * a.d_v))),
                       Rule(f"{attn}.w_o", (f"{theirs}attn.out_proj.weight",)),
                       *_linear(f"{ffn}.", "1", f"{theirs}mlp.fc_in"), *_linear(f"{ffn}.", "2", f"{theirs}mlp.fc_out")]
         return interleaved(rules, spec)

@@ -20,6 +20,7 @@ from typing import ClassVar
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
                                      flag, number, register)
+from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.rope import ROPE_TYPES, scaling_config, scaling_data
 
 
@@ -126,14 +127,14 @@ class Llama(Family):
             ours, theirs, attn = f"decoder.layers.{i}.", f"layers.{i}.", "self_attn"  # full or sliding window alike
             qkv = tuple(f"{theirs}self_attn.{p}_proj" for p in "qkv")
             rules += [Rule(f"{ours}{attn}_norm.weight", (f"{theirs}input_layernorm.weight",)),
-                      Rule(f"{ours}{attn}.w_qkv", tuple(f"{p}.weight" for p in qkv), "concat", rows),
+                      Rule(f"{ours}{attn}.w_qkv", tuple(f"{p}.weight" for p in qkv), Concat(rows)),
                       Rule(f"{ours}{attn}.w_o", (f"{theirs}self_attn.o_proj.weight",)),
                       Rule(f"{ours}ffn_norm.weight", (f"{theirs}post_attention_layernorm.weight",)),
                       Rule(f"{ours}ffn.w_1", (f"{theirs}mlp.gate_proj.weight",)),
                       Rule(f"{ours}ffn.w_3", (f"{theirs}mlp.up_proj.weight",)),
                       Rule(f"{ours}ffn.w_2", (f"{theirs}mlp.down_proj.weight",))]
             if spec.has_bias("q"):
-                rules.append(Rule(f"{ours}{attn}.b_qkv", tuple(f"{p}.bias" for p in qkv), "concat", rows))
+                rules.append(Rule(f"{ours}{attn}.b_qkv", tuple(f"{p}.bias" for p in qkv), Concat(rows)))
             if spec.has_bias("o"):
                 rules.append(Rule(f"{ours}{attn}.b_o", (f"{theirs}self_attn.o_proj.bias",)))
             if spec.has_bias("ffn"):

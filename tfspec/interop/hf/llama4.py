@@ -40,6 +40,7 @@ import numpy as np
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.deepseek_v2 import RotaryPairs
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, eos_token_id, flag, number, register)
+from tfspec.interop.hf.layouts import Concat, Layout
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, _counted, first_moe
 from tfspec.interop.hf.rope import scaling_config
@@ -49,13 +50,16 @@ LAYER_TYPES = ("full_attention", "chunked_attention")
 
 
 @dataclass(frozen=True)
-class ExpertColumns(Rule):
+class ExpertColumns(Layout):
     """IR experts (E, out, in) stored (E, in, out), as transformers' bmm multiplies them; with
-    ``rows`` (layout split, axis -1), block ``part`` of the stored tensor's last axis."""
+    ``rows``, block ``part`` of the stored tensor's last axis (``Split`` along it)."""
 
-    def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    rows: tuple[int, ...] = ()
+    part: int = 0
+
+    def hf_shapes(self, shape: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
         experts, out, width = shape
-        return {self.hf[0]: (experts, width, sum(self.rows) if self.rows else out)}
+        return [(experts, width, sum(self.rows) if self.rows else out)]
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
         x = parts[0]
@@ -63,27 +67,29 @@ class ExpertColumns(Rule):
             x = np.split(x, np.cumsum(self.rows)[:-1], axis=-1)[self.part]
         return x.transpose(0, 2, 1)
 
-    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        return {self.hf[0]: value.transpose(0, 2, 1)}
+    def to_hf(self, value: np.ndarray, count: int) -> list[np.ndarray]:
+        return [value.transpose(0, 2, 1)]
+
+    def join(self, earlier: np.ndarray, value: np.ndarray) -> np.ndarray:
+        return np.concatenate([earlier, value], axis=-1)
 
 
 @dataclass(frozen=True)
-class PairedQKV(Rule):
-    """``w_qkv`` (layout concat of q, k, v) of a rotary layer whose q and k rows are stored in
+class PairedQKV(Concat):
+    """``w_qkv`` (``Concat`` of q, k, v) of a rotary layer whose q and k rows are stored in
     interleaved pairs per head of ``block`` rows: permuted as ``RotaryPairs`` does."""
 
     block: int = 0
 
-    def _pairs(self, hf: str) -> RotaryPairs:
-        return RotaryPairs("", (hf,), block=self.block, rope=self.block)
-
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
         q, k, v = parts
-        return super().to_ir([self._pairs("q").to_ir([q]), self._pairs("k").to_ir([k]), v])
+        pairs = RotaryPairs(self.block, self.block)
+        return super().to_ir([pairs.to_ir([q]), pairs.to_ir([k]), v])
 
-    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
-        q, k, v = super().to_hf(value).items()
-        return {name: self._pairs(name).to_hf(x)[name] for name, x in (q, k)} | dict([v])
+    def to_hf(self, value: np.ndarray, count: int) -> list[np.ndarray]:
+        q, k, v = super().to_hf(value, count)
+        pairs = RotaryPairs(self.block, self.block)
+        return [*pairs.to_hf(q, 1), *pairs.to_hf(k, 1), v]
 
 
 @register
@@ -184,7 +190,7 @@ class Llama4Text(Experts, Llama):
         for rule in super().rules(spec, architecture):
             rule = replace(rule, hf=tuple(name.replace(".mlp.", ".feed_forward.") for name in rule.hf))
             if rule.ir in rotary:
-                rule = PairedQKV(rule.ir, rule.hf, rule.layout, rule.rows, block=rotary[rule.ir].d_k)
+                rule = replace(rule, layout=PairedQKV(rule.layout.rows, block=rotary[rule.ir].d_k))
             rules.append(rule)
         return rules
 
@@ -192,9 +198,9 @@ class Llama4Text(Experts, Llama):
         theirs, f = f"layers.{i}.feed_forward.", moe.d_ff
         return [Rule(f"{name}_norm.weight", (f"layers.{i}.post_attention_layernorm.weight",)),
                 Rule(f"{name}.w_router", (f"{theirs}router.weight",)),
-                ExpertColumns(f"{name}.w_1", (f"{theirs}experts.gate_up_proj",), "split", (f, f), 0, axis=-1),
-                ExpertColumns(f"{name}.w_3", (f"{theirs}experts.gate_up_proj",), "split", (f, f), 1, axis=-1),
-                ExpertColumns(f"{name}.w_2", (f"{theirs}experts.down_proj",))] + [
+                Rule(f"{name}.w_1", (f"{theirs}experts.gate_up_proj",), ExpertColumns((f, f), 0)),
+                Rule(f"{name}.w_3", (f"{theirs}experts.gate_up_proj",), ExpertColumns((f, f), 1)),
+                Rule(f"{name}.w_2", (f"{theirs}experts.down_proj",), ExpertColumns())] + [
             Rule(f"{name}.w_shared_{n}", (f"{theirs}shared_expert.{part}.weight",))
             for n, part in (("1", "gate_proj"), ("3", "up_proj"), ("2", "down_proj"))]
 

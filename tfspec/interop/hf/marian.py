@@ -18,6 +18,7 @@ from dataclasses import replace
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
                                      norm_rules, number, register, repeated_layer)
+from tfspec.interop.hf.layouts import Concat, Row
 
 LEFTOVERS = ("normalize_before", "normalize_embedding", "add_final_layer_norm", "add_bias_logits",
              "static_position_embeddings", "classif_dropout", "extra_pos_embeddings")
@@ -149,7 +150,7 @@ class Marian(Family):
             for stack in ("encoder", "decoder"):
                 rules += norm_rules(f"{stack}.norm", f"{stack}.layer_norm")
         if spec.output_bias:
-            rules.append(Rule("output.bias", ("final_logits_bias",), "row"))
+            rules.append(Rule("output.bias", ("final_logits_bias",), Row()))
         return rules
 
     def dropped(self, architecture: str) -> dict[str, str]:
@@ -199,8 +200,8 @@ def layer_rules(spec) -> list[Rule]:
 def _attention(ours: str, theirs: str, parts: str) -> list[Rule]:
     """Projections ``parts`` (q, k, v) stacked into ``w_<parts>``; with q, the output too."""
     stored = tuple(f"{theirs}.{p}_proj" for p in parts)
-    rules = [Rule(f"{ours}.w_{parts}", tuple(f"{s}.weight" for s in stored), "concat"),
-             Rule(f"{ours}.b_{parts}", tuple(f"{s}.bias" for s in stored), "concat")]
+    rules = [Rule(f"{ours}.w_{parts}", tuple(f"{s}.weight" for s in stored), Concat()),
+             Rule(f"{ours}.b_{parts}", tuple(f"{s}.bias" for s in stored), Concat())]
     if "q" in parts:
         rules += [Rule(f"{ours}.w_o", (f"{theirs}.out_proj.weight",)),
                   Rule(f"{ours}.b_o", (f"{theirs}.out_proj.bias",))]

@@ -8,7 +8,7 @@ window as causal restricted attention) whose every feed-forward layer is a mixtu
 token runs the ``num_experts_per_tok`` experts a softmax router scores highest, weighted by
 those probabilities renormalised to sum to 1 (Mixtral always renormalises). Checkpoints store
 each expert apart (``block_sparse_moe.experts.{j}.w1``, ``w3``, ``w2``: gate, linear branch,
-output; the rules' ``stack`` layout), as transformers 5 saves them although it fuses them in
+output; ``layouts.Stack``), as transformers 5 saves them although it fuses them in
 memory. No projection is ever biased: ``attention_bias`` and ``mlp_bias`` are refused as
 unknown. Defaults are MixtralConfig's (Mixtral-8x7B's shape, 131072 positions).
 """
@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, Source, _show, flag, number, register
+from tfspec.interop.hf.layouts import Stack
 from tfspec.interop.hf.llama import Llama, Mistral
 
 MOE_IGNORED = {
@@ -87,7 +88,7 @@ class Experts:
         rules = [Rule(f"{name}_norm.weight", (f"layers.{i}.post_attention_layernorm.weight",)),
                  Rule(f"{name}.w_router", (f"{theirs}gate.weight",))]
         rules += [Rule(f"{name}.{ours}", tuple(f"{theirs}experts.{j}.{part}.weight" for j in range(moe.experts)),
-                       "stack") for ours, part in self.parts.items()]
+                       Stack()) for ours, part in self.parts.items()]
         if moe.shared:  # Qwen2-MoE's shared expert and its gate
             rules += [Rule(f"{name}.w_shared_{n}", (f"{theirs}shared_expert.{part}.weight",))
                       for n, part in (("1", "gate_proj"), ("3", "up_proj"), ("2", "down_proj"))]

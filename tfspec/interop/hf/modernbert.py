@@ -33,16 +33,15 @@ import json
 from itertools import groupby
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, flag, norm_rules,
-                                      number, register)
+from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, _show, activation, flag, number, register
+from tfspec.interop.hf.layouts import Split
+from tfspec.interop.hf.masked_lm import MaskedLM, dense_rules, norms
 from tfspec.interop.hf.task_heads import Pooled, TaskHeads
 
 LAYER_TYPES = ("sliding_attention", "full_attention")
 """transformers' names for a local layer and a global one."""
 THETA = {"full_attention": ("global_rope_theta", 160_000.0), "sliding_attention": ("local_rope_theta", 10_000.0)}
 """Layer type -> the field older files give its rotary base in, and ModernBertConfig's default."""
-SPECIAL_TOKENS = {"unk_id": ("[UNK]", 50280), "mask_id": ("[MASK]", 50284)}
-"""Token and its id in ModernBERT-base's vocabulary, for ids only tokenizers and training read."""
 POOLING = {"cls": "first", "mean": "mean"}
 """classifier_pooling -> the sequence head's ``pooling``: the first position, or the mean over
 the unmasked ones (as ModernBertForSequenceClassification weighs by its attention mask)."""
@@ -85,14 +84,17 @@ class ModernBertTaskHeads(TaskHeads):
 
 
 @register
-class ModernBert(Family):
+class ModernBert(MaskedLM):
     model_type = "modernbert"
-    family = "encoder-only"
     title = "ModernBERT"
     architectures = {"ModernBertForMaskedLM": "model.", "ModernBertModel": ""}
     export_architecture = "ModernBertModel"
     masked_lm = "ModernBertForMaskedLM"
     heads = ("head.", "decoder.")
+    head_names = ("head.dense", "head.norm", "decoder.bias")
+    tied_output = "decoder.weight"
+    special_tokens = {"unk_id": ("[UNK]", 50280), "mask_id": ("[MASK]", 50284)}
+    """Where ModernBERT-base's vocabulary puts them."""
     grouped = True
     task_heads = Pooled(dense="head.dense", norm="head.norm", answer="classifier", activation="gelu",
                         base_pooler=False)
@@ -103,7 +105,7 @@ class ModernBert(Family):
               "local_attention", "embedding_dropout", "mlp_bias", "mlp_dropout", "decoder_bias", "classifier_bias",
               "classifier_activation", "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",
               "classifier_pooling")
-    required = {"tie_word_embeddings": (True,), "rope_scaling": (None,)}
+    required = MaskedLM.required | {"rope_scaling": (None,)}
     ignored = {**dict.fromkeys(("cls_token_id", "sep_token_id"), "tokenizer settings"),
                "deterministic_flash_attn": "how transformers runs the model (flash-attention kernels)",
                "reference_compile": "how transformers runs the model (torch.compile)",
@@ -116,7 +118,7 @@ class ModernBert(Family):
 
     def spec_data(self, source: Source) -> dict:
         c, where = source.config, source.where
-        mlm = self.architectures[source.architecture] != ""
+        mlm = self.reads_head(source)
         layers = number(c, "num_hidden_layers", where, default=22)
         act = activation(c, "hidden_activation", where, "gelu")
         if mlm and activation(c, "classifier_activation", where, "gelu") != act:
@@ -141,17 +143,13 @@ class ModernBert(Family):
                 "tie_embeddings": "output", "encoder": {"groups": self._groups(c, where, layers, max_len)}}
 
     def _vocab(self, source: Source) -> dict:
-        """pad (it masks keys), bos ([CLS]) and eos ([SEP]) from the config; unk and mask from the
-        vocabulary, else ModernBERT-base's places, else the first ids left over."""
+        """pad, bos ([CLS]) and eos ([SEP]) from the config; unk and mask as ``special_ids`` finds them."""
         c, where = source.config, source.where
         size = number(c, "vocab_size", where, default=50368)
         ids = {"pad_id": number(c, "pad_token_id", where, default=50283),
                "bos_id": number(c, "bos_token_id", where, default=50281),
                "eos_id": number(c, "eos_token_id", where, default=50282)}
-        spare = (i for i in range(size) if i not in ids.values())
-        for key, (token, place) in SPECIAL_TOKENS.items():
-            ids[key] = source.vocabulary.get(token, place if place < size else next(spare))
-        return {"size": size, **ids}
+        return {"size": size, **self.special_ids(source, size, ids)}
 
     def _groups(self, c: dict, where: str, layers: int, max_len: int) -> list[dict]:
         """Runs of alike layers: each layer's attention (global, or local with its own rotary
@@ -205,38 +203,20 @@ class ModernBert(Family):
     def rules(self, spec, architecture: str) -> list[Rule]:
         d_ff = spec.plan("encoder")[0].ffn.d_ff
         rules = [Rule("encoder.embed.weight", ("embeddings.tok_embeddings.weight",)),
-                 *self._norm("encoder.embed_norm", "embeddings.norm", spec),
-                 *self._norm("encoder.norm", "final_norm", spec)]
+                 *norms(spec, "encoder.embed_norm", "embeddings.norm"), *norms(spec, "encoder.norm", "final_norm")]
         for layer in spec.plan("encoder"):
             ours, theirs = f"encoder.layers.{layer.index}.", f"layers.{layer.index}."
-            rules += [*self._dense(ours + "self_attn.w_qkv", ours + "self_attn.b_qkv", theirs + "attn.Wqkv", spec.bias),
-                      *self._dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attn.Wo", spec.bias),
-                      *self._norm(ours + "ffn_norm", theirs + "mlp_norm", spec),
-                      *self._dense(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "mlp.Wo", spec.has_bias("ffn"))]
+            rules += [*dense_rules(ours + "self_attn.w_qkv", ours + "self_attn.b_qkv", theirs + "attn.Wqkv", spec.bias),
+                      *dense_rules(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attn.Wo", spec.bias),
+                      *norms(spec, ours + "ffn_norm", theirs + "mlp_norm"),
+                      *dense_rules(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "mlp.Wo", spec.has_bias("ffn"))]
             if layer.attention.input_norm:
-                rules += self._norm(ours + "self_attn_norm", theirs + "attn_norm", spec)
+                rules += norms(spec, ours + "self_attn_norm", theirs + "attn_norm")
             for part, role in enumerate("13"):  # Wi: the activation's input, then the gate
-                rules.append(Rule(f"{ours}ffn.w_{role}", (f"{theirs}mlp.Wi.weight",), "split", (d_ff, d_ff), part))
+                rules.append(Rule(f"{ours}ffn.w_{role}", (f"{theirs}mlp.Wi.weight",), Split((d_ff, d_ff), part)))
                 if spec.has_bias("ffn"):
-                    rules.append(Rule(f"{ours}ffn.b_{role}", (f"{theirs}mlp.Wi.bias",), "split", (d_ff, d_ff), part))
-        if spec.head_transform:
-            rules += [*self._dense("head.dense.weight", "head.dense.bias", "head.dense", spec.has_bias("head")),
-                      *self._norm("head.norm", "head.norm", spec)]
-        return rules + ([Rule("output.bias", ("decoder.bias",))] if spec.output_bias else [])
-
-    @staticmethod
-    def _dense(weight: str, bias: str, theirs: str, biased: bool) -> list[Rule]:
-        return [Rule(weight, (f"{theirs}.weight",))] + ([Rule(bias, (f"{theirs}.bias",))] if biased else [])
-
-    @staticmethod
-    def _norm(ours: str, theirs: str, spec) -> list[Rule]:
-        return norm_rules(ours, theirs) if spec.uses_norm_bias else [Rule(f"{ours}.weight", (f"{theirs}.weight",))]
-
-    def dropped(self, architecture: str) -> dict[str, str]:
-        if architecture == self.export_architecture:
-            return {"head.*": f"the masked-LM head, not part of {architecture}",
-                    "decoder.*": f"the masked-LM head, not part of {architecture}"}
-        return {"decoder.weight": "the output projection, tied to the token embedding"}
+                    rules.append(Rule(f"{ours}ffn.b_{role}", (f"{theirs}mlp.Wi.bias",), Split((d_ff, d_ff), part)))
+        return rules + self.head_rules(spec)
 
     def structure(self, spec) -> str | None:
         if reason := super().structure(spec):
@@ -248,12 +228,6 @@ class ModernBert(Family):
                or len(layer.sublayers) != 2 for layer in spec.plan("encoder")):
             return f"each {self.title} layer is self-attention (global or restricted), then a feed-forward layer"
         return None
-
-    def architecture_for(self, spec) -> str:
-        return self.masked_lm if spec.head_transform else self.export_architecture
-
-    def outputs(self, architecture: str) -> dict[str, str]:
-        return {"logits": "logits"} if architecture == self.masked_lm else {"memory": "last_hidden_state"}
 
     def config(self, spec) -> dict:
         plan, v = spec.plan("encoder"), spec.vocab

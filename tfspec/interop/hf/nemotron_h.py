@@ -23,6 +23,7 @@ from itertools import groupby
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import ACTIVATION_NAMES, Family, Rule, Source, _show, activation, flag, number, register
+from tfspec.interop.hf.layouts import Concat, Stack
 from tfspec.interop.hf.llama import _vocab
 from tfspec.interop.hf.mixtral import MOE_IGNORED
 
@@ -189,13 +190,13 @@ def _tensors(sub) -> dict[str, tuple]:
         return {role: ((name,),) for role, name in roles.items() if role not in skip}
     if sub.kind == "causal_self_attention":
         rows = (sub.heads * sub.d_k, sub.kv_heads * sub.d_k, sub.kv_heads * sub.d_v)
-        return {"w_qkv": (tuple(f"{p}_proj.weight" for p in "qkv"), "concat", rows), "w_o": (("o_proj.weight",),)}
+        return {"w_qkv": (tuple(f"{p}_proj.weight" for p in "qkv"), Concat(rows)), "w_o": (("o_proj.weight",),)}
     if sub.kind == "ffn":
         return {"w_1": (("up_proj.weight",),), "w_2": (("down_proj.weight",),)}
     experts = range(sub.experts)
     return {"w_router": (("gate.weight",),), "score_bias": (("gate.e_score_correction_bias",),),
-            "w_1": (tuple(f"experts.{j}.up_proj.weight" for j in experts), "stack"),
-            "w_2": (tuple(f"experts.{j}.down_proj.weight" for j in experts), "stack"),
+            "w_1": (tuple(f"experts.{j}.up_proj.weight" for j in experts), Stack()),
+            "w_2": (tuple(f"experts.{j}.down_proj.weight" for j in experts), Stack()),
             "w_shared_1": (("shared_experts.up_proj.weight",),), "w_shared_2": (("shared_experts.down_proj.weight",),)}
 
 

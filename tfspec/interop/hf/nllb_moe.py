@@ -30,6 +30,7 @@ from itertools import groupby
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Rule, Source, _show, norm_rules, number, register
+from tfspec.interop.hf.layouts import Stack
 from tfspec.interop.hf.m2m_100 import M2M100
 from tfspec.interop.hf.marian import _attention
 
@@ -126,6 +127,6 @@ def _layer(stack: str, layer) -> list[Rule]:
                         *norm_rules(ours + "ffn_norm", ours + "ff_layer_norm")]
     return rules + [Rule(name + ".w_router", (ours + "ffn.router.classifier.weight",)),
                     *(Rule(f"{name}.{kind}_{i}", tuple(f"{ours}ffn.experts.expert_{j}.fc{i}.{tensor}"
-                                                        for j in range(moe.experts)), "stack")
+                                                        for j in range(moe.experts)), Stack())
                       for i in (1, 2) for kind, tensor in (("w", "weight"), ("b", "bias"))),
                     *norm_rules(name + "_norm", ours + "ff_layer_norm")]

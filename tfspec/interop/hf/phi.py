@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.interop.hf.family import Rule, Source, flag, norm_rules, number, register
+from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.stablelm import StableLm
 
 PARTIAL_ROTARY = 0.5
@@ -73,7 +74,7 @@ class Phi(StableLm):
             rows, qkv = (a.heads * a.d_k, a.kv_heads * a.d_k, a.kv_heads * a.d_v), ("q", "k", "v")
             rules += [*norm_rules(f"{attn}_norm", f"{theirs}input_layernorm"),
                       *(Rule(f"{attn}.{kind[0]}_qkv", tuple(f"{theirs}self_attn.{p}_proj.{kind}" for p in qkv),
-                             "concat", rows) for kind in ("weight", "bias")),
+                             Concat(rows)) for kind in ("weight", "bias")),
                       *_linear(f"{attn}.", "o", f"{theirs}self_attn.dense"),
                       *_linear(f"{ffn}.", "1", f"{theirs}mlp.fc1"), *_linear(f"{ffn}.", "2", f"{theirs}mlp.fc2")]
             if a.qk_norm == "head":

@@ -4,7 +4,7 @@
 Mistral (``llama.py``: pre-RMSNorm, SwiGLU, grouped-query attention, rotary positions, the
 sliding window as causal restricted attention; Phi-3-mini's is 2047) with its projections fused:
 ``qkv_proj`` holds q, k and v stacked, as tfspec's ``w_qkv``, and ``gate_up_proj`` the gate
-then the linear branch (the rules' ``split`` layout); no projection is ever biased. Rotary
+then the linear branch (``layouts.Split``); no projection is ever biased. Rotary
 positions rotate the first ``partial_rotary_factor`` of each head's features (1.0 unless said;
 ``positional.fraction``, as StableLM). ``resid_pdrop`` is tfspec's ``dropout``. The long-context
 ``longrope`` scaling (Phi-3-mini-128k, Phi-3.5-mini, Phi-4-mini) imports with the top-level
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.interop.hf.family import Rule, Source, number, register, repeated_layer
+from tfspec.interop.hf.layouts import Split
 from tfspec.interop.hf.llama import Mistral
 from tfspec.interop.hf.stablelm import with_rotated_share
 
@@ -75,8 +76,8 @@ class Phi3(Mistral):
             if rule.ir.endswith(".w_qkv"):
                 rule = Rule(rule.ir, (f"{layer}.self_attn.qkv_proj.weight",))
             elif rule.ir.endswith((".ffn.w_1", ".ffn.w_3")):
-                rule = Rule(rule.ir, (f"{layer}.mlp.gate_up_proj.weight",), "split", (d_ff,) * 2,
-                            part=int(rule.ir.endswith("w_3")))
+                part = int(rule.ir.endswith("w_3"))
+                rule = Rule(rule.ir, (f"{layer}.mlp.gate_up_proj.weight",), Split((d_ff,) * 2, part))
             fused.append(rule)
         return fused
 

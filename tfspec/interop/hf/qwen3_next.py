@@ -1,7 +1,7 @@
 """Qwen3-Next (``model_type: qwen3_next``): transformers' Qwen3NextForCausalLM and Qwen3NextModel as
 tfspec specs (Qwen/Qwen3-Next-80B-A3B-Instruct and -Thinking).
 
-A hybrid decoder, pre-RMSNorm, every norm zero-centred (it multiplies by 1 + w: the ``plus_one``
+A hybrid decoder, pre-RMSNorm, every norm zero-centred (it multiplies by 1 + w: the ``PlusOne``
 layout adds the 1 on import and takes it off on export, as for Gemma). ``layer_types`` (or every
 ``full_attention_interval``-th layer, 4 unless said) picks each layer's token mixer:
 ``linear_attention`` a gated DeltaNet (tfspec's ``gated_deltanet``: ``linear_num_value_heads``
@@ -25,6 +25,7 @@ import numpy as np
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, _show, number, register
+from tfspec.interop.hf.layouts import Layout, PlusOne
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, _counted, first_moe
 from tfspec.interop.hf.qwen2_moe import MOE_FIELDS, Qwen2Moe
@@ -39,26 +40,29 @@ DELTANET_TENSORS = {"w_qkvz": "in_proj_qkvz.weight", "w_ba": "in_proj_ba.weight"
 
 
 @dataclass(frozen=True)
-class GatedQuery(Rule):
+class GatedQuery(Layout):
     """``q_proj`` holds, head by head (``heads``), the query's rows then its gate's: part 0 is
     the queries, followed by the other tensors' rows (``w_qkv`` from q_proj, k_proj, v_proj,
     ``rows`` their IR rows); part 1 the gates (``w_gate``). Export joins the two head by head."""
 
-    def hf_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]:
+    heads: int
+    rows: tuple[int, ...] = ()
+    part: int = 0
+
+    def hf_shapes(self, shape: tuple[int, ...], count: int) -> list[tuple[int, ...]]:
         if self.part:
-            return {self.hf[0]: (2 * shape[0], *shape[1:])}
-        return {self.hf[0]: (2 * self.rows[0], *shape[1:])} | {
-            name: (rows, *shape[1:]) for name, rows in zip(self.hf[1:], self.rows[1:])}
+            return [(2 * shape[0], *shape[1:])]
+        return [(2 * self.rows[0], *shape[1:])] + [(rows, *shape[1:]) for rows in self.rows[1:]]
 
     def to_ir(self, parts: list[np.ndarray]) -> np.ndarray:
         rest = parts[0].shape[1:]
         picked = parts[0].reshape(self.heads, 2, -1, *rest)[:, self.part].reshape(-1, *rest)
         return np.concatenate([picked, *parts[1:]])
 
-    def to_hf(self, value: np.ndarray) -> dict[str, np.ndarray]:
+    def to_hf(self, value: np.ndarray, count: int) -> list[np.ndarray]:
         if self.part:
-            return {self.hf[0]: value}
-        return dict(zip(self.hf, np.split(value, np.cumsum(self.rows)[:-1])))
+            return [value]
+        return np.split(value, np.cumsum(self.rows)[:-1])
 
     def join(self, queries: np.ndarray, gates: np.ndarray) -> np.ndarray:
         rest = gates.shape[1:]
@@ -123,20 +127,20 @@ class Qwen3Next(Qwen2Moe):
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = [Rule("decoder.embed.weight", ("embed_tokens.weight",)),
-                 Rule("decoder.norm.weight", ("norm.weight",), "plus_one")]
+                 Rule("decoder.norm.weight", ("norm.weight",), PlusOne())]
         if spec.tie_embeddings == "none" and architecture.endswith("ForCausalLM"):
             rules.append(Rule("output.weight", ("lm_head.weight",)))
         for layer in spec.plan("decoder"):
             (mixer, sub), (ffn, feed) = zip(layer.names, layer.sublayers)
             theirs = f"layers.{layer.index}."
-            rules.append(Rule(f"{mixer}_norm.weight", (f"{theirs}input_layernorm.weight",), "plus_one"))
+            rules.append(Rule(f"{mixer}_norm.weight", (f"{theirs}input_layernorm.weight",), PlusOne()))
             rules += _deltanet_rules(mixer, sub, theirs) if sub.kind == "gated_deltanet" else \
                 _attention_rules(mixer, sub, theirs)
             if feed.kind == "moe":
-                rules += [replace(r, layout="plus_one") if r.ir.endswith("_norm.weight") else r
+                rules += [replace(r, layout=PlusOne()) if r.ir.endswith("_norm.weight") else r
                           for r in self._moe_rules(layer.index, ffn, feed)]
             else:
-                rules += [Rule(f"{ffn}_norm.weight", (f"{theirs}post_attention_layernorm.weight",), "plus_one")]
+                rules += [Rule(f"{ffn}_norm.weight", (f"{theirs}post_attention_layernorm.weight",), PlusOne())]
                 rules += [Rule(f"{ffn}.{ours}", (f"{theirs}mlp.{part}_proj.weight",))
                           for ours, part in (("w_1", "gate"), ("w_3", "up"), ("w_2", "down"))]
         return rules
@@ -201,7 +205,7 @@ def _attention_rules(ours: str, a, theirs: str) -> list[Rule]:
     the per-head q/k norms, zero-centred."""
     qkv = tuple(f"{theirs}self_attn.{p}_proj.weight" for p in "qkv")
     rows = (a.heads * a.d_k, a.kv_heads * a.d_k, a.kv_heads * a.d_v)
-    return [GatedQuery(f"{ours}.w_qkv", qkv, "gated_query", rows, heads=a.heads),
-            GatedQuery(f"{ours}.w_gate", qkv[:1], "gated_query", part=1, heads=a.heads),
+    return [Rule(f"{ours}.w_qkv", qkv, GatedQuery(a.heads, rows)),
+            Rule(f"{ours}.w_gate", qkv[:1], GatedQuery(a.heads, part=1)),
             Rule(f"{ours}.w_o", (f"{theirs}self_attn.o_proj.weight",))] + [
-        Rule(f"{ours}.{p}_norm", (f"{theirs}self_attn.{p}_norm.weight",), "plus_one") for p in "qk"]
+        Rule(f"{ours}.{p}_norm", (f"{theirs}self_attn.{p}_norm.weight",), PlusOne()) for p in "qk"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.interop.hf.family import Rule, Source, flag, number, register, repeated_layer
+from tfspec.interop.hf.layouts import Stack
 from tfspec.interop.hf.llama import Llama
 
 PARTIAL_ROTARY = 0.25
@@ -67,7 +68,7 @@ class StableLm(Llama):
             a, theirs = layer.attention, f"layers.{layer.index}.self_attn."
             if a.qk_norm == "per_head":
                 rules += [Rule(f"{layer.names[0]}.{p}_norm", tuple(f"{theirs}{p}_layernorm.norms.{i}.weight"
-                                                                   for i in range(heads)), "stack")
+                                                                   for i in range(heads)), Stack())
                           for p, heads in (("q", a.heads), ("k", a.kv_heads))]
         return rules
 

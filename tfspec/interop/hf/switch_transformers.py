@@ -22,6 +22,7 @@ from dataclasses import replace
 from itertools import groupby
 
 from tfspec.interop.hf.family import ACTIVATION_NAMES, Rule, Source, activation, number, register, repeated_layer
+from tfspec.interop.hf.layouts import Stack
 from tfspec.interop.hf.t5 import T5, attention_rules
 
 POSITIONS = 512
@@ -118,4 +119,4 @@ def _layer(layer) -> list[Rule]:
     return rules + [Rule(moe + "_norm.weight", (ffn + "layer_norm.weight",)),
                     Rule(moe + ".w_router", (ffn + "mlp.router.classifier.weight",)),
                     *(Rule(f"{moe}.{w}", tuple(f"{ffn}mlp.experts.expert_{j}.{name}.weight" for j in range(experts)),
-                           "stack") for w, name in (("w_1", "wi"), ("w_2", "wo")))]
+                           Stack()) for w, name in (("w_1", "wi"), ("w_2", "wo")))]

@@ -25,6 +25,7 @@ from typing import ClassVar
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, flag, number,
                                       register, repeated_layer)
+from tfspec.interop.hf.layouts import Concat
 
 ATTENTION = 1.0
 """T5's attention scale: q·k unscaled, the 1 / sqrt(d_k) folded into the initialisation."""
@@ -160,7 +161,7 @@ def attention_rules(layer) -> tuple[list[Rule], str, str]:
 
 def _attention(ours: str, theirs: str, parts: str) -> list[Rule]:
     """Projections ``parts`` (T5's q, k, v) stacked into ``w_<parts>``; with q, the output o too."""
-    rules = [Rule(f"{ours}.w_{parts}", tuple(f"{theirs}.{p}.weight" for p in parts), "concat")]
+    rules = [Rule(f"{ours}.w_{parts}", tuple(f"{theirs}.{p}.weight" for p in parts), Concat())]
     return rules + ([Rule(f"{ours}.w_o", (f"{theirs}.o.weight",))] if "q" in parts else [])
 
 
