@@ -20,10 +20,17 @@ _HOMES = {"Graph": "tfspec.ir", "Spec": "tfspec.spec", "SpecError": "tfspec.erro
 __all__ = [*_HOMES, "__version__"]
 
 
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'tfspec' has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name]), name)
+def lazy_names(package: str, homes: dict[str, str]):
+    """A ``__getattr__`` for ``package`` (PEP 562) importing each name of ``homes`` from its
+    module (the value) on first use."""
+    def __getattr__(name: str):
+        if name not in homes:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(homes[name]), name)
+    return __getattr__
+
+
+__getattr__ = lazy_names(__name__, _HOMES)
 
 
 def __dir__() -> list[str]:

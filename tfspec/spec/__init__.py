@@ -6,7 +6,7 @@ layer kinds: loading ``schema`` here would close that circle (tests/test_imports
 
 from __future__ import annotations
 
-import importlib
+from tfspec import lazy_names
 
 _HOMES = {"Spec": "tfspec.spec.schema", "load_spec": "tfspec.spec.loader", "resolve": "tfspec.spec.loader",
           "shipped_specs": "tfspec.spec.loader", "spec_from_data": "tfspec.spec.loader"}
@@ -14,8 +14,4 @@ _HOMES = {"Spec": "tfspec.spec.schema", "load_spec": "tfspec.spec.loader", "reso
 
 __all__ = list(_HOMES)
 
-
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module 'tfspec.spec' has no attribute {name!r}")
-    return getattr(importlib.import_module(_HOMES[name]), name)
+__getattr__ = lazy_names(__name__, _HOMES)
