@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from pydantic import model_validator
 
 from tfspec.errors import TfspecError
+from tfspec.options import Options, number, options, whole
 from tfspec.padding import implied_mask
+from tfspec.spec.base import field_error
+from tfspec.spec.bounds import MAX_VOCAB
 
 
 class Decoder(Protocol):
@@ -45,35 +49,48 @@ class Decoder(Protocol):
         same source, so per-source entries (cross-attention keys/values) need no copy."""
 
 
-@dataclass(frozen=True)
-class Sampling:
+@options
+class Sampling(Options):
     """Draw each next token from the model's distribution instead of taking the likeliest
     (transformers' ``do_sample``), reshaped as transformers orders its warpers: divided by
     ``temperature``, cut to the ``top_k`` likeliest, then to the fewest whose probabilities
     sum to ``top_p`` (nucleus sampling, Holtzman et al. 2020)."""
 
-    temperature: float = 1.0
-    top_k: int = 0
-    """0: no cut."""
-    top_p: float = 1.0
-    seed: int = 0
-    """numpy's generator: the same seed gives the same tokens (not transformers' tokens)."""
+    temperature: number(0, 100, low_open=True) = 1.0
+    """Divides the logits: below 1 sharpens the distribution, above 1 flattens it (greedy search is
+    the limit at 0)."""
+    top_k: whole(0, MAX_VOCAB) = 0
+    """Draw from the k likeliest tokens only; 0: no cut."""
+    top_p: number(0, 1, low_open=True) = 1.0
+    """Draw from the fewest likeliest tokens whose probabilities sum to p; 1: no cut."""
+    seed: whole(0, 2**63 - 1) = 0
+    """Random seed of the draws (numpy's generator): the same seed gives the same tokens (not
+    transformers' tokens)."""
 
 
-@dataclass(frozen=True)
-class SearchOptions:
-    beam: int = 4
+@options
+class SearchOptions(Options):
+    beam: whole(1, 1024) = 4
     """Hypotheses kept per sentence; 1 is greedy search."""
-    alpha: float = 0.6
-    """GNMT length penalty exponent (§6.1); 0 ranks by raw log-probability."""
-    max_extra: int = 50
+    alpha: number(0, 10) = 0.6
+    """GNMT length penalty exponent (§6.1): 0 ranks by raw log-probability, the paper's 0.6; past a
+    few it only favours length."""
+    max_extra: whole(0) = 50
     """Output length limit = source length + this (§6.1)."""
-    min_length: int = 0
+    min_length: whole(0) = 0
     """End-of-sentence is forbidden before this many tokens (benchmarks force equal work)."""
-    max_length: int | None = None
-    """An absolute cap on output tokens (the model's position limit, or decoder-only output)."""
+    max_length: whole(0) | None = None
+    """An absolute cap on output tokens (the model's position limit, or decoder-only output); a
+    search decodes one token at least."""
     sampling: Sampling | None = None
     """With beam 1: draw tokens instead of taking the likeliest."""
+
+    @model_validator(mode="after")
+    def _sampling_is_greedy(self):
+        if self.sampling is not None and self.beam != 1:
+            raise field_error("sampling", f"sampling draws one token per step: it needs beam 1, not {self.beam} "
+                                          "(set beam=1, or leave sampling out for beam search)")
+        return self
 
 
 def length_penalty(length: int, alpha: float) -> float:

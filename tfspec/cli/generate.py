@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tfspec.cli.types import SEED, integer, number
+from tfspec.cli.fields import add_fields, flag, from_args
+from tfspec.cli.types import integer
 from tfspec.data.codecs import open_codec
 from tfspec.errors import TfspecError
 from tfspec.search import Sampling, SearchOptions, search
@@ -70,14 +71,12 @@ def _decoder_only(spec):
 
 
 def _sampling(args) -> Sampling | None:
-    given = [flag for flag, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
-                                       ("--top-p", args.top_p), ("--seed", args.seed)) if value is not None]
     if not args.sample:
+        given = [name for name in Sampling.__pydantic_fields__ if getattr(args, name) is not None]
         if given:
-            raise TfspecError(f"{given[0]} applies to sampling: add --sample (without it generation is greedy)")
+            raise TfspecError(f"{flag(given[0])} applies to sampling: add --sample (without it generation is greedy)")
         return None
-    return Sampling(temperature=args.temperature or 1.0, top_k=args.top_k or 0,
-                    top_p=1.0 if args.top_p is None else args.top_p, seed=args.seed or 0)
+    return from_args(Sampling, args)
 
 
 def register(command) -> None:
@@ -92,8 +91,4 @@ def register(command) -> None:
     c.add_argument("--max-new-tokens", type=integer(1), default=50, help="most tokens generated (default 50)")
     c.add_argument("--weights", metavar="CKPT", help="weights for a spec directory (default: DIR/model.safetensors)")
     c.add_argument("--sample", action="store_true", help="draw each token instead of taking the likeliest")
-    c.add_argument("--temperature", type=number(0, 100, low_open=True), help="divides the logits (default 1)")
-    c.add_argument("--top-k", type=integer(1, 2**24), help="draw from the k likeliest tokens only")
-    c.add_argument("--top-p", type=number(0, 1, low_open=True),
-                   help="draw from the fewest likeliest tokens whose probabilities sum to p (default 1)")
-    c.add_argument("--seed", type=SEED, help="random seed of the draws (default 0)")
+    add_fields(c, Sampling, unset=True)  # None where not given: without --sample, a given one is refused

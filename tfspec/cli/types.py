@@ -1,45 +1,29 @@
 """argparse types: command-line values out of range stop at the parser, with the flag named.
 
 A beam of 0, a negative thread count or an output path that is a file would otherwise reach
-onnxruntime, numpy or the file system and fail there, far from the flag that caused it.
+onnxruntime, numpy or the file system and fail there, far from the flag that caused it. Numbers
+are read by the types of ``tfspec.options``, so a flag and the Python API refuse in the same words.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
+from tfspec import options
+from tfspec.cli.fields import argument, field_argument
+from tfspec.search import SearchOptions
 from tfspec.spec.bounds import MAX_POSITIONS
 
 
 def integer(low: int, high: int = MAX_POSITIONS):
-    """An int in [low, high]."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text[:40]!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be between {low:,} and {high:,}, got {text[:40]}")
-        return value
-    parse.__name__ = "integer"
-    return parse
+    """An int in [low, high] (``tfspec.options.whole``: the words of the options models)."""
+    return argument(options.whole(low, high))
 
 
 def number(low: float, high: float, low_open: bool = False):
     """A finite float in [low, high] (or (low, high] with ``low_open``)."""
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
-        if not (math.isfinite(value) and (low < value if low_open else low <= value) and value <= high):
-            bound = f"more than {low:g}" if low_open else f"at least {low:g}"
-            raise argparse.ArgumentTypeError(f"must be a finite number {bound} and at most {high:g}, got {text[:40]}")
-        return value
-    parse.__name__ = "number"
-    return parse
+    return argument(options.number(low, high, low_open))
 
 
 def out_dir(text: str) -> Path:
@@ -63,7 +47,6 @@ def out_file(text: str) -> Path:
 
 POSITIVE = integer(1)
 SEED = integer(0, 2**32 - 1)
-THREADS = integer(1, 1024)
-BEAM = integer(1, 1024)
-ALPHA = number(0, 10)
-"""GNMT's length penalty: 0 is none, the paper's 0.6; past a few it only favours length."""
+THREADS = argument(options.THREADS)
+BEAM = field_argument(SearchOptions, "beam")
+ALPHA = field_argument(SearchOptions, "alpha")

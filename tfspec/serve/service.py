@@ -1,5 +1,6 @@
-"""The served model and the server's state: the configuration, the model with its tokenizer and
-batcher, admission (draining, a full queue) and each request's wait for its decoding.
+"""The served model and the server's state: the model with its tokenizer and batcher (as its
+``config.ServeConfig`` says), admission (draining, a full queue) and each request's wait for its
+decoding.
 
 Every answer to bad input is an ``ApiError`` (``errors``).
 """
@@ -8,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -17,6 +17,7 @@ from starlette.requests import Request
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions
 from tfspec.serve.batcher import Batcher, Job, QueueFull, Stopped
+from tfspec.serve.config import ServeConfig
 from tfspec.serve.errors import ApiError
 from tfspec.serve.metrics import Metrics
 from tfspec.serve.scheduler import ContinuousBatcher, continuous
@@ -24,36 +25,6 @@ from tfspec.serve.schemas import TranslateRequest
 
 
 DEAD = "the decoding thread is not running: this server cannot answer (its /health fails: restart it)"
-
-
-@dataclass(frozen=True)
-class ServeConfig:
-    directory: Path
-    max_batch_tokens: int = 8192
-    """Source (or prompt) tokens decoded together at most; one larger request goes alone."""
-    max_queue: int = 256
-    """Prompts (lines) waiting at most, each counted; more are answered 503 with Retry-After."""
-    timeout: float = 60.0
-    """Seconds from arrival to answer; later: 504, and the request's work is cancelled."""
-    threads: int | None = None
-    """onnxruntime threads (default: all cores)."""
-    max_body: int = 4 * 2**20
-    """Bytes in one request body; more: 413."""
-    body_timeout: float = 10.0
-    """Seconds a request body may take to arrive; later: 408 (a slowloris client holds no connection)."""
-    header_timeout: float = 10.0
-    """Seconds a connection may wait for its next request's headers, from its opening or its last
-    answer; later it is closed, however it trickles (``connections``)."""
-    max_connections: int | None = None
-    """Open connections at most; a request on one more is answered 503 and its connection
-    closed (None: ``server.connection_limit``'s default)."""
-    max_top_k: int = 256
-    """Candidates a sampled token is drawn from at most (``generation.options_of``; transformers'
-    ``generate`` draws from 50 by default, llama.cpp from 40)."""
-    batching: str = "continuous"
-    """Decoder-only exports: ``continuous`` (prompts join and leave the running batch between
-    steps, where the step graph allows: ``scheduler.continuous``) or ``static`` (a batch runs to
-    its end before the next starts; kept to measure the difference)."""
 
 
 class Service:

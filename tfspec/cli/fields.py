@@ -1,0 +1,94 @@
+"""Command-line flags generated from the fields of an options model (``tfspec.options``).
+
+As vLLM builds its command line from ``EngineArgs``: the flag from the field's name, its default
+from the field's, its help from the first paragraph of the field's description, and its parser
+from the field's type, that is the field's own validator: a bound is written once, and
+``--max-queue 0`` is refused in the words ``ServeConfig(d, max_queue=0)`` is."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import typing
+from typing import Annotated, Any, Literal
+
+from pydantic import TypeAdapter, ValidationError
+
+from tfspec.errors import TfspecError
+from tfspec.options import field_type, in_words
+
+
+def argument(kind: Any, field: tuple[type, str] | None = None):
+    """An argparse type reading text as ``kind`` (an annotated type: ``tfspec.options.whole``,
+    ...), refusing in the words an options model refuses a value of that type. ``field``
+    (model, name): the field it parses, for whoever reads the parser. The validator is built at
+    the first flag read (~0.2 ms each: a command's parser has dozens and reads a few)."""
+    @functools.cache
+    def adapter() -> TypeAdapter:
+        return TypeAdapter(kind)
+
+    def parse(text: str):
+        try:
+            return adapter().validate_python(text)
+        except ValidationError as e:
+            raise argparse.ArgumentTypeError(in_words(e.errors()[0], kind)) from None
+    parse.field = field
+    return parse
+
+
+def field_argument(model: type, name: str):
+    """The argparse type of ``model``'s field ``name``."""
+    return argument(field_type(model.__pydantic_fields__[name]), (model, name))
+
+
+def flag(name: str) -> str:
+    """The flag of field ``name``: ``max_queue`` is ``--max-queue``."""
+    return "--" + name.replace("_", "-")
+
+
+def add_fields(parser: argparse.ArgumentParser, model: type, unset: bool = False) -> None:
+    """One flag per field of ``model`` that has a default (``max_queue``: ``--max-queue``).
+    ``unset``: a flag not given is None (the help still shows the field's default), for
+    commands that ask which were given."""
+    for name, info in model.__pydantic_fields__.items():
+        if not info.is_required():
+            parser.add_argument(flag(name), type=field_argument(model, name), default=None if unset else info.default,
+                                metavar=_choices(field_type(info)), help=_help(info))
+
+
+def from_args(model: type, args: argparse.Namespace, **given):
+    """``model`` from the flags ``add_fields`` added (those not None) and the ``given`` fields;
+    what it refuses (a cross-field check, a given field) as error lines, a flag's named as such."""
+    values = {name: getattr(args, name) for name in model.__pydantic_fields__
+              if name not in given and getattr(args, name, None) is not None}
+    try:
+        return model(**given, **values)
+    except ValidationError as e:
+        raise TfspecError("\n".join(_refusal(error, values) for error in e.errors(include_url=False))) from None
+
+
+def _refusal(error: dict, flags) -> str:
+    """One error line: a cross-field check's message alone (it names its fields), a field's
+    after its flag or its name."""
+    if error["type"] == "spec_field" or not error["loc"]:
+        return error["msg"]
+    name = ".".join(map(str, error["loc"]))
+    return f"{flag(name) if name in flags else name}: {error['msg']}"
+
+
+def _choices(kind: Any) -> str | None:
+    """``{a,b}`` for a field of fixed values, as argparse writes its choices."""
+    inner = typing.get_args(kind)[0] if typing.get_origin(kind) is Annotated else kind
+    return "{" + ",".join(typing.get_args(inner)) + "}" if typing.get_origin(inner) is Literal else None
+
+
+def _help(info) -> str:
+    """The description's first paragraph on one line, as a clause (lower-case first letter, no
+    full stop), with the default where there is one (None: the description says what it means)."""
+    text = " ".join((info.description or "").split("\n\n")[0].split()).rstrip(".")
+    if text[:2].istitle():
+        text = text[0].lower() + text[1:]
+    if info.default is None:
+        return text
+    default = f"{info.default:g}" if isinstance(info.default, float) else info.default
+    return f"{text} (default {default})"
