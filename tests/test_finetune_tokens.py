@@ -15,7 +15,7 @@ import test_finetune
 from test_finetune import one_error
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.finetune import IGNORE, loss_of, padded
-from tfspec.cli.finetune import _examples
+from tfspec.backends.torch.training.tasks.classification import examples as _examples
 from tfspec.data import read_split, sample_dir
 from tfspec.data.clean import LETTER
 from tfspec.data.codecs import encode_words, open_codec

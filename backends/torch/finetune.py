@@ -4,20 +4,16 @@ The recipe is BERT's (Devlin et al. 2019, §4 and appendix A.3), as transformers
 runs it by default: AdamW (beta 0.9/0.999, eps 1e-8, weight decay 0.01 except on biases and
 norms), the rate rising linearly over the first ``warmup`` share of the steps and falling
 linearly to 0 at the last, batches of a few dozen sentences, a few epochs, gradient norms
-clipped at 1. Checkpoints are the trainer's (``training.checkpoint``); a non-finite loss stops
-the run before the update, as the trainer's guard does.
+clipped at 1. The loop, its checkpoints and its guards are the trainer's (``training.trainer``,
+with the ``classification`` task).
 
-One loop serves both classification heads: the loss is the cross-entropy over the labelled
+One task serves both classification heads: the loss is the cross-entropy over the labelled
 positions, one per text for a sequence head, one per word (its first subword; the others,
 special tokens and padding ignored, as in transformers' token classification) for a token head.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +22,11 @@ import torch
 import torch.nn.functional as F
 
 from tfspec.errors import TfspecError
-from tfspec.untrusted import whole
 
 from .model import TorchModel
-from .training import checkpoint
-from .training.trainer import stop_requests
+from .training.tasks import named
+from .training.process import stop_requests
+from .training.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -158,96 +154,11 @@ def adamw(model: TorchModel, config: FinetuneConfig) -> torch.optim.AdamW:
 def finetune(model: TorchModel, train: tuple[list, list], dev: tuple[list, list], run: Path,
              config: FinetuneConfig, progress: bool = True, log=print, resume: bool = False) -> dict:
     """Train ``model`` (body loaded, head fresh) on ``train`` = (token ids, targets: a class per
-    text, or per position with ``IGNORE`` where no label is read); returns the last metrics,
-    with the dev accuracy after each epoch in ``dev_accuracy``. ``resume`` continues from the
-    newest intact checkpoint: epoch e's batch order comes from ``[seed, e]``, so the batches
-    left in its epoch are the ones an uninterrupted run would take."""
-    from tqdm import tqdm
-
-    torch.manual_seed(config.seed)
-    ids, labels = train
-    optimizer = adamw(model, config)
-    per_epoch = math.ceil(len(ids) / config.batch)
-    total = config.epochs * per_epoch
-    state = {"step": 0, "epoch": 0, "done": 0, "seconds": 0.0, "dev_accuracy": []}
-    if resumed := checkpoint.start_or_resume(run, model, optimizer, resume, log, "-o"):
-        state = _checked(*resumed)
-        log(f"resumed from {resumed[0]} (step {state['step']}, epoch {state['epoch'] + 1})")
-    device = next(model.parameters()).device
-    deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
-    window, out_of_time = [], False
-    bar = tqdm(total=total, initial=min(state["step"], total), unit="step", file=sys.stderr,
-               disable=None if progress else True, dynamic_ncols=True)
-    stop, restore = stop_requests()
-    try:
-        while state["epoch"] < config.epochs and not out_of_time:
-            order = np.random.default_rng([config.seed, state["epoch"]]).permutation(len(ids))
-            model.train()
-            left = order[state["done"] * config.batch:]
-            for index, tokens, mask in batches(ids, config.batch, model.pad_id, left):
-                started = time.perf_counter()
-                targets = padded([labels[i] for i in index], IGNORE).to(device)
-                loss = loss_of(logits_of(model, tokens, mask), targets)
-                if not math.isfinite(loss.item()):
-                    raise TfspecError(_diverged(run, loss.item()))
-                loss.backward()
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(state["step"], total, config)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                state["step"] += 1
-                state["done"] += 1
-                state["seconds"] += time.perf_counter() - started
-                window.append(loss.item())
-                bar.update(1)
-                if state["step"] % config.log_every == 0:
-                    _log_metrics(run, {"step": state["step"], "loss": sum(window) / len(window),
-                                       "lr": optimizer.param_groups[0]["lr"], "seconds": round(state["seconds"], 2)})
-                    bar.set_postfix(loss=f"{sum(window) / len(window):.3f}")
-                    window = []
-                out_of_time = time.perf_counter() > deadline
-                if state["step"] % config.save_every == 0 or out_of_time or stop.requested:
-                    checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
-                if stop.requested:
-                    raise KeyboardInterrupt(f"stopped at step {state['step']}; checkpoint saved, --resume continues "
-                                            f"(the weights so far: {checkpoint.checkpoints(run)[-1]}/model.safetensors)")
-                if out_of_time:
-                    log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
-                    break
-            else:
-                state["epoch"], state["done"] = state["epoch"] + 1, 0
-                state["dev_accuracy"].append(accuracy(model, *dev))
-                _log_metrics(run, {"step": state["step"], "epoch": state["epoch"],
-                                   "dev_accuracy": state["dev_accuracy"][-1]})
-                log(f"epoch {state['epoch']}: dev accuracy {state['dev_accuracy'][-1]:.4f}")
-    finally:
-        bar.close()
-        restore()
-    if out_of_time:  # a part of an epoch: scored too, so a run stopped by the clock still reports dev
-        state["dev_accuracy"].append(accuracy(model, *dev))
-        log(f"step {state['step']}: dev accuracy {state['dev_accuracy'][-1]:.4f}")
-    checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
-    return state
-
-
-def _checked(path: Path, state: dict) -> dict:
-    """A resumed checkpoint's state, with what fine-tuning counts with."""
-    counts = [state.get(k) for k in ("step", "epoch", "done")]
-    if (not all(whole(c) and 0 <= c < 2**53 for c in counts)
-            or not isinstance(state.get("dev_accuracy"), list) or "seconds" not in state):
-        raise TfspecError(f"{path}/trainer.json: not a fine-tuning checkpoint (step, epoch, done, seconds and "
-                          "dev_accuracy expected)")
-    return state
-
-
-def _log_metrics(run: Path, line: dict) -> None:
-    with open(run / "metrics.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
-
-
-def _diverged(run: Path, loss: float) -> str:
-    saved = checkpoint.checkpoints(run)
-    since = f"the newest checkpoint, {saved[-1].name}, holds finite weights" if saved else "no checkpoint was saved yet"
-    return (f"fine-tuning diverged: the loss is {loss} (nothing of this step was applied; {since}). Lower --lr or "
-            "raise --warmup, then rerun")
+    text, or per position with ``IGNORE`` where no label is read) with the ``classification``
+    task's loop; return its state, with the dev accuracy after each epoch in ``dev_accuracy``.
+    ``resume`` continues from the newest intact checkpoint: epoch e's batch order comes from
+    ``[seed, e]``, so the batches left in its epoch are the ones an uninterrupted run would take."""
+    trainer = Trainer(named("classification")(model, config, train, dev), run, next(model.parameters()).device,
+                      progress, log, stops=stop_requests)
+    trainer.fit(resume)
+    return trainer.state

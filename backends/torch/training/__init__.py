@@ -1,6 +1,7 @@
-"""Training with the PyTorch backend: batches, schedule, loop, checkpoints (§5 of the paper)."""
+"""Training with the PyTorch backend: one loop (``trainer``), the tasks it trains (``tasks``),
+batches, schedule and checkpoints (§5 of the paper)."""
 
 from .batches import Pairs, collate, encode, make_batches
-from .trainer import TrainConfig, train
+from .tasks.text import TrainConfig, train
 
 __all__ = ["Pairs", "TrainConfig", "collate", "encode", "make_batches", "train"]

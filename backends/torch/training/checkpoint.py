@@ -281,25 +281,6 @@ def _check_meta(path: Path, meta: dict) -> None:
         raise TfspecError(f"{path}/trainer.json: corrupt ({', '.join(wrong)}: not what a checkpoint holds)")
 
 
-def start_or_resume(run: Path, model: TorchModel, optimizer: torch.optim.Optimizer, resume: bool, log,
-                    out_flag: str) -> tuple[Path, dict] | None:
-    """Begin a single-process training loop in ``run``: partial writes of an interrupted save
-    removed; None when there is no checkpoint; otherwise, with ``resume``, the newest intact one
-    loaded into ``model`` and ``optimizer`` and its RNG state restored: (its path, its state);
-    without, a refusal naming ``out_flag``."""
-    remove_stale(run)
-    if not written(run):
-        return None
-    if not resume:
-        raise TfspecError(f"{run}: already holds checkpoints; pass --resume to continue or choose another {out_flag}")
-    path, state, rng = newest_intact(run, model, optimizer, log)
-    try:
-        torch.set_rng_state(rng)
-    except (RuntimeError, TypeError):
-        raise TfspecError(f"{path}: no usable RNG state to resume with") from None
-    return path, state
-
-
 def load_checkpoint_weights(model: TorchModel, path: Path) -> None:
     """The weights of a checkpoint of either format, checked against its checksums, into ``model``
     (one process: a sharded checkpoint's chunks are gathered into whole tensors)."""

@@ -1,17 +1,15 @@
-"""Training on lines of frames: CTC (Graves et al. 2006, §4) and the framewise baseline.
+"""Lines of frames for CTC (Graves et al. 2006, §4) and the framewise baseline: batches, both
+losses, transcription; the ``ctc`` task (``tasks.ctc``) trains with them.
 
 Both objectives train the same spec on the same lines and steps. CTC needs only each line's
 labelling: ``torch.nn.functional.ctc_loss`` sums over every alignment (the forward-backward
 recursion of §4.1). The baseline needs the label of every frame, known here because the
 lines were composed from known positions, and learns them by cross-entropy; it is decoded by
-collapsing the most probable frame labels, as a CTC output is. The schedule (eq. 3 with
-Adam), the NaN guard and the checkpoints are the token trainer's.
+collapsing the most probable frame labels, as a CTC output is.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +18,10 @@ import torch
 import torch.nn.functional as F
 
 from tfspec.ctc import greedy, prefix_beam_search
-from tfspec.errors import TfspecError
 
-from .. import build_module
-from . import checkpoint
-from .schedule import adam, rate
-from .trainer import _diverged, _progress, stop_requests
+from .tasks import named
+from .process import stop_requests
+from .trainer import Trainer
 
 IGNORE = -100
 """Frame target of padding (cross-entropy's ignore_index)."""
@@ -86,56 +82,12 @@ OBJECTIVES = {"ctc": ctc_loss, "framewise": framewise_loss}
 
 def train_lines(spec, lines, run: Path, config: LinesConfig, objective: str, progress: bool = True,
                 log=print, resume: bool = False) -> tuple[torch.nn.Module, dict]:
-    """Train ``spec`` on ``lines`` with ``objective`` (ctc or framewise) into ``run``; return the
-    model and the last step's metrics. Loss per line is averaged over the step's lines. Step
-    s draws its lines from ``default_rng([seed, s])``, so a resumed run sees the batches an
-    uninterrupted one would; Ctrl-C or SIGTERM finishes the step and saves first."""
-    torch.manual_seed(config.seed)
-    model = build_module(spec)
-    optimizer = adam(list(model.parameters()))
-    state = {"step": 0, "seconds": 0.0}
-    if resumed := checkpoint.start_or_resume(run, model, optimizer, resume, log, "--out"):
-        path, state = resumed
-        log(f"{objective}: resumed from {path} (step {state['step']})")
-    head, loss_of = spec.head, OBJECTIVES[objective]
-    deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else math.inf
-    bar, last = _progress(config.steps, state["step"], progress), {"step": state["step"]}
-    stop, restore = stop_requests()
-    try:
-        while state["step"] < config.steps:
-            started = time.perf_counter()
-            model.train()
-            rng = np.random.default_rng([config.seed, state["step"]])
-            batch = make_batch([lines[i] for i in rng.integers(0, len(lines), config.batch)], head.symbols)
-            loss = loss_of(model, batch, head.blank)
-            if not math.isfinite(loss.item()):
-                raise TfspecError(_diverged(run, f"the {objective} loss is {loss.item()}", "nothing of this step "
-                                            "was applied"))
-            (loss / config.batch).backward()
-            lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            state["step"] += 1
-            state["seconds"] += time.perf_counter() - started
-            last = {"step": state["step"], "loss_per_line": loss.item() / config.batch, "lr": lr}
-            bar.set_postfix(loss=f"{last['loss_per_line']:.3f}", lr=f"{lr:.1e}")
-            bar.update(1)
-            out_of_time = time.perf_counter() > deadline
-            if (state["step"] % config.save_every == 0 or state["step"] == config.steps or out_of_time
-                    or stop.requested):
-                checkpoint.save(run, model, optimizer, dict(state), [torch.get_rng_state()], config.keep)
-            if stop.requested:
-                raise KeyboardInterrupt(f"{objective} stopped at step {state['step']}; checkpoint saved in {run}, "
-                                        "--resume continues")
-            if out_of_time:
-                log(f"{objective}: --max-minutes reached at step {state['step']}; checkpoint saved")
-                break
-    finally:
-        bar.close()
-        restore()
-    return model.eval(), last
+    """Train ``spec`` on ``lines`` with ``objective`` (ctc or framewise) into ``run`` (the ``ctc``
+    task's loop); return the model and the last metrics line (at least the step reached)."""
+    trainer = Trainer(named("ctc")(spec, config, lines, objective), run, progress=progress, log=log,
+                      stops=stop_requests)
+    last = trainer.fit(resume)
+    return trainer.model.eval(), last or {"step": trainer.state["step"]}
 
 
 @torch.no_grad()

@@ -1,12 +1,15 @@
-"""The training loop: the paper's recipe (§5) on any spec, on one process or many (DDP).
+"""The training loop, written once, and what it asks of a task (§5 of the paper for the defaults).
 
-Encoder-decoder specs learn to translate, decoder-only specs to continue the target text,
-encoder-only specs to fill in masked source tokens (BERT's masked LM). A step consumes
-``world x accum`` length-grouped batches in an order fixed by (seed, epoch);
-rank r takes its share. The loss is normalised by the step's target tokens counted over all
-of them (every rank knows the global batch), so K processes compute what one process
-accumulating K batches would. Checkpoints hold everything a resumed run needs to continue with
-the same losses as an uninterrupted one; Ctrl-C or SIGTERM saves one before exiting.
+A ``Task`` (one module each in ``tasks``: translation, language modelling, masked LM, images, CTC,
+classification) declares what differs, as a LightningModule does: the model and its optimizer
+and rate, each step's batches and their summed loss, what is logged and evaluated. ``Trainer``
+keeps the rest, as torchtitan's does: processes (DDP or FSDP, ``sharding``), seeds, gradient
+accumulation, the finiteness checks, the deadline and stop requests, checkpoints (``checkpoint``,
+``sharded``) and an exact resume, metrics and the progress bar. A step of ``world x accum``
+batches divides its summed loss by what the task counts over all of them (the step's target
+tokens, lines or one), so K processes compute what one process accumulating K batches would.
+Checkpoints hold everything a resumed run needs to continue with the same losses as an
+uninterrupted one; Ctrl-C or SIGTERM saves one before exiting.
 """
 
 from __future__ import annotations
@@ -14,46 +17,40 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
-import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from tfspec.errors import TfspecError
-from tfspec.untrusted import parse_json
 
 from .. import build_module
 from . import checkpoint, sharding
-from .batches import Pairs, collate, epoch_order, make_batches, masked
-from .schedule import adam, rate, smoothed_loss
+from .process import Distributed, forget_metrics_after, progress_bar, restore_rng, stop_requests
+from .schedule import adam, rate
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    steps: int = 1000
+class Loop:
+    """What the loop itself is told, whatever the task. A task's options either extend this
+    (``TrainConfig``) or are read by name (``Loop.of``), leaving the fields they lack at their
+    defaults here."""
+
+    steps: int
     """Optimizer steps to reach (a resumed run continues up to this)."""
-    batch_tokens: int = 4096
-    """Tokens per batch, padding included (the paper: ~25000 source + 25000 target per step)."""
-    accum: int = 1
-    """Batches accumulated per optimizer step and process: steps of accum x batch_tokens."""
-    warmup: int = 4000
-    """Warm-up steps of the learning-rate schedule (eq. 3)."""
-    lr_scale: float = 1.0
-    """Multiplies eq. 3's rate (small batches often want 2)."""
     seed: int = 0
     save_every: int = 500
     keep: int = 5
     """Checkpoints kept (average needs the last k)."""
     log_every: int = 10
-    clip: float = 0.0
-    """Gradient-norm clipping; 0 disables (the paper does not clip)."""
     max_minutes: float = 0.0
     """Stop (with a checkpoint) after this much wall time in this process; 0: no limit."""
+    clip: float = 0.0
+    """Gradient-norm clipping; 0 disables (the paper does not clip)."""
+    accum: int = 1
+    """Batches accumulated per optimizer step and process."""
     shard: str = "ddp"
     """How ranks hold the model (``sharding.parallelize``): ddp (whole, replicated) or fsdp."""
     checkpoint_activations: bool = False
@@ -64,245 +61,254 @@ class TrainConfig:
     """Checkpoints in format 2: each rank writes its part with torch.distributed.checkpoint (no
     rank gathers the whole model), read back at any number of ranks; format 1 otherwise."""
 
+    @classmethod
+    def of(cls, config, **given) -> Loop:
+        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)} | given)
 
-@dataclass
-class Distributed:
-    rank: int = 0
-    world: int = 1
+
+class Task:
+    """One objective the loop trains. The defaults are the paper's recipe: the spec's model,
+    Adam (§5.3) and eq. 3's rate (``config.warmup``, ``config.lr_scale``)."""
+
+    name = ""
+    """Its name in the registry (``tasks.task`` sets it)."""
+    label = ""
+    """Said before the loop's messages where one run trains several objectives ("ctc ")."""
+    parallel = False
+    """Whether a step may be split over torchrun's processes and accumulated (``--accum``)."""
+    advice = "Lower --lr-scale or lengthen --warmup, or use norm: pre"
+    """What to change when the loss stops being finite."""
+    command = "train"
+    """The tfspec command that trains it."""
+    trains = reads = ""
+    """In words: the specs it trains (``fits``) and the directory it reads (``holds``)."""
+
+    @staticmethod
+    def fits(spec) -> bool:
+        """Whether this task trains ``spec``."""
+        return False
 
     @classmethod
-    def setup(cls, device: torch.device) -> Distributed:
-        """Join the process group ``torchrun`` describes (gloo on CPU, NCCL on GPU), if any; on
-        GPUs each process of a node takes the GPU of its ``LOCAL_RANK`` (not all of them GPU 0)."""
-        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
-            return cls()
-        if device.type == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        return cls(dist.get_rank(), dist.get_world_size())
+    def holds(cls, data: Path) -> bool:
+        """Whether the directory ``data`` holds what this task reads."""
+        return False
 
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
+    def __init__(self, spec, config, loop: Loop):
+        self.spec, self.config, self.loop = spec, config, loop
 
+    def counters(self) -> dict:
+        """The data position the task keeps in the loop's state (and trainer.json), at the start."""
+        return {}
 
-def train(spec, pairs: Pairs, run: Path, config: TrainConfig, device: torch.device, resume: bool = False,
-          progress: bool = True, log=print) -> dict:
-    """Train ``spec`` on ``pairs`` into ``run``; return the last logged metrics."""
-    ddp = Distributed.setup(device)
-    run.mkdir(parents=True, exist_ok=True)
-    torch.manual_seed(config.seed)
-    model = build_module(spec, device=device)
-    net = sharding.parallelize(model, device, ddp.world, config.shard, config.checkpoint_activations, config.compile)
-    optimizer = adam(model.parameters(), fused=device.type == "cuda")  # after sharding: over this rank's shards
-    state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
-    if ddp.rank == 0 and (stale := checkpoint.remove_stale(run)):
-        log(f"removed {', '.join(stale)}: checkpoint writes an earlier run did not finish")
-    ddp.barrier()
-    saved = checkpoint.written(run)  # a resume names each one it skips, complete or not
-    if saved and not resume:
-        raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
-                          "it or choose another --out")
-    if saved:
-        path, state, rng = checkpoint.newest_intact(run, model, optimizer, log, ddp.rank, ddp.world)
-        _restore_rng(rng, config.seed, state["step"], ddp.rank)
-        if ddp.rank == 0:
-            _forget_metrics_after(run / "metrics.jsonl", state["step"])
-        log(f"resumed from {path} (step {state['step']})")
-    else:
-        torch.manual_seed(config.seed + 1 + ddp.rank)  # dropout masks differ across ranks
-    params = list(model.parameters())
-    batches = make_batches(pairs, config.batch_tokens)
-    if not batches:
-        raise TfspecError("no training pairs left after tokenization (all empty or longer than the positions)")
-    pad, smoothing = spec.vocab.pad_id, spec.label_smoothing
-    masked_lm = spec.family == "encoder-only"  # BERT's objective: predict masked source tokens
-    mask_id = spec.vocab.mask_id if spec.vocab.mask_id is not None else spec.vocab.unk_id
-    inputs = {"encoder-decoder": ("src", "tgt_in"), "decoder-only": ("tgt_in",), "encoder-only": ("src",)}[spec.family]
-    masks = {"src": "src_mask", "tgt_in": "tgt_mask"}  # each input's padding, from its batch's lengths
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.type == "cuda")
-    bar = _progress(config.steps, state["step"], progress and ddp.rank == 0)
-    metrics_file = run / "metrics.jsonl"
-    last: dict = {}
-    stop, restore = stop_requests()
-    window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
-    deadline = time.perf_counter() + config.max_minutes * 60 if config.max_minutes > 0 else float("inf")
-    try:
-        while state["step"] < config.steps:
-            started = time.perf_counter()
-            group = _next_batches(state, len(batches), config.seed, ddp.world * config.accum)
-            if masked_lm:  # every rank masks every batch of the step: it needs the global token count
-                made = {b: masked(pairs, batches[b], pad, mask_id, spec.vocab.size, [config.seed, state["step"], b])
-                        for b in group}
-                step_tokens = sum(int(m["loss_mask"].sum()) for m in made.values())
-            else:
-                step_tokens = sum(pairs_tgt_len(pairs, batches[b]) for b in group)
-            mine = group[ddp.rank * config.accum:(ddp.rank + 1) * config.accum]
-            net.train()
-            loss_sum = nll_sum = 0.0
-            for i, b in enumerate(mine):
-                batch = made[b] if masked_lm else collate(pairs, batches[b], pad)
-                batch = {k: v.to(device) for k, v in batch.items()}
-                with autocast, sharding.accumulating(net, last=i == len(mine) - 1):
-                    logits = net(*[batch[k] for k in inputs], **{masks[k]: batch[masks[k]] for k in inputs})
-                    loss, nll = smoothed_loss(logits, batch["tgt_out"], pad, smoothing, batch["loss_mask"])
-                    if model.aux_loss is not None:  # ponder cost, load balancing: summed over tokens too
-                        loss = loss + model.aux_loss
-                    (loss * ddp.world / step_tokens).backward()
-                loss_sum, nll_sum = loss_sum + loss.item(), nll_sum + nll.item()
-            if ddp.world > 1:  # the step's sums over all ranks: a NaN on any rank reaches every rank
-                sums = torch.tensor([loss_sum, nll_sum], device=device)
-                dist.all_reduce(sums)
-                loss_sum, nll_sum = sums.tolist()
-            if not math.isfinite(loss_sum):
-                raise TfspecError(_diverged(run, f"the loss is {loss_sum}", "nothing of this step was applied"))
-            lr = rate(state["step"] + 1, spec.d_model, config.warmup, config.lr_scale)
-            for g in optimizer.param_groups:
-                g["lr"] = lr
-            if config.clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, config.clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            state["step"] += 1
-            state["tokens"] += step_tokens
-            state["seconds"] += time.perf_counter() - started
-            window["loss"] += loss_sum
-            window["nll"] += nll_sum
-            window["tokens"] += step_tokens
-            if state["step"] % config.log_every == 0 or state["step"] == config.steps:
-                elapsed = time.perf_counter() - window["start"]
-                last = {"step": state["step"], "loss": window["loss"] / window["tokens"],
-                        "nll": window["nll"] / window["tokens"], "lr": lr, "tokens": state["tokens"],
-                        "tokens_per_s": window["tokens"] / max(elapsed, 1e-9), "seconds": round(state["seconds"], 2),
-                        "epoch": state["epoch"]}
-                window = {"loss": 0.0, "nll": 0.0, "tokens": 0, "start": time.perf_counter()}
-                if ddp.rank == 0:
-                    with open(metrics_file, "a", encoding="utf-8") as f:
-                        f.write(json.dumps(last) + "\n")
-                bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}", tok_s=f"{last['tokens_per_s']:.0f}")
-            bar.update(1)
-            out_of_time = _agree(time.perf_counter() > deadline, ddp, device)
-            if state["step"] % config.save_every == 0 or state["step"] == config.steps or stop.requested or out_of_time:
-                if _agree(not all(bool(torch.isfinite(sharding.local(p)).all()) for p in params), ddp, device):
-                    raise TfspecError(_diverged(run, "its weights are no longer finite", "not saved"))
-                _save(run, model, optimizer, state, config, ddp)
-            if out_of_time:
-                log(f"--max-minutes {config.max_minutes:g} reached at step {state['step']}; checkpoint saved")
-                break
-            if stop.requested:
-                raise KeyboardInterrupt(f"stopped at step {state['step']}; checkpoint saved, --resume continues")
-    finally:
-        bar.close()
-        restore()
-    return last
+    def model(self, device: torch.device):
+        return build_module(self.spec, device=device)
+
+    def optimizer(self, model, device: torch.device) -> torch.optim.Optimizer:
+        return adam(model.parameters(), fused=device.type == "cuda")  # after sharding: over this rank's shards
+
+    def rate(self, step: int) -> float:
+        """The learning rate of the step after ``step`` steps."""
+        return rate(step + 1, self.spec.d_model, self.config.warmup, self.config.lr_scale)
+
+    def batches(self, state: dict, count: int, mine: slice) -> tuple[list[dict], float]:
+        """The step's ``count`` batches (advancing the data position in ``state``): this rank's
+        share ``mine`` of them, and what their summed loss is divided by, counted over all."""
+        raise NotImplementedError
+
+    def loss(self, net, model, batch: dict) -> tuple[torch.Tensor, dict[str, float]]:
+        """The batch's loss, summed over what ``batches`` counts (``net`` runs it; ``model`` is the
+        model unwrapped), and any other sums to log (divided by the same count)."""
+        raise NotImplementedError
+
+    def metrics(self, count: float, seconds: float, state: dict) -> dict:
+        """What a metrics line adds to the loss and rate, from ``count`` (what the loss was divided
+        by over the ``seconds`` since the last line)."""
+        return {}
+
+    def after_step(self, model, state: dict, log) -> dict | None:
+        """Work between steps (an evaluation at the end of an epoch); a metrics line to write, if any."""
+        return None
+
+    def interrupted(self, model, state: dict, log) -> None:
+        """The run ends before its last step (``--max-minutes``): what it records first."""
+
+    def resumed(self, path: Path, state: dict, model) -> dict:
+        """The state of the checkpoint resumed from, checked for what this task counts with."""
+        return state
 
 
-def _forget_metrics_after(path: Path, step: int) -> None:
-    """Keep one metrics line per step up to the checkpoint resumed from: lines a killed run wrote
-    after it will be redone, and a line cut short by the kill is dropped. Rewritten atomically."""
-    if not path.is_file():
-        return
-    by_step = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+class Trainer:
+    """Train ``task`` into the run directory ``run``. ``stops`` makes the (flag, restore) pair of
+    stop requests: Ctrl-C and SIGTERM unless the caller names its own source."""
+
+    def __init__(self, task: Task, run: Path, device: torch.device = torch.device("cpu"), progress: bool = True,
+                 log=print, stops=None):
+        self.task, self.run, self.device, self.log = task, Path(run), device, log
+        self.progress, self.stops = progress, stops or stop_requests
+        self.model, self.state = None, {}
+
+    def fit(self, resume: bool = False) -> dict:
+        """Train to ``loop.steps`` (continuing the run's newest checkpoint with ``resume``); return
+        the last metrics line ({} if none was written). ``self.model`` and ``self.state`` then hold
+        the model trained and the loop's state."""
+        task, loop = self.task, self.task.loop
+        if not task.parallel and (loop.accum > 1 or int(os.environ.get("WORLD_SIZE", "1")) > 1):
+            raise TfspecError(f"the {task.name} task trains in one process, a batch a step: run it without torchrun "
+                              "and --accum")
+        self.ddp = Distributed.setup(self.device)
+        self.run.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(loop.seed)
+        model = task.model(self.device)
+        net = sharding.parallelize(model, self.device, self.ddp.world, loop.shard, loop.checkpoint_activations,
+                                   loop.compile)
+        optimizer = task.optimizer(model, self.device)
+        self.model, self.state = model, self._start(model, optimizer, resume)
+        state = self.state
+        bar = progress_bar(loop.steps, min(state["step"], loop.steps), self.progress and self.ddp.rank == 0)
+        stop, restore = self.stops()
+        deadline = time.perf_counter() + loop.max_minutes * 60 if loop.max_minutes > 0 else math.inf
+        self._window, last = _window(), {}
         try:
-            entry = parse_json(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("step"), int) and entry["step"] <= step:
-            by_step[entry["step"]] = line
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(by_step[s] + "\n" for s in sorted(by_step)), encoding="utf-8")
-    os.replace(tmp, path)
+            while state["step"] < loop.steps:
+                lr = self._step(net, model, optimizer)
+                if state["step"] % loop.log_every == 0 or state["step"] == loop.steps:
+                    last = self._logged(lr)
+                    bar.set_postfix(loss=f"{last['loss']:.3f}", lr=f"{lr:.2e}")
+                if (line := task.after_step(model, state, self.log)) is not None:
+                    self._write(line)
+                bar.update(1)
+                if self._saved(model, optimizer, stop, time.perf_counter() > deadline):
+                    break
+        finally:
+            bar.close()
+            restore()
+        return last
+
+    def _start(self, model, optimizer, resume: bool) -> dict:
+        """The loop's state at its first step: a fresh one, or the newest intact checkpoint's
+        with its weights, moments and RNG states (what unfinished saves left removed first)."""
+        run, ddp, seed = self.run, self.ddp, self.task.loop.seed
+        if ddp.rank == 0 and (stale := checkpoint.remove_stale(run)):
+            self.log(f"removed {', '.join(stale)}: checkpoint writes an earlier run did not finish")
+        ddp.barrier()
+        saved = checkpoint.written(run)  # a resume names each one it skips, complete or not
+        if saved and not resume:
+            raise TfspecError(f"{run}: already holds checkpoints (last {saved[-1].name}); pass --resume to continue "
+                              "it or choose another --out")
+        if not saved:
+            torch.manual_seed(seed + 1 + ddp.rank)  # dropout masks differ across ranks
+            return {"step": 0, **self.task.counters(), "seconds": 0.0}
+        path, state, rng = checkpoint.newest_intact(run, model, optimizer, self.log, ddp.rank, ddp.world)
+        state = self.task.resumed(path, state, model)
+        restore_rng(path, rng, seed, state["step"], ddp.rank)
+        if ddp.rank == 0:
+            forget_metrics_after(run / "metrics.jsonl", state["step"])
+        self.log(f"{self.task.label}resumed from {path} (step {state['step']})")
+        return state
+
+    def _step(self, net, model, optimizer) -> float:
+        """One optimizer step over this rank's batches; its learning rate."""
+        task, loop, ddp, state = self.task, self.task.loop, self.ddp, self.state
+        started = time.perf_counter()
+        mine, count = task.batches(state, ddp.world * loop.accum, slice(ddp.rank * loop.accum,
+                                                                        (ddp.rank + 1) * loop.accum))
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=self.device.type == "cuda")
+        net.train()
+        sums: dict[str, float] = {}
+        for i, batch in enumerate(mine):
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            with autocast, sharding.accumulating(net, last=i == len(mine) - 1):
+                loss, logged = task.loss(net, model, batch)
+                (loss * ddp.world / count).backward()
+            for key, value in {"loss": loss.item(), **logged}.items():
+                sums[key] = sums.get(key, 0.0) + value
+        if ddp.world > 1:  # the step's sums over all ranks: a NaN on any rank reaches every rank
+            total = torch.tensor(list(sums.values()), device=self.device)
+            dist.all_reduce(total)
+            sums = dict(zip(sums, total.tolist()))
+        if not math.isfinite(sums["loss"]):
+            raise TfspecError(self._diverged(f"the {task.label}loss is {sums['loss']}", "nothing of this step was "
+                                                                                       "applied"))
+        lr = task.rate(state["step"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        if loop.clip > 0:
+            torch.nn.utils.clip_grad_norm_(list(model.parameters()), loop.clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        state["step"] += 1
+        state["seconds"] += time.perf_counter() - started
+        for key, value in {**sums, "count": count}.items():
+            self._window[key] = self._window.get(key, 0.0) + value
+        return lr
+
+    def _logged(self, lr: float) -> dict:
+        """The metrics line of the steps since the last one: sums divided by what the task counts."""
+        window, state = self._window, self.state
+        sums = {k: v / window["count"] for k, v in window.items() if k not in ("count", "start")}
+        line = {"step": state["step"], **sums, "lr": lr,
+                **self.task.metrics(window["count"], time.perf_counter() - window["start"], state),
+                "seconds": round(state["seconds"], 2)}
+        self._window = _window()
+        self._write(line)
+        return line
+
+    def _write(self, line: dict) -> None:
+        if self.ddp.rank == 0:
+            with open(self.run / "metrics.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+
+    def _saved(self, model, optimizer, stop, late: bool) -> bool:
+        """Save when due, on a stop request and at the deadline (every rank agreeing on it);
+        whether the run ends here. A stop request ends it with KeyboardInterrupt."""
+        task, loop, state, device = self.task, self.task.loop, self.state, self.device
+        out_of_time = self.ddp.agree(late, device)
+        if out_of_time:
+            task.interrupted(model, state, self.log)
+        if state["step"] % loop.save_every == 0 or state["step"] == loop.steps or stop.requested or out_of_time:
+            if self.ddp.agree(not all(bool(torch.isfinite(sharding.local(p)).all()) for p in model.parameters()),
+                              device):
+                raise TfspecError(self._diverged("its weights are no longer finite", "not saved"))
+            self._save(model, optimizer)
+        if out_of_time:
+            self.log(f"{task.label}reached --max-minutes {loop.max_minutes:g} at step {state['step']}; checkpoint "
+                     "saved")
+            return True
+        if stop.requested:
+            raise KeyboardInterrupt(f"{task.label}stopped at step {state['step']}; checkpoint saved, --resume "
+                                    f"continues (the weights so far: {_weights(self.run)})")
+        return False
+
+    def _save(self, model, optimizer) -> None:
+        run, loop, ddp, state = self.run, self.task.loop, self.ddp, dict(self.state)
+        if loop.sharded:
+            checkpoint.save_sharded(run, model, optimizer, state, loop.keep, ddp.rank, ddp.world)
+            return
+        rng = torch.get_rng_state()
+        rngs = [rng]
+        if ddp.world > 1:
+            rngs = [torch.empty_like(rng) for _ in range(ddp.world)]
+            dist.all_gather_object(rngs, rng)
+        full = sharding.full_state(model, optimizer)  # every rank takes part in gathering shards
+        if ddp.rank == 0:
+            checkpoint.save(run, model, optimizer, state, rngs, loop.keep, full)
+        ddp.barrier()
+
+    def _diverged(self, what: str, kept: str) -> str:
+        """Why training stops: a non-finite loss (checked every step, before the update) or non-finite
+        weights (checked before every save), so no checkpoint holds what the divergence touched."""
+        saved = checkpoint.checkpoints(self.run)
+        since = f"the newest checkpoint, {saved[-1].name}, holds finite weights" if saved else \
+            "no checkpoint was saved yet"
+        return (f"training diverged: {what} ({kept}; {since}). {self.task.advice}, then rerun (with --resume to "
+                "continue from that checkpoint)")
 
 
-def pairs_tgt_len(pairs: Pairs, index) -> int:
-    """Target tokens a batch is scored on (EOS included, BOS not)."""
-    return sum(len(pairs.tgt[i]) - 1 for i in index)
+def _window() -> dict:
+    return {"start": time.perf_counter()}
 
 
-def _next_batches(state: dict, num_batches: int, seed: int, count: int) -> list[int]:
-    """The next ``count`` batch ids in the epoch orders, advancing the data position."""
-    out = []
-    while len(out) < count:
-        order = epoch_order(num_batches, seed, state["epoch"])
-        take = order[state["position"]:state["position"] + count - len(out)]
-        out += [int(b) for b in take]
-        state["position"] += len(take)
-        if state["position"] >= num_batches:
-            state["epoch"], state["position"] = state["epoch"] + 1, 0
-    return out
-
-
-def _diverged(run: Path, what: str, kept: str) -> str:
-    """Why training stops: a non-finite loss (checked every step, before the update) or non-finite
-    weights (checked before every save), so no checkpoint holds what the divergence touched."""
-    saved = checkpoint.checkpoints(run)
-    since = f"the newest checkpoint, {saved[-1].name}, holds finite weights" if saved else "no checkpoint was saved yet"
-    return (f"training diverged: {what} ({kept}; {since}). Lower --lr-scale or lengthen --warmup, or use norm: pre, "
-            "then rerun (with --resume to continue from that checkpoint)")
-
-
-def _agree(flag: bool, ddp: Distributed, device) -> bool:
-    """True on every rank when any rank says so (ranks must stop at the same step)."""
-    if ddp.world == 1:
-        return flag
-    value = torch.tensor([float(flag)], device=device)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
-
-
-def _restore_rng(rng: torch.Tensor | None, seed: int, step: int, rank: int) -> None:
-    """This rank's saved RNG state; a rank the checkpoint's run did not have (it resumes at more
-    ranks) gets a seed of its own from (seed, step, rank), so dropout masks still differ across
-    ranks and the run stays reproducible."""
-    if rng is not None:
-        torch.set_rng_state(rng)
-    else:
-        torch.manual_seed(int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0]))
-
-
-def _save(run, model, optimizer, state, config, ddp) -> None:
-    if config.sharded:
-        checkpoint.save_sharded(run, model, optimizer, dict(state), config.keep, ddp.rank, ddp.world)
-        return
-    rng = torch.get_rng_state()
-    rngs = [rng]
-    if ddp.world > 1:
-        rngs = [torch.empty_like(rng) for _ in range(ddp.world)]
-        dist.all_gather_object(rngs, rng)
-    full = sharding.full_state(model, optimizer)  # every rank takes part in gathering shards
-    if ddp.rank == 0:
-        checkpoint.save(run, model, optimizer, dict(state), rngs, config.keep, full)
-    ddp.barrier()
-
-
-class _StopFlag:
-    """Signal handler: the first Ctrl-C/SIGTERM finishes the step and saves; a second one aborts."""
-
-    requested = False
-
-    def __call__(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-
-def stop_requests():
-    """(flag, restore): Ctrl-C and SIGTERM set ``flag.requested`` (the loop finishes its step
-    and saves) until ``restore()`` puts the previous handlers back."""
-    stop = _StopFlag()
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    return stop, lambda: [signal.signal(s, handler) for s, handler in previous.items()]
-
-
-def _progress(total: int, done: int, enabled: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=done, disable=None if enabled else True, unit="step", file=sys.stderr,
-                dynamic_ncols=True)  # None: only on a terminal
-
-
-def write_config(run: Path, spec, config: TrainConfig, extra: dict) -> None:
-    run.mkdir(parents=True, exist_ok=True)
-    (run / "run.json").write_text(json.dumps({"spec": spec.model_dump(mode="json"), "train": asdict(config),
-                                              **extra}, indent=2) + "\n", encoding="utf-8")
+def _weights(run: Path) -> Path:
+    """Where the newest checkpoint's weights are: its model.safetensors, or (format 2) the directory."""
+    newest = checkpoint.checkpoints(run)[-1]
+    return newest / "model.safetensors" if (newest / "model.safetensors").is_file() else newest
