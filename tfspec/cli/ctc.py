@@ -3,7 +3,6 @@ the framewise baseline, scored by character error rate) and ``tfspec transcribe`
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -13,11 +12,6 @@ import numpy as np
 from tfspec.cli.tables import render
 from tfspec.cli.types import BEAM, POSITIVE, SEED, integer
 from tfspec.errors import TfspecError
-
-BEAM_WIDTH = 8
-"""Prefix beam search's width in the training run's scores."""
-OBJECTIVES = ("ctc", "framewise")
-"""What ``train`` trains on lines, each into RUN/OBJECTIVE: CTC, then the framewise baseline."""
 
 
 def cmd_digit_lines(args) -> int:
@@ -32,68 +26,35 @@ def cmd_digit_lines(args) -> int:
     return 0
 
 
-def train_on_lines(spec, args, data: Path) -> int:
-    """``tfspec train`` on a digit-lines directory: CTC, then the framewise baseline, each with
-    half of --max-minutes (--resume continues both from their newest checkpoints); both scored
-    on the dev and the held-out test lines; the CTC model exported to RUN/onnx."""
-    import torch
-
+def train_on_lines(spec, args, data: Path | None) -> int:
+    """``tfspec train`` with the ctc task: CTC, then the framewise baseline, each with half of
+    --max-minutes (--resume continues both from their newest checkpoints); the CTC model
+    exported to RUN/onnx; all of them scored on the dev and the held-out test lines."""
     from tfspec.backends.onnx import OnnxModel, export
-    from tfspec.backends.torch.training.ctc import LinesConfig, train_lines
-    from tfspec.backends.torch.training.trainer import write_config
-    from tfspec.data.digits import SPLITS, read_digit_lines
+    from tfspec.backends.torch.training.ctc import LinesConfig
+    from tfspec.backends.torch.training.tasks.ctc import TRAINED, read_lines, score, train_with_baseline, \
+        write_results
+    from tfspec.backends.torch.training.process import write_config
 
-    if spec.frames is None or getattr(spec.head, "kind", None) != "ctc":
-        raise TfspecError(f"{data} holds lines of frames: train a spec with frames and a ctc head "
-                          "(examples/ctc-digits.yaml)")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    run = Path(args.out)
+    run, started = Path(args.out), time.perf_counter()
     config = LinesConfig(steps=args.steps or LinesConfig.steps, warmup=args.warmup or LinesConfig.warmup,
                          lr_scale=args.lr_scale, seed=args.seed, max_minutes=args.max_minutes / 2,
                          save_every=args.save_every, keep=args.keep)
-    splits = {split: read_digit_lines(data, split) for split in SPLITS}
+    splits = read_lines(spec, data)
     train = splits.pop("train")
-    write_config(run, spec, config, {"data": str(data.resolve()), "objectives": list(OBJECTIVES)})
-    results, models, started = {}, {}, time.perf_counter()
-    for objective in OBJECTIVES:
-        print(f"{spec.name}: {objective} on {len(train):,} lines ({config.steps:,} steps of {config.batch} lines"
-              f"{f', at most {config.max_minutes:g} min' if config.max_minutes else ''})", file=sys.stderr)
-        began = time.perf_counter()
-        models[objective], last = train_lines(spec, train, run / objective, config, objective, not args.quiet,
-                                              lambda m: print(m, file=sys.stderr), args.resume)
-        results[objective] = {"steps": last["step"], "minutes": round((time.perf_counter() - began) / 60, 2)}
+    write_config(run, spec, config, {"data": str(data.resolve()), "objectives": list(TRAINED)})
+    models, training = train_with_baseline(spec, train, run, config, not args.quiet,
+                                           lambda m: print(m, file=sys.stderr), args.resume)
     exported = export(models["ctc"], run / "onnx")
     if not exported.ok:
         raise TfspecError(f"{run / 'onnx'}: ONNX parity check failed: {[str(c) for c in exported.checks if not c.ok]}")
-    scores = score(spec.head, models, OnnxModel(run / "onnx", device="cpu"), splits)
-    _report(spec, scores, splits, f"steps: ctc {results['ctc']['steps']:,} ({results['ctc']['minutes']} min), "
-            f"framewise {results['framewise']['steps']:,} ({results['framewise']['minutes']} min); whole run "
+    onnx_model = OnnxModel(run / "onnx", device="cpu")
+    scores = score(spec.head, models, lambda frames: decode(onnx_model, frames, 1), splits)
+    _report(spec, scores, splits, f"steps: ctc {training['ctc']['steps']:,} ({training['ctc']['minutes']} min), "
+            f"framewise {training['framewise']['steps']:,} ({training['framewise']['minutes']} min); whole run "
             f"{(time.perf_counter() - started) / 60:.1f} min; ONNX export in {run / 'onnx'}")
-    record = {"lines": {s: len(lines) for s, lines in splits.items()}, "cer": scores, "training": results,
-              "minutes": round((time.perf_counter() - started) / 60, 2)}
-    (run / "results.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_results(run, splits, scores, training, (time.perf_counter() - started) / 60)
     return 0
-
-
-def score(head, models: dict, exported, splits: dict[str, list]) -> dict[str, dict[str, float]]:
-    """{model: {split: character error rate}} of the CTC model (best path, prefix beam, and its
-    ONNX export when given) and the framewise baseline, on every split's lines."""
-    from tfspec.backends.torch.training.ctc import transcribe_lines
-    from tfspec.ctc import character_error_rate
-
-    rows = [("CTC, best path", "ctc", 1), (f"CTC, prefix beam {BEAM_WIDTH}", "ctc", BEAM_WIDTH),
-            ("framewise baseline, collapsed", "framewise", 1)]
-    scores = {}
-    for split, lines in splits.items():
-        references = [line.text for line in lines]
-        for label, objective, beam in rows:
-            hypotheses = transcribe_lines(models[objective], lines, head, beam)
-            scores.setdefault(label, {})[split] = character_error_rate(hypotheses, references)
-        if exported is not None:
-            hypotheses = [decode(exported, line.frames, 1) for line in lines]
-            scores.setdefault("CTC, ONNX Runtime best path", {})[split] = character_error_rate(hypotheses, references)
-    return scores
 
 
 def _report(spec, scores: dict, splits: dict, footer: str) -> None:
@@ -113,6 +74,7 @@ def evaluate_run(args, spec, meta: dict) -> int:
     from tfspec.backends.onnx import OnnxModel
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.training.checkpoint import load_any_weights
+    from tfspec.backends.torch.training.tasks.ctc import TRAINED, score
     from tfspec.cli.models import run_weights
     from tfspec.data.digits import read_digit_lines
 
@@ -120,14 +82,14 @@ def evaluate_run(args, spec, meta: dict) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     models = {}
-    for objective in OBJECTIVES:
+    for objective in TRAINED:
         load_any_weights(model := build_module(spec), run_weights(run / objective, None))
         models[objective] = model.eval()
     lines = read_digit_lines(data, args.split)[:args.limit]
     exported = OnnxModel(run / "onnx", device="cpu") if (run / "onnx" / "tfspec.json").is_file() else None
     splits = {args.split: lines}
-    _report(spec, score(spec.head, models, exported, splits), splits,
-            f"checkpoints: the newest in {run}/{{ctc,framewise}}")
+    _report(spec, score(spec.head, models, exported and (lambda frames: decode(exported, frames, 1)), splits),
+            splits, f"checkpoints: the newest in {run}/{{ctc,framewise}}")
     return 0
 
 
@@ -201,8 +163,8 @@ def register_data(action) -> None:
     a = action("digit-lines", cmd_digit_lines, "compose lines of handwritten digits for CTC (scikit-learn's digits)",
                "Compose lines of 3-8 of scikit-learn's 8x8 handwritten digits (load_digits), each stretched to "
                "0.7-1.6x its width, with random gaps; the columns are the frames (8 features each) and the "
-               "digit string the labelling. Training lines draw on the first 80%% of the samples, dev lines on the "
-               "next 10%% and test lines on the last 10%% (contiguous blocks, so no dev or test image is seen in "
+               "digit string the labelling. Training lines draw on the first 80% of the samples, dev lines on the "
+               "next 10% and test lines on the last 10% (contiguous blocks, so no dev or test image is seen in "
                "training: choose specs and budgets on dev, report test). Writes DIR/manifest.json, "
                "DIR/{train,dev,test}.npz and .txt, and a few test lines as PNGs in DIR/samples. `tfspec train SPEC "
                "--data DIR` then trains a CTC model (examples/ctc-digits.yaml) and a framewise baseline.")

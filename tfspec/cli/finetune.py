@@ -18,15 +18,14 @@ import json
 import shutil
 import sys
 import time
-from itertools import chain
 from pathlib import Path
 
 import yaml
 
 from tfspec.cli.types import SEED, THREADS, integer, number, out_dir
-from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER, encode_words, open_codec
+from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER, open_codec
 from tfspec.data.corpus import SPLITS
-from tfspec.data.labelled import TASKS, label_ids, read_labelled, read_tagged, task_of
+from tfspec.data.labelled import TASKS, task_of
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
 
@@ -87,15 +86,11 @@ def cmd_finetune(args) -> int:
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import read_weights, save_weights
     from tfspec.backends.torch.finetune import FinetuneConfig, accuracy, finetune, load_body
+    from tfspec.backends.torch.training.tasks.classification import examples, read_splits
 
     data, run = Path(args.data), Path(args.out)
     task = args.task or task_of(data)
-    splits = {s: (read_tagged if task == "tokens" else read_labelled)(data, s) for s in SPLITS}
-    train_labels = splits["train"][1]
-    names = sorted(set(chain.from_iterable(train_labels) if task == "tokens" else train_labels))
-    if len(names) < 2:
-        raise TfspecError(f"{data / 'train.labels'}: one label ({names[0]}); a classifier needs at least two")
-    classes = {s: label_ids(labels, names, data / f"{s}.labels") for s, (_, labels) in splits.items()}
+    splits, names, classes = read_splits(data, task)
     if args.threads:
         torch.set_num_threads(args.threads)
     run.mkdir(parents=True, exist_ok=True)
@@ -109,17 +104,17 @@ def cmd_finetune(args) -> int:
         print(f"body loaded from {weights}; head new ({len(names)} classes)"
               + (f"; not used: {', '.join(unused)}" if unused else ""), file=sys.stderr)
     limit = spec.positional.max_len if spec.positional.kind != "none" else 10**9
-    examples = {s: _examples(codec, task, splits[s][0], classes[s], limit, data / f"{s}.txt") for s in SPLITS}
+    encoded = {s: examples(codec, task, splits[s][0], classes[s], limit, data / f"{s}.txt") for s in SPLITS}
     config = FinetuneConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, warmup=args.warmup, seed=args.seed,
                             max_minutes=args.max_minutes)
     _write_setup(run, spec, names, args, tokenizer)
     started = time.perf_counter()
-    state = finetune(model, examples["train"], examples["dev"], run, config, progress=not args.quiet,
+    state = finetune(model, encoded["train"], encoded["dev"], run, config, progress=not args.quiet,
                      log=lambda m: print(m, file=sys.stderr), resume=args.resume)
     save_weights(model, run / "model.safetensors")
     results = {"pretrained": str(args.pretrained), "task": task, "steps": state["step"], "epochs": state["epoch"],
                "train_seconds": round(time.perf_counter() - started, 1), "dev_accuracy": state["dev_accuracy"],
-               "test_accuracy": accuracy(model, *examples["test"]), "test_sentences": len(splits["test"][0])}
+               "test_accuracy": accuracy(model, *encoded["test"]), "test_sentences": len(splits["test"][0])}
     if task == "tokens":
         results["test_words"] = sum(map(len, splits["test"][0]))
     if args.baseline:
@@ -132,36 +127,6 @@ def cmd_finetune(args) -> int:
     (run / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     _print_results(results, spec, len(splits["train"][0]))
     return 0
-
-
-def _examples(codec, task: str, texts: list, classes: list, limit: int, path: Path) -> tuple[list, list]:
-    """(ids, targets) of one split, cut to the model's positions: a text's ids and its class, or
-    (tokens) a line's ids and, at each word's first subword, its class (IGNORE elsewhere)."""
-    if task == "sequence":
-        return [_fit(codec.encode(text), limit) for text in texts], classes
-    from tfspec.backends.torch.finetune import IGNORE
-
-    ids, targets, cut = [], [], 0
-    for line_number, (words, line) in enumerate(zip(texts, classes), 1):
-        try:
-            line_ids, firsts = encode_words(codec, words)
-        except TfspecError as e:
-            raise TfspecError(f"{path}:{line_number}: {e}") from None
-        target = [IGNORE] * len(line_ids)
-        for first, label in zip(firsts, line):
-            target[first] = label
-        ids.append(_fit(line_ids, limit))
-        targets.append(_fit(target, limit))
-        cut += len(firsts) - sum(t != IGNORE for t in targets[-1])
-    if cut:
-        print(f"warning: {path}: {cut:,} words lie beyond the model's {limit} positions; they are neither "
-              "trained on nor scored", file=sys.stderr)
-    return ids, targets
-
-
-def _fit(ids: list[int], limit: int) -> list[int]:
-    """Ids cut to the model's positions, keeping the last (eos / [SEP])."""
-    return ids if len(ids) <= limit else ids[:limit - 1] + ids[-1:]
 
 
 def _write_setup(run: Path, spec: Spec, names: list[str], args, tokenizer: Path) -> None:

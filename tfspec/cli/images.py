@@ -1,15 +1,14 @@
-"""Images end to end: ``tfspec data images``, ``tfspec train``/``evaluate`` on an image
-directory, and ``tfspec sample`` (the Image Transformer, Parmar et al. 2018).
+"""Images end to end: ``tfspec data images``, ``tfspec evaluate`` on an image run and
+``tfspec sample`` (the Image Transformer, Parmar et al. 2018); ``tfspec train`` trains a spec with
+an image through the ``images`` task (``backends/torch/training/tasks/images.py``).
 
-``tfspec train`` and ``tfspec evaluate`` hand over here when the data directory's manifest
-(or the run's run.json) says images; the translation path is not involved.
+``tfspec evaluate`` hands over here when the run's run.json says images.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import textwrap
 import time
@@ -37,47 +36,6 @@ def cmd_data_images(args) -> int:
     rows = [[s, f"{e['images']:,}", ", ".join(manifest["photographs"][s]) if "photographs" in manifest else ""]
             for s, e in manifest["splits"].items()]
     print(render(["split", "images", "photographs"], rows), end="")
-    return 0
-
-
-def cmd_train(args, manifest: dict) -> int:
-    """``tfspec train`` on an image directory: the shared trainer on image sequences. It ends
-    with the last training bits/dim; ``tfspec evaluate`` scores held-out splits."""
-    import torch
-
-    from tfspec.backends.torch.images import check_image, image_pairs
-    from tfspec.backends.torch.training.trainer import TrainConfig, train, write_config
-    from tfspec.cli.models import torch_device
-    from tfspec.spec import load_spec
-
-    spec = load_spec(args.spec)
-    check_image(spec, manifest)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device, run, data = torch_device(args.device), Path(args.out), Path(args.data)
-    pixels, labels, _ = load_split(data, "train")
-    classes = len(manifest["classes"] or [])
-    pairs = image_pairs(spec, pixels, labels, classes)
-    config = TrainConfig(steps=args.steps or (100_000 if args.max_minutes else 1000), batch_tokens=args.batch_tokens,
-                         accum=args.accum, warmup=args.warmup or 4000, lr_scale=args.lr_scale, seed=args.seed,
-                         save_every=args.save_every, keep=args.keep, log_every=args.log_every,
-                         max_minutes=args.max_minutes)
-    per_batch = args.batch_tokens // (spec.image.positions + 1)
-    if per_batch < 1:
-        raise TfspecError(f"--batch-tokens {args.batch_tokens} holds no image of {spec.image.positions + 1} tokens; "
-                          f"use at least {spec.image.positions + 1}")
-    write_config(run, spec, config, {"data": str(data.resolve()), "images": manifest["name"],
-                                     "classes": manifest["classes"]})
-    print(f"{spec.name}: training on {len(pairs):,} sequences ({len(pixels):,} {manifest['name']} images"
-          f"{', each after its class token and after bos' if classes else ''}) on {device}, {per_batch} images "
-          f"per batch", file=sys.stderr)
-    started = time.perf_counter()
-    last = train(spec, pairs, run, config, device, resume=args.resume, progress=not args.quiet,
-                 log=lambda m: print(m, file=sys.stderr))
-    if last:
-        bits = last["nll"] / math.log(2)
-        print(f"step {last['step']}: train {bits:.3f} bits/dim, {last['tokens_per_s']:,.0f} tokens/s, "
-              f"{time.perf_counter() - started:.0f}s; checkpoints in {run / 'checkpoints'}")
     return 0
 
 

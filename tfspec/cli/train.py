@@ -8,7 +8,6 @@ A run directory holds ``run.json`` (spec, options, data), ``tokenizer.model``,
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
 import time
@@ -17,9 +16,7 @@ from pathlib import Path
 from tfspec.cli import ctc, images
 from tfspec.cli.models import run_spec, run_weights, torch_device
 from tfspec.cli.types import ALPHA, BEAM, POSITIVE, SEED, THREADS, integer, number, out_dir
-from tfspec.data import digits
 from tfspec.data.codecs import TOKENIZER
-from tfspec.data.images import image_manifest
 from tfspec.errors import TfspecError
 from tfspec.spec import load_spec
 from tfspec.spec.bounds import MAX_STEPS
@@ -27,46 +24,43 @@ from tfspec.untrusted import read_json
 
 
 def cmd_train(args) -> int:
+    """Train the task the spec asks for (its family, image, frames and head; ``--task`` to name
+    one) on --data, read by that task: a directory that does not fit it is refused."""
     import torch
 
-    from tfspec.backends.torch.training.batches import encode
-    from tfspec.backends.torch.training.trainer import TrainConfig, train, write_config
-    from tfspec.data import load_tokenizer, read_split, sample_dir, train_tokenizer
+    from tfspec.backends.torch.training.process import write_config
+    from tfspec.backends.torch.training.tasks import task_for
+    from tfspec.backends.torch.training.trainer import Trainer
 
-    if args.data and (manifest := image_manifest(args.data)):
-        return images.cmd_train(args, manifest)
     spec = load_spec(args.spec)
-    run, data = Path(args.out), Path(args.data) if args.data else sample_dir()
-    if digits.read_manifest(data) is not None:  # lines of frames, not text: CTC and its baseline
-        return ctc.train_on_lines(spec, args, data)
+    task = task_for(spec, args.task)
+    if task.command != "train":
+        raise TfspecError(f"{spec.name} is trained by the {task.name} task: `tfspec {task.command}` runs it")
     if args.threads:
         torch.set_num_threads(args.threads)
+    run, data = Path(args.out), Path(args.data) if args.data else None
+    if task.name == "ctc":  # two objectives (CTC and its framewise baseline), an export and a CER table
+        return ctc.train_on_lines(spec, args, data)
     device = torch_device(args.device)
-    steps = args.steps or (100_000 if args.max_minutes else 1000)
-    config = TrainConfig(steps=steps, batch_tokens=args.batch_tokens, accum=args.accum, warmup=args.warmup or 4000,
-                         lr_scale=args.lr_scale, seed=args.seed, save_every=args.save_every, keep=args.keep,
-                         log_every=args.log_every, max_minutes=args.max_minutes, shard=args.shard,
-                         checkpoint_activations=args.checkpoint_activations, compile=args.compile,
-                         sharded=args.sharded_checkpoints)
-    run.mkdir(parents=True, exist_ok=True)
-    if not (run / TOKENIZER).is_file():  # every rank of a fresh torchrun run: the same model, replaced whole
-        copy = run / f".{TOKENIZER}.{os.getpid()}.tmp"
-        shutil.copyfile(train_tokenizer(data, spec.vocab.size, out_dir=run), copy)
-        os.replace(copy, run / TOKENIZER)
-    tokenizer = load_tokenizer(run / TOKENIZER)
-    max_len = spec.positional.max_len if spec.positional.kind != "none" else 1024
-    pairs = encode(read_split(data, "train", args.src, args.tgt), tokenizer, spec.vocab.bos_id, spec.vocab.eos_id,
-                   max_len)
-    write_config(run, spec, config, {"data": str(data.resolve()), "src": args.src, "tgt": args.tgt,
-                                     "tokenizer": TOKENIZER})
-    print(f"{spec.name}: training on {len(pairs):,} pairs from {data} on {device} "
-          f"({config.steps:,} steps of {config.accum} x {config.batch_tokens:,} tokens per process)", file=sys.stderr)
-    last = train(spec, pairs, run, config, device, resume=args.resume, progress=not args.quiet,
-                 log=lambda m: print(m, file=sys.stderr))
+    config = train_config(args)
+    prepared = task.read(spec, config, data, run, src=args.src, tgt=args.tgt)
+    write_config(run, spec, config, prepared.record)
+    print(prepared.describe(device), file=sys.stderr)
+    last = Trainer(prepared, run, device, not args.quiet, lambda m: print(m, file=sys.stderr)).fit(args.resume)
     if last:
-        print(f"step {last['step']}: loss {last['loss']:.3f}, nll {last['nll']:.3f}, "
-              f"{last['tokens_per_s']:,.0f} tokens/s; checkpoints in {run / 'checkpoints'}")
+        print(prepared.summary(last, run))
     return 0
+
+
+def train_config(args):
+    """The options of ``tfspec train`` for the tasks on token sequences (text and images)."""
+    from tfspec.backends.torch.training import TrainConfig
+
+    return TrainConfig(steps=args.steps or (100_000 if args.max_minutes else 1000), batch_tokens=args.batch_tokens,
+                       accum=args.accum, warmup=args.warmup or 4000, lr_scale=args.lr_scale, seed=args.seed,
+                       save_every=args.save_every, keep=args.keep, log_every=args.log_every,
+                       max_minutes=args.max_minutes, shard=args.shard, checkpoint_activations=args.checkpoint_activations,
+                       compile=args.compile, sharded=args.sharded_checkpoints)
 
 
 def cmd_average(args) -> int:
@@ -210,18 +204,27 @@ def register(command) -> None:
     c = command("train", cmd_train,
                 "Train with §5 of the paper: length-grouped batches of --batch-tokens tokens, Adam (0.9, 0.98, "
                 "1e-9), the warm-up / inverse-square-root rate of eq. 3, dropout and label smoothing from the spec. "
-                "Encoder-decoder specs learn to translate SRC to TGT, decoder-only specs to continue TGT text, "
-                "encoder-only specs (BERT) to predict masked SRC tokens (15%%: 80%% [MASK], 10%% random, 10%% "
-                "kept). A shared sentencepiece model of the spec's vocabulary size is trained on the corpus first. "
-                "On a `tfspec data digit-lines` directory, a spec with frames and a ctc head "
-                "(examples/ctc-digits.yaml) is trained with CTC and, beside it, the same spec on per-frame labels "
-                "(the baseline), each for --steps (default 4000) steps of 16 lines within half of --max-minutes "
+                "The spec says the task (--task names one where it fits several) and the task what --data must "
+                "hold: encoder-decoder specs learn to translate SRC to TGT (translation), decoder-only specs to "
+                "continue TGT text (language-model), encoder-only specs (BERT) to predict masked SRC tokens "
+                "(masked-lm; 15%: 80% [MASK], 10% random, 10% kept), each on a corpus for which a shared "
+                "sentencepiece model of the spec's vocabulary size is trained first. A decoder-only spec with an "
+                "image learns its intensities from a `tfspec data images` directory (images, in bits/dim). A spec "
+                "with frames and a ctc head (examples/ctc-digits.yaml) is trained on a `tfspec data digit-lines` "
+                "directory with CTC and, beside it, the same spec on per-frame labels (the baseline), each for "
+                "--steps (default 4000) steps of 16 lines within half of --max-minutes "
                 "(RUN/ctc, RUN/framewise; --resume continues both); both are scored by character error rate on "
-                "the dev and test lines and the CTC model is exported to RUN/onnx. "
+                "the dev and test lines and the CTC model is exported to RUN/onnx. A directory the task does not "
+                "read is refused. "
                 "Checkpoints go to RUN/checkpoints (Ctrl-C saves one); --resume continues exactly. Under torchrun "
                 "(`torchrun --nproc_per_node=K -m tfspec train ...`) each process takes its share of every step.")
     c.add_argument("spec", metavar="SPEC")
-    c.add_argument("--data", metavar="DIR", help="corpus from `tfspec data fetch/prepare` (default: the built-in sample)")
+    c.add_argument("--data", metavar="DIR", help="what the task reads: a corpus from `tfspec data fetch/prepare` "
+                   "(default: the built-in sample), an image directory (`tfspec data images`) or digit lines "
+                   "(`tfspec data digit-lines`)")
+    c.add_argument("--task", metavar="NAME",
+                   help="the task to train, where the spec fits several (default: the one it fits: translation, "
+                        "language-model, masked-lm, images or ctc)")
     c.add_argument("--out", required=True, metavar="RUN", type=out_dir, help="run directory")
     c.add_argument("--src", default="en", help="source language suffix (default en)")
     c.add_argument("--tgt", default="de", help="target language suffix (default de)")
