@@ -61,10 +61,24 @@ class Exported:
         return all(c.ok for c in self.checks)
 
 
-def graph_kinds(model: TorchModel, static: bool = False) -> list[str]:
-    ports = model.graph.ports
-    steps = (["decoder"] + (["decoder_static"] if static else [])) if "tgt" in ports else []
-    return ["model"] + (["encoder"] if "src" in ports else []) + steps
+def graph_kinds(graph, static: bool = False, shortlist: bool = False, fused: bool = False) -> list[str]:
+    """The graphs an export writes: the full-sequence graph, the encoder, the step graph, and
+    the static, shortlist and (``fused``) in-place step graphs asked for."""
+    ports, steps = graph.ports, {"decoder": True, "decoder_static": static, "decoder_shortlist": shortlist,
+                                 "decoder_inplace": fused}
+    return ["model"] + (["encoder"] if "src" in ports else []) + [k for k, asked in steps.items()
+                                                                  if asked and "tgt" in ports]
+
+
+def refuse_conflicts(fp16: bool, int8: bool, fused: bool, generate: bool) -> None:
+    """The options no export combines (the in-memory and the streamed routes alike)."""
+    if int8 and fp16:
+        raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
+    if fused and fp16:
+        raise TfspecError("--fused emits onnxruntime's fused CPU operators into float32 graphs: leave out --fp16")
+    if fused and generate:
+        raise TfspecError("--fused: generate.onnx is standard ONNX operators only, for every runtime: leave out "
+                          "--generate (or export it separately)")
 
 
 def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool = False,
@@ -79,13 +93,7 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     step graph and the shortlist file, checked against the step graph's log-probabilities; with
     ``fused``, the float32 graphs use onnxruntime's fused CPU operators (``fused`` module), and a
     step graph whose cache grows in place is added (``inplace`` module) where the model allows."""
-    if int8 and fp16:
-        raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
-    if fused and fp16:
-        raise TfspecError("--fused emits onnxruntime's fused CPU operators into float32 graphs: leave out --fp16")
-    if fused and generate:
-        raise TfspecError("--fused: generate.onnx is standard ONNX operators only, for every runtime: leave out "
-                          "--generate (or export it separately)")
+    refuse_conflicts(fp16, int8, fused, generate)
     graph, spec = model.graph, model.graph.spec
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -100,12 +108,8 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     try:
-        kinds = graph_kinds(model, static_cache) + (["decoder_shortlist"] if shortlist else [])
-        for kind in kinds + (["decoder_inplace"] if fused and "decoder" in kinds else []):
-            try:
-                write_graph(graph, kind, weights, staging, manifest, fused)
-            except NotInPlace as e:  # the standard step graph serves it
-                manifest["in_place_cache"] = result.in_place_cache = f"not written: {e}"
+        result.in_place_cache = write_graphs(graph, graph_kinds(graph, static_cache, bool(shortlist), fused),
+                                             weights, staging, manifest, fused)
         if generate:
             manifest["graphs"]["generate"] = write_generate(staging, manifest, graph_metadata(manifest, "generate"))
         if shortlist:
@@ -145,11 +149,26 @@ def graph_metadata(manifest: dict, kind: str) -> dict[str, str]:
             "tfspec.vocab": json.dumps(manifest["vocab"])}
 
 
-def write_graph(graph, kind: str, weights, directory: Path, manifest: dict, fused: bool, quant=None) -> None:
+def write_graphs(graph, kinds: list[str], weights, directory: Path, manifest: dict, fused: bool, quant=None,
+                 sink=None) -> str | None:
+    """``write_graph`` for each of ``kinds``; returns why the in-place step graph was not written
+    (recorded in ``manifest``: the standard step graph serves), or None."""
+    for kind in kinds:
+        try:
+            write_graph(graph, kind, weights, directory, manifest, fused, quant, sink)
+        except NotInPlace as e:
+            manifest["in_place_cache"] = f"not written: {e}"
+    return manifest.get("in_place_cache")
+
+
+def write_graph(graph, kind: str, weights, directory: Path, manifest: dict, fused: bool, quant=None,
+                sink=None) -> None:
     """Emit graph ``kind`` (rewritten with onnxruntime's fused operators where ``fused`` and
-    ``FUSED_KINDS`` say), save it into ``directory``, check it and list it in ``manifest``."""
+    ``FUSED_KINDS`` say), save it into ``directory``, check it and list it in ``manifest``;
+    with a ``sink`` (``external.ExternalData``) the weights go to its file, the graph holding
+    references only."""
     proto = emit(graph, kind, weights, opset=manifest["opset"], dtype=manifest["dtype"],
-                 metadata=graph_metadata(manifest, kind), quant=quant)
+                 metadata=graph_metadata(manifest, kind), quant=quant, sink=sink)
     if fused and kind in FUSED_KINDS:
         manifest.setdefault("fused", {})[kind] = dict(fuse(proto, one_length=kind != "model"))
     path = directory / f"{kind}.onnx"
@@ -184,8 +203,8 @@ def quantize(graph, weights, directory: Path, manifest: dict, fused: bool) -> di
     with the Python search, as recorded in the manifest."""
     staging = Path(tempfile.mkdtemp(prefix=".int8-", dir=directory))
     try:
-        for kind in [k for k in manifest["graphs"] if k != "generate"]:
-            write_graph(graph, kind, weights, staging, manifest, fused, Int8())
+        write_graphs(graph, [k for k in manifest["graphs"] if k != "generate"], weights, staging, manifest, fused,
+                     Int8())
         shutil.copy(directory / MANIFEST, staging / MANIFEST)
         if "generate" in manifest["graphs"]:
             write_generate(staging, manifest, graph_metadata(manifest, "generate"))

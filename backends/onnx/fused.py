@@ -52,8 +52,7 @@ class Rewriter:
                        for v in (*inferred.value_info, *inferred.input, *inferred.output)
                        if v.type.tensor_type.HasField("shape")}
         self.initialized = {t.name for t in self.graph.initializer}
-        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer
-                          if np.prod(t.dims) <= SMALL}
+        self.constants = {t.name: numpy_helper.to_array(t) for t in self.graph.initializer if _small(t)}
         self.outputs = {o.name for o in self.graph.output}
         self._count = 0
         self.index()
@@ -109,11 +108,16 @@ def _without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     shape inference reads of them: it copies the model it is given (a 103M-parameter model's
     ``export --fused`` peaked 0.7 GB higher with the weights in that copy, and 20% slower)."""
     g = model.graph
-    large = [helper.make_tensor_value_info(t.name, t.data_type, t.dims)
-             for t in g.initializer if np.prod(t.dims) > SMALL]
-    small = [t for t in g.initializer if np.prod(t.dims) <= SMALL]
+    large = [helper.make_tensor_value_info(t.name, t.data_type, t.dims) for t in g.initializer if not _small(t)]
+    small = [t for t in g.initializer if _small(t)]
     graph = helper.make_graph(g.node, g.name, [*g.input, *large], g.output, small, value_info=g.value_info)
     return helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+
+
+def _small(t: onnx.TensorProto) -> bool:
+    """Whether initializer ``t`` is read as an array: small, and in the proto (a streamed
+    export's weights are references into its data file, known by name and shape only)."""
+    return np.prod(t.dims) <= SMALL and t.data_location != onnx.TensorProto.EXTERNAL
 
 
 def fuse(model: onnx.ModelProto, one_length: bool = False) -> Counter:

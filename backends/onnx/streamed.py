@@ -3,10 +3,12 @@ one tensor at a time, so a model larger than memory (a 7B checkpoint kept in bf1
 ``tfspec import``) exports in the memory of its largest tensor.
 
 Each weight is read when its lowering first needs it (``SafetensorsWeights``), converted or
-quantised (``int4``), appended to ``model.onnx.data`` (``external``) and freed; the graph protos
-hold references only, and every graph of the export (the full-sequence graph, the step graph,
-genai's single graph) names the same file, so the step graph writes nothing new. ``needs``
-states the memory this takes, and that of the float32 route, before anything is read.
+quantised (``int4``, ``int8``), appended to ``model.onnx.data`` (``external``) and freed; the
+graph protos hold references only, and every graph of the export (the full-sequence graph, the
+step graphs, genai's single graph) names the same file, so the step graph writes nothing new.
+The graphs are those of the in-memory route (``export.write_graph``), ``--fused`` rewrites
+included (they read the weights' names and shapes only). ``needs`` states the memory this
+takes, and that of the float32 route, before anything is read.
 """
 
 from __future__ import annotations
@@ -25,10 +27,10 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.tensors import SafetensorsWeights
 from tfspec.ir import Graph
 
-from .export import Exported, graph_metadata, new_manifest, publish, write_generate, write_manifest
+from .export import (Exported, graph_metadata, new_manifest, publish, refuse_conflicts, write_generate, write_graphs,
+                     write_manifest)
 from .external import ExternalData
 from .genai import CONFIG, GRAPH, emit_genai, genai_config
-from .graphs import emit
 from .runtime import MANIFEST
 
 DATA = "model.onnx.data"
@@ -57,18 +59,9 @@ def needs(graph: Graph, quantised_bytes: int) -> Needs:
 
 
 def written_bytes(graph: Graph, quant) -> int:
-    """Bytes of the weights an export writes (what onnxruntime holds to run it): float32, or
-    int4 projections and int8/int4 tables with one float32 scale per block."""
-    if quant is None:
-        return 4 * graph.num_params
-    from .awq import tables
-
-    special, total = tables(graph), 0
-    for name, p in graph.params.items():
-        n = math.prod(p.shape)
-        bits = quant.tables if name in special else 4 if len(p.shape) == 2 else 32
-        total += n * bits // 8 + (4 * n // quant.block if bits < 32 else 0)
-    return total
+    """Bytes of the weights an export writes (what onnxruntime holds to run it): float32, or as
+    the quantisation policy counts them."""
+    return 4 * graph.num_params if quant is None else quant.written_bytes(graph)
 
 
 def available() -> int:
@@ -84,13 +77,15 @@ def available() -> int:
 
 def export_streamed(graph: Graph, weights_file: Path, directory: Path, kinds: list[str], opset: int = 18,
                     dtype: str = "float32", quant=None, generate: bool = False, progress: bool = True,
-                    genai: bool = False) -> tuple[Exported, SafetensorsWeights]:
-    """Write graphs ``kinds`` of ``graph`` (or, ``genai``, genai's model.onnx) with the weights of
-    ``weights_file`` (IR names) into ``directory``, through one external data file. Returns
-    the export (no checks: the caller decides what can be checked at this size) and the reader,
-    whose ``peak`` says how many tensors were in memory at once."""
+                    genai: bool = False, fused: bool = False) -> tuple[Exported, SafetensorsWeights]:
+    """Write graphs ``kinds`` of ``graph`` (``export.graph_kinds``; or, ``genai``, genai's
+    model.onnx) with the weights of ``weights_file`` (IR names) into ``directory``, through one
+    external data file, quantised with ``quant`` (``int4.Int4``, ``int8.Int8``), ``fused`` as
+    ``export`` fuses. Returns the export (no checks: the caller decides what can be checked at
+    this size) and the reader, whose ``peak`` says how many tensors were in memory at once."""
     from tqdm import tqdm
 
+    refuse_conflicts(dtype == "float16", quant is not None and quant.label == "int8", fused, generate)
     weights = SafetensorsWeights(weights_file)
     missing = sorted(graph.params.keys() - weights.shapes.keys())
     if missing:
@@ -99,8 +94,7 @@ def export_streamed(graph: Graph, weights_file: Path, directory: Path, kinds: li
     directory.mkdir(parents=True, exist_ok=True)
     manifest = new_manifest(graph.spec, opset, dtype) | {"weights": {"file": DATA, "streamed": True}}
     if quant is not None:
-        manifest["int4"] = {"weights": quant.describe(), "block_size": quant.block, "symmetric": quant.symmetric,
-                            "tables_bits": quant.tables}
+        manifest[quant.label] = quant.record()
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     total = sum(math.prod(s) for name, s in weights.shapes.items() if name in graph.params)
     try:
@@ -109,8 +103,10 @@ def export_streamed(graph: Graph, weights_file: Path, directory: Path, kinds: li
                   disable=not progress or None, leave=False) as bar:
             weights.on_read = lambda name: bar.update(math.prod(weights.shapes[name]))
             try:
-                for kind in kinds:
-                    _write_graph(graph, kind, weights, staging, manifest, opset, dtype, quant, sink, genai)
+                if genai:
+                    _write_genai(graph, weights, staging, manifest, opset, dtype, quant, sink)
+                else:
+                    write_graphs(graph, kinds, weights, staging, manifest, fused, quant, sink)
             finally:
                 sink.close()
         if generate:
@@ -120,23 +116,17 @@ def export_streamed(graph: Graph, weights_file: Path, directory: Path, kinds: li
             (staging / CONFIG).write_text(json.dumps(genai_config(graph, inputs), indent=4) + "\n", encoding="utf-8")
         else:
             write_manifest(staging, manifest)
-        result = Exported(directory)
+        result = Exported(directory, in_place_cache=manifest.get("in_place_cache"))
         result.files = publish(staging, directory, CONFIG if genai else MANIFEST)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result, weights
 
 
-def _write_graph(graph: Graph, kind: str, weights, staging: Path, manifest: dict, opset: int, dtype: str, quant,
-                 sink: ExternalData, genai: bool) -> None:
-    if genai:
-        proto = emit_genai(graph, weights, opset=opset, dtype=dtype, quant=quant, sink=sink,
-                           metadata=graph_metadata(manifest, "genai"))
-        path = staging / GRAPH
-    else:
-        proto = emit(graph, kind, weights, opset=opset, dtype=dtype, metadata=graph_metadata(manifest, kind),
-                     quant=quant, sink=sink)
-        path = staging / f"{kind}.onnx"
-    onnx.save_model(proto, str(path))
-    onnx.checker.check_model(str(path), full_check=True)
-    manifest["graphs"][kind] = path.name
+def _write_genai(graph: Graph, weights, staging: Path, manifest: dict, opset: int, dtype: str, quant,
+                 sink: ExternalData) -> None:
+    proto = emit_genai(graph, weights, opset=opset, dtype=dtype, quant=quant, sink=sink,
+                       metadata=graph_metadata(manifest, "genai"))
+    onnx.save_model(proto, str(staging / GRAPH))
+    onnx.checker.check_model(str(staging / GRAPH), full_check=True)
+    manifest["graphs"]["genai"] = GRAPH
