@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from tfspec.backends.onnx import OnnxModel
 from tfspec.backends.onnx.int4 import quantize
-from tfspec.backends.onnx.int4_parity import FLOAT_RMS
+from tfspec.backends.onnx.int4 import FLOAT_RMS
 from tfspec.backends.onnx.streamed import export_streamed
 from tfspec.interop.hf.tensors import read_header
 from tfspec.ir import build_graph

@@ -1,8 +1,10 @@
-"""`tfspec export --int8`: quantised graphs that stay close to the float32 model they replace.
+"""`export(..., int8=True)` (the in-memory route: training runs' int8 exports, `evaluate --int8`,
+`tfspec export --int8 --shortlist`): quantised graphs that stay close to the float32 model they replace.
 
 The reference is the PyTorch backend in float32: int8 logits must stay within a few percent of
-its range (a saturating int8 kernel was off by 40%), and the greedy agreement the export reports
+its range (a saturating int8 kernel was off by 40%), and the greedy agreement the export records
 is recounted here by a decoding loop of its own over the float32 and the int8 step graphs.
+(`tfspec export --int8` streams: tests/test_int8_streamed.py.)
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from tfspec import load_spec
+from tfspec.backends.onnx import export
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import save_weights
 
@@ -25,12 +28,11 @@ def test_export_int8(cli, tmp_path):
     torch.manual_seed(3)  # weights whose int8 greedy tokens differ in part of two sentences (76/96, 6/8)
     model = build_module(load_spec("tiny")).eval()
     save_weights(model, tmp_path / "w.safetensors")
-    code, out, err = cli("export", "tiny", "--weights", tmp_path / "w.safetensors", "-o", tmp_path / "m", "--int8")
-    assert code == 0, err
-    assert "parity: ok" in out and "greedy tokens equal to float32" in out
+    result = export(model, tmp_path / "m", int8=True)
+    assert result.ok
     manifest = json.loads((tmp_path / "m" / "tfspec.json").read_text())
     record = manifest["int8"]
-    assert record["greedy_tokens"] == 96 and 0 <= record["greedy_tokens_equal"] <= 96
+    assert record == result.int8 and record["greedy_tokens"] == 96 and 0 <= record["greedy_tokens_equal"] <= 96
     code, _, err = cli("export", "tiny", "--weights", tmp_path / "w.safetensors", "-o", tmp_path / "f", "--no-check")
     assert code == 0, err
     # the parity inputs (export.agreement): 8 random sources of 11 ids, 12 tokens each, EOS forbidden
@@ -38,7 +40,6 @@ def test_export_int8(cli, tmp_path):
     int8, fp32 = (greedy(tmp_path / d, src, steps=12) for d in ("m", "f"))
     tokens, sentences = int((int8 == fp32).sum()), int((int8 == fp32).all(1).sum())
     assert (record["greedy_tokens_equal"], record["sentences_equal"], record["sentences"]) == (tokens, sentences, 8)
-    assert f"parity inputs: {tokens}/96 ({sentences}/8 sentences" in out
     assert 0 < sentences < 8 and tokens != 12 * sentences  # some tokens differ, not whole sentences: miscounts show
     for file in manifest["graphs"].values():
         ops = [n.op_type for n in onnx.load(str(tmp_path / "m" / file)).graph.node]

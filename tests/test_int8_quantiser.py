@@ -120,8 +120,3 @@ def test_quantiser_holds_no_float32_copy_of_a_tensor():
     assert q.shape == (512, 16384) and scales.shape == (16384,)
     assert peak < w.nbytes / 2, f"peak {peak / 2**20:.1f} MiB for a {w.nbytes / 2**20:.0f} MiB tensor"
 
-
-def test_streamed_int8_is_refused_with_the_reason(cli, tmp_path):
-    """--int8 checks float32 graphs against the float32 model first, which streaming holds neither of."""
-    code, _, err = cli("export", "tiny", "-o", tmp_path / "m", "--stream", "--int8")
-    assert code == 2 and "\nerror: --int8 checks the float32 graphs" in err and "Traceback" not in err

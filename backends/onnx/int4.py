@@ -17,6 +17,8 @@ columns are first multiplied by per-input-channel scales and its input divided b
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +28,12 @@ ROWS = 2048
 ACCURACY_LEVEL = 4
 """MatMulNBits' accuracy_level 4: activations quantised to int8 per block for the products
 (onnxruntime's fastest CPU kernels); its error is far below the weights' 4-bit error."""
+FLOAT_RMS = {32: 0.35, 64: 0.4, 128: 0.45}
+"""Largest RMS difference of the logits from float32's, relative to their RMS, per block size:
+the 4-bit error of random weights (trained models' perplexity tells more: BENCHMARKS.md)."""
+QUANTISED = re.compile(r"\.q(?P<bits>[48])b\d+(?P<zero>z?)(?P<aware>a?)$")
+"""A quantised weight's data initializer (``blocks``): ``W.q<bits>b<block>``, ``z`` with zero
+points, ``a`` with activation-aware scales."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +49,55 @@ class Int4:
 
     every_product = False
     """``Builder.gemm`` asks: the projections only (``linear``); other products stay float."""
+    label = "int4"
+    same_weights = 8e-2
+    """Largest |diff| against PyTorch holding the dequantised weights, relative to the largest
+    |logit| (``quant_parity``): onnxruntime's accuracy_level 4 quantises activations to int8 per
+    block inside MatMulNBits, an error that grows with a trained model's activation outliers
+    (measured: 1.4% on tiny random models, 1.8% on Llama-2-7B's first layer, 6.1% at one step of
+    a 3M-parameter Llama trained here). A wrong packing or scale errs by the logits' own size, so
+    it still fails; the quantisation's cost is the check against float32 and, on text,
+    tools/quant_quality.py."""
+
+    @property
+    def float_rms(self) -> float:
+        return FLOAT_RMS[self.block]
 
     def describe(self) -> str:
         how = "activation-aware scales" if self.channel_scales else "round to nearest"
         return (f"int4 MatMulNBits, block {self.block}, {'symmetric' if self.symmetric else 'zero points'}, "
                 f"{how}; embeddings and output projection int{self.tables}")
+
+    def record(self) -> dict:
+        """What the manifest's ``int4`` entry says of the weights."""
+        return {"weights": self.describe(), "block_size": self.block, "symmetric": self.symmetric,
+                "tables_bits": self.tables}
+
+    def written_bytes(self, graph) -> int:
+        """Bytes of the weights an export writes: int4 projections and int8/int4 tables with one
+        float32 scale per block, vectors float32."""
+        from .awq import tables
+
+        special, total = tables(graph), 0
+        for name, p in graph.params.items():
+            n = math.prod(p.shape)
+            bits = self.tables if name in special else 4 if len(p.shape) == 2 else 32
+            total += n * bits // 8 + (4 * n // self.block if bits < 32 else 0)
+        return total
+
+    def matrix(self, name: str) -> str | None:
+        """The weight whose blocks initializer ``name`` holds, else None."""
+        found = QUANTISED.search(name)
+        return name[:found.start()] if found else None
+
+    def dequantize(self, name: str, read, shape: tuple[int, ...]) -> np.ndarray:
+        """The (N, K) float32 weight of ``shape`` that MatMulNBits multiplies by for initializer
+        ``name`` (``matrix``), the activation-aware column scales divided out; ``read`` reads an
+        initializer."""
+        found = QUANTISED.search(name)
+        w = dequantize(read(name), read(f"{name}.scales"), read(f"{name}.zero_points") if found["zero"] else None,
+                       int(found["bits"]), shape[1])
+        return w / read(f"{name[:found.start()]}.awq") if found["aware"] else w
 
     def linear(self, b, x: str, weight: str, bias: str | None, table: bool = False) -> str:
         return matmul_nbits(b, x, weight, bias, table)

@@ -46,14 +46,14 @@ def cmd_export(args) -> int:
         raise TfspecError(reason)  # before building (and loading) the model
     if args.generate and "tgt" not in build_graph(spec).ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
-    from tfspec.cli.stream import choose_route, export_stream, int4_options
+    from tfspec.cli.stream import choose_route, export_stream, quant_options
 
-    quant = int4_options(args)
+    quant = quant_options(args)
     stream, need = choose_route(args, spec, quant)
     started = time.perf_counter()
     if stream:
         result, result.checks = export_stream(args, spec, quant, need, home)
-        return _report(args, spec, home, result, started)
+        return _report(args, spec, home, result, started, quant)
     model = model_to_export(spec, args)
     shortlist = _shortlist(args, spec, home) if args.shortlist is not None else None
     if args.format == "genai":
@@ -65,11 +65,13 @@ def cmd_export(args) -> int:
     return _report(args, spec, home, result, started)
 
 
-def _report(args, spec, home, result, started: float) -> int:
-    """Print what was written, the tokenizer copied and the checks; the exit status."""
+def _report(args, spec, home, result, started: float, quant=None) -> int:
+    """Print what was written, the tokenizer copied and the checks; the exit status. ``quant``:
+    the policy a streamed export quantised with (``quant_parity`` checked it)."""
+    weights = ", int4 weights" if args.int4 else ", int8 weights" if args.int8 else ""
     print(f"{spec.name}: wrote {', '.join(f'{n} ({s / 2**20:.1f} MiB)' for n, s in result.files.items())} "
           f"to {result.directory} in {time.perf_counter() - started:.1f}s (opset {args.opset}, "
-          f"{'float16' if args.fp16 else 'float32'}{', int4 weights' if args.int4 else ''}); onnx.checker: ok")
+          f"{'float16' if args.fp16 else 'float32'}{weights}); onnx.checker: ok")
     if result.in_place_cache:
         print(f"note: in-place cache {result.in_place_cache}; decoding uses the standard step graph")
     copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format == "onnx")
@@ -81,9 +83,9 @@ def _report(args, spec, home, result, started: float) -> int:
               "onnxruntime_genai loads the model; feed token ids with Generator.append_tokens")
     if args.no_check:
         return 0
-    if args.int4:
-        print("parity: the int4 graphs against PyTorch holding the same int4 weights (tolerance relative to the "
-              "largest logit), and against float32 (the quantisation error)")
+    if quant is not None:
+        print(f"parity: the {quant.label} graphs against PyTorch holding the same {quant.label} weights (tolerance "
+              "relative to each output's largest value), and against float32 (the quantisation error)")
     print("parity with the PyTorch backend (onnxruntime CPU" + (", fed as onnxruntime-genai feeds it):"
                                                                if args.format == "genai" else "):"))
     for check in result.checks:
@@ -316,9 +318,10 @@ def register(command) -> None:
     c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")
     c.add_argument("--int8", action="store_true",
                    help="ONNX: int8 weights for every matrix product (dynamic quantisation per output channel; "
-                        "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md); "
-                        "float32 parity is checked first, then greedy "
-                        "agreement with float32 is reported")
+                        "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md), "
+                        "quantised tensor by tensor while streaming; checked against PyTorch holding the same int8 "
+                        "weights and against float32 (with --shortlist: in memory, float32 parity checked first, "
+                        "then greedy agreement with float32 reported)")
     c.add_argument("--int4", action="store_true",
                    help="ONNX and genai: 4-bit weights for every projection (onnxruntime's MatMulNBits, blocks along "
                         "the input dimension; 1/8 of float32's bytes, so faster where decoding is bound by memory), "
@@ -337,7 +340,7 @@ def register(command) -> None:
     c.add_argument("--stream", action="store_true",
                    help="ONNX and genai: write the weights one tensor at a time from SPEC's safetensors into one "
                         "external data file (model.onnx.data), never the whole model in memory; chosen by itself "
-                        "with --int4 and when the float32 model would not fit")
+                        "with --int4 and --int8 and when the float32 model would not fit")
     c.add_argument("--static-cache", action="store_true",
                    help="ONNX: also write decoder_static.onnx, a decoding step over a preallocated cache whose shapes "
                         "never change, which onnxruntime's CUDA provider captures as CUDA graphs (one launch per step "

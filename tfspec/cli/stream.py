@@ -1,6 +1,6 @@
 """The streamed route of ``tfspec export``: weights from a safetensors file into one external
-data file, one tensor at a time (``backends/onnx/streamed.py``), for ``--int4``, ``--stream``,
-and models whose float32 PyTorch form would not fit in memory.
+data file, one tensor at a time (``backends/onnx/streamed.py``), for ``--int4``, ``--int8``,
+``--stream``, and models whose float32 PyTorch form would not fit in memory.
 
 The memory each route needs is printed before anything is read; a model is refused only when
 even the streamed route cannot fit, naming its largest tensor. Parity with PyTorch needs the
@@ -21,15 +21,18 @@ from tfspec.ir import build_graph
 GiB = 1 << 30
 
 
-def int4_options(args):
-    """``--int4`` and its settings as ``int4.Int4``, or None; conflicting flags refused."""
+def quant_options(args):
+    """``--int4`` and its settings as ``int4.Int4``, ``--int8`` as ``int8.Int8``, or None;
+    conflicting flags refused."""
     if not args.int4:
         for flag, value in (("--int4-block", args.int4_block != 32), ("--int4-zero-points", args.int4_zero_points),
                             ("--int4-embeddings", args.int4_embeddings != "int8"),
                             ("--int4-calibrate", args.int4_calibrate is not None)):
             if value:
                 raise TfspecError(f"{flag} sets how --int4 quantises: add --int4")
-        return None
+        from tfspec.backends.onnx.int8 import Int8
+
+        return Int8() if args.int8 else None
     for flag, value in (("--int8", args.int8), ("--fp16", args.fp16), ("--fused", args.fused),
                         ("--shortlist", args.shortlist is not None), ("--static-cache", args.static_cache)):
         if value:
@@ -59,7 +62,13 @@ def choose_route(args, spec, quant) -> tuple[bool, object]:
     params = graph.num_params
     need, free = needs(graph, written_bytes(graph, quant)), available()
     file = streamed_file(args, spec)
-    stream = quant is not None or args.stream or (file is not None and free and need.floating > free)
+    forced = args.stream or (file is not None and free and need.floating > free)
+    if forced and in_memory(args):
+        raise TfspecError("--shortlist is exported in memory only (its step graph is checked against the float32 "
+                          "one, which --int8 then quantises): " + (
+                              "leave out --stream" if args.stream else
+                              f"~{need.floating / GiB:.1f} GiB that way, {free / GiB:.1f} GiB is available"))
+    stream = bool(forced) or (quant is not None and not in_memory(args))
     print(f"memory: {params:,} parameters; float32 route ~{need.floating / GiB:.1f} GiB, streamed route "
           f"~{need.streamed / GiB:.1f} GiB (largest tensor {need.largest}), {free / GiB:.1f} GiB available; "
           f"{'streaming' if stream else 'float32 route'}", file=sys.stderr)
@@ -71,14 +80,13 @@ def choose_route(args, spec, quant) -> tuple[bool, object]:
         raise TfspecError(f"{args.weights or args.spec}: streaming reads a safetensors file with tfspec's "
                           f"parameter names (`tfspec import` writes one); these weights would be loaded whole "
                           f"(~{need.floating / GiB:.1f} GiB), more than the {free / GiB:.1f} GiB available")
-    if stream and args.int8:
-        raise TfspecError("--int8 checks the float32 graphs against the float32 model before quantising, and a "
-                          "streamed export holds neither (--int4 quantises while streaming)")
-    if stream and (args.fused or args.shortlist is not None):
-        flag = "--fused" if args.fused else "--shortlist"
-        raise TfspecError(f"{flag} rewrites graphs held whole in memory; a streamed export cannot (--int4 "
-                          "quantises while streaming)")
     return stream, need
+
+
+def in_memory(args) -> bool:
+    """Whether the export takes the in-memory route whatever its size: ``--shortlist``, whose
+    graph is checked against the float32 step graph (before ``--int8`` quantises both)."""
+    return args.shortlist is not None
 
 
 def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, list]:
@@ -87,7 +95,6 @@ def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, l
     from tfspec.backends.onnx.streamed import available, export_streamed
 
     graph, started = build_graph(spec), time.perf_counter()
-    kinds = ["genai"] if args.format == "genai" else _kinds(graph)
     file, model, scratch = streamed_file(args, spec), None, None
     if file is None:  # a training run's checkpoint or random weights: held whole (they fit: choose_route)
         model = _torch_model(spec, args)
@@ -98,9 +105,9 @@ def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, l
     try:
         if args.int4_calibrate is not None:
             quant = _calibrated(args, spec, file, quant, need, home)
-        result, reader = export_streamed(graph, file, Path(args.output), kinds, args.opset,
+        result, reader = export_streamed(graph, file, Path(args.output), _kinds(args, graph), args.opset,
                                          "float16" if args.fp16 else "float32", quant, args.generate,
-                                         genai=args.format == "genai")
+                                         genai=args.format == "genai", fused=args.fused)
         print(f"streamed: {reader.reads} tensors read, at most {reader.peak} in memory at once, in "
               f"{time.perf_counter() - started:.1f}s" + (f"; {quant.describe()}" if quant else ""))
         if args.no_check:
@@ -157,9 +164,11 @@ def _projections(graph) -> list[str]:
     return [n for n, p in graph.params.items() if len(p.shape) == 2 and n not in tables(graph)]
 
 
-def _kinds(graph) -> list[str]:
-    ports = graph.ports
-    return ["model"] + (["encoder"] if "src" in ports else []) + (["decoder"] if "tgt" in ports else [])
+def _kinds(args, graph) -> list[str]:
+    """The graphs ``export_streamed`` writes for these options."""
+    from tfspec.backends.onnx.export import graph_kinds
+
+    return ["genai"] if args.format == "genai" else graph_kinds(graph, args.static_cache, fused=args.fused)
 
 
 def _torch_model(spec, args):
@@ -179,24 +188,24 @@ def _save(model, path: Path) -> Path:
 
 def _checks(args, directory: Path, model, quant, label: str = "") -> list:
     """Parity of the written graphs with the PyTorch ``model``: in full for float32 graphs,
-    both ``int4_parity`` checks for int4 ones (``model`` then holds the int4 weights)."""
+    both ``quant_parity`` checks for quantised ones (``model`` then holds the graphs' weights)."""
     from tfspec.backends.onnx import OnnxModel
 
     fp16 = args.fp16
     if args.format == "genai":
         from tfspec.backends.onnx.genai_parity import check_genai_parity
-        from tfspec.backends.onnx.int4_parity import SAME_WEIGHTS, dequantised, logit_scale
+        from tfspec.backends.onnx.quant_parity import dequantised, output_scales
 
         path = directory / "model.onnx"
         if quant is None:
             return check_genai_parity(path, model, tolerance=5e-2 if fp16 else 1e-4)
-        model = dequantised(model, path)
-        return check_genai_parity(path, model, tolerance=SAME_WEIGHTS * logit_scale(model))
+        model = dequantised(model, path, quant)
+        return check_genai_parity(path, model, tolerance=quant.same_weights * output_scales(model)["logits"])
     onnx_model = OnnxModel(directory, device="cpu")
     if quant is not None:
-        from tfspec.backends.onnx.int4_parity import check_int4
+        from tfspec.backends.onnx.quant_parity import check_quantised
 
-        checks = check_int4(onnx_model, model, quant.block)
+        checks = check_quantised(onnx_model, model, quant)
     else:
         from tfspec.backends.onnx.parity import check_parity
 
@@ -228,9 +237,9 @@ def _truncated(args, spec, file: Path, quant, need, free: int) -> list:
         for name, p in model.named_parameters():
             p.copy_(torch.from_numpy(weights[name]))
     with tempfile.TemporaryDirectory(prefix=".first-layer-", dir=Path(args.output).parent) as scratch:
-        export_streamed(graph, file, Path(scratch), ["genai"] if args.format == "genai" else _kinds(graph),
-                        args.opset, "float16" if args.fp16 else "float32", quant, genai=args.format == "genai",
-                        progress=False)
+        export_streamed(graph, file, Path(scratch), _kinds(args, graph), args.opset,
+                        "float16" if args.fp16 else "float32", quant, genai=args.format == "genai", progress=False,
+                        fused=args.fused)
         args = _without_generate(args)
         checks = _checks(args, Path(scratch), model, quant)
     from tfspec.checks import Check

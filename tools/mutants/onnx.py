@@ -93,4 +93,16 @@ MUTANTS = [
     dict(name="int8 weights in the full 8-bit range (quantize_dynamic's reduce_range dropped)",
          file="backends/onnx/int8.py", old="RANGE = 64\n", new="RANGE = 127\n",
          tests=["tests/test_int8_quantiser.py::test_int8_export_is_quantize_dynamic_of_the_float32_graphs[tiny]"]),
+    dict(name="int8 scales written for the wrong channels (each row chunk's reversed)",
+         file="backends/onnx/int8.py", old="        scales[i:i + ROWS] = scale\n", new="        scales[i:i + ROWS] = scale[::-1]\n",
+         tests=["tests/test_int8_streamed.py::test_cli_int8_streams_and_checks_against_the_dequantised_and_the_float_model"
+                "[llama]"]),
+    dict(name="quantised check keeps a tied use on the owner's parameter (a float32 Gather checked as int8)",
+         file="backends/onnx/quant_parity.py", old="if not n.owns(role) and read != reads.get((owner[param], param), set()):",
+         new="if False:",
+         tests=["tests/test_int8_streamed.py::test_a_tied_table_is_gathered_in_float32_and_multiplied_in_int8"]),
+    dict(name="quantised check compares the encoder memory within the logits' tolerance",
+         file="backends/onnx/parity.py", old='_diff(ours, memory, src_keep), tolerances["memory"]',
+         new='_diff(ours, memory, src_keep), tolerances["logits"]',
+         tests=["tests/test_int8_streamed.py::test_cli_int8_of_task_heads_and_routed_experts[encoder-head]"]),
 ]
