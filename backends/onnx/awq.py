@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .int4 import dequantize, quantize
+from .int4 import dequantize, quantize, tables
 
 ALPHAS = np.linspace(0, 1, 11)
 ROWS = 512
@@ -41,11 +41,6 @@ def channel_scales(graph, weights, sequences: list[list[int]], block: int, symme
         if best is not None:
             scales[weight] = best
     return scales
-
-
-def tables(graph) -> set[str]:
-    """The embedding and output projection weights: int8 or int4 tables, never scaled."""
-    return {node.params["weight"] for node in graph.nodes() if node.op in ("embedding", "projection")}
 
 
 def _projection_inputs(proto: onnx.ModelProto, params: set[str], tables: set[str]) -> dict[str, str]:

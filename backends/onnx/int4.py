@@ -76,8 +76,6 @@ class Int4:
     def written_bytes(self, graph) -> int:
         """Bytes of the weights an export writes: int4 projections and int8/int4 tables with one
         float32 scale per block, vectors float32."""
-        from .awq import tables
-
         special, total = tables(graph), 0
         for name, p in graph.params.items():
             n = math.prod(p.shape)
@@ -211,3 +209,8 @@ def dequantize(packed: np.ndarray, scales: np.ndarray, zero_points: np.ndarray |
         zero = zero_points.reshape(n, blocks).astype(np.float32)
     w = (q.astype(np.float32) - zero[..., None]) * scales[..., None]
     return w.reshape(n, -1)[:, :k]
+
+
+def tables(graph) -> set[str]:
+    """The embedding and output projection weights: int8 or int4 tables, never scaled (``awq``)."""
+    return {node.params["weight"] for node in graph.nodes() if node.op in ("embedding", "projection")}

@@ -159,7 +159,7 @@ def _calibrated(args, spec, file: Path, quant, need, home: Path | None):
 
 
 def _projections(graph) -> list[str]:
-    from tfspec.backends.onnx.awq import tables
+    from tfspec.backends.onnx.int4 import tables
 
     return [n for n, p in graph.params.items() if len(p.shape) == 2 and n not in tables(graph)]
 
