@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from tfspec.ir import Node
-from tfspec.layers.attention import block_plan, fused_kernel
+from tfspec.layers.attention import block_plan, kernel_for
 from tfspec.registry import registrar
 
 from .builder import Index
@@ -178,11 +178,7 @@ def _dot_scores(b, q: str, k: str, scale: float) -> str:
 def _plain(node: Node, stage: PositionStage | None) -> bool:
     """Whether the fused and blocked paths apply: the core's one answer (``fused_kernel``), which
     the position kind's ONNX stage must agree with."""
-    plain = fused_kernel(node)
-    if plain and stage is not None and (stage.logits is not None or stage.output is not None):
-        raise TypeError(f"{node.attrs['positions']['kind']} positions declare adds_to_scores False, but their ONNX "
-                        "stage adds a logit or output term that the fused paths would skip")
-    return plain
+    return kernel_for(node, stage is not None and (stage.logits is not None or stage.output is not None), "ONNX")
 
 
 def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: str, k: str, v: str,

@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from tfspec.layers.attention import block_plan, fused_bias, fused_kernel, use_blocks
+from tfspec.layers.attention import block_plan, fused_bias, kernel_for, use_blocks
 from tfspec.registry import registrar
 
 from .modifiers import modifiers_of
@@ -43,11 +43,8 @@ class MultiHeadAttention(OpModule):
         self.turn, self.term, self.add_output = (stage.turn, stage.logits, stage.output) if stage else (None,) * 3
         """The position stage's hooks (``backends/torch/positions``), None where it has none."""
         self.modifiers = modifiers_of(a)
-        self.plain = fused_kernel(node)
+        self.plain = kernel_for(node, self.term is not None or self.add_output is not None, "PyTorch")
         """Fused kernels apply (the core's one answer, which ``report --train`` reads too)."""
-        if self.plain and (self.term is not None or self.add_output is not None):
-            raise TypeError(f"{a['positions']['kind']} positions declare adds_to_scores False, but their PyTorch "
-                            "stage adds a logit or output term that the fused kernel would skip")
         self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
 
     def forward(self, ctx, x, memory=None):

@@ -291,6 +291,17 @@ def fused_kernel(node) -> bool:
             and all(a.get(field) is None for field in SCORE_MODIFIERS))
 
 
+def kernel_for(node, stage_adds: bool, backend: str) -> bool:
+    """``fused_kernel(node)`` for a backend whose position stage for ``node`` adds a logit or
+    output term (``stage_adds``): a kind declaring ``adds_to_scores`` False while its stage adds
+    one is refused, since the fused kernel would skip the term."""
+    fused = fused_kernel(node)
+    if fused and stage_adds:
+        raise TypeError(f"{node.attrs['positions']['kind']} positions declare adds_to_scores False, but their "
+                        f"{backend} stage adds a logit or output term that the fused kernel would skip")
+    return fused
+
+
 def fused_bias(params, role: str, attrs) -> list[tuple[str | None, int]] | None:
     """How the bias of ``fused`` projection ``role`` of an attention node is stored: None when
     no part has one, else (role, rows) pieces in row order, role None for an unbiased part
