@@ -18,7 +18,7 @@ import torch
 
 from tfspec import build_graph
 from tfspec.backends.onnx import export
-from tfspec.backends.onnx import modifiers as onnx_modifiers, positions as onnx_positions, scores as onnx_scores
+from tfspec.backends.onnx.lower import modifiers as onnx_modifiers, positions as onnx_positions, scores as onnx_scores
 from tfspec.backends.onnx.graphs import emit
 from tfspec.backends.torch import RunContext, TorchDecoder, build_module
 from tfspec.backends.torch import modifiers as torch_modifiers, positions as torch_positions, scores as torch_scores

@@ -16,7 +16,8 @@ import pytest
 import torch
 
 from tfspec import load_spec
-from tfspec.backends.onnx import OnnxModel, decoding, export
+from tfspec.backends.onnx import OnnxModel, export
+from tfspec.backends.onnx.runtime import decoding
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.search import SearchOptions, search
 
@@ -162,7 +163,7 @@ def test_graphs_built_at_run_time_use_the_exported_ir_version(tmp_path, monkeypa
     import onnx
     import onnxruntime as ort
 
-    from tfspec.backends.onnx.static import StaticDecoder
+    from tfspec.backends.onnx.runtime.static import StaticDecoder
 
     spec = shrunk("tiny")
     module = build_module(spec).eval()

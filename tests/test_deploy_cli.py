@@ -55,7 +55,7 @@ def test_export_reports_checker_and_parity(cli, tmp_path):
 def test_parity_fails_for_graphs_that_differ(cli, tmp_path, monkeypatch):
     """Graphs emitted from weights 0.1% off those checked: logits ~1e-2 away, past float32's
     tolerance (1e-4) though within float16's (5e-2): export says FAILED and exits 1."""
-    module = importlib.import_module("tfspec.backends.onnx.export")
+    module = importlib.import_module("tfspec.backends.onnx.exporter")
     emit = module.emit
     monkeypatch.setattr(module, "emit", lambda graph, kind, weights, **kwargs: emit(
         graph, kind, {name: w * 1.001 for name, w in weights.items()}, **kwargs))

@@ -110,7 +110,7 @@ def test_genai_tokenizer_reads_the_copied_files(exported, genai_dir):
 
 @pytest.mark.parametrize("spec,needle", [("tiny", "tiny is encoder-decoder"), ("zoo/bert-base", "is encoder-only"),
                                          ("zoo/mistral-7b", "is restricted_self_attention"),
-                                         ("zoo/image-transformer-1d", "IR op 'image_positional'")])
+                                         ("zoo/image-transformer-1d", "is local_1d_self_attention")])
 def test_specs_genai_cannot_represent_are_refused(spec, needle, cli, tmp_path):
     code, out, err = cli("export", spec, "--format", "genai", "-o", tmp_path / "out")
     assert code == 2 and needle in err and err.startswith("error:") and len(err.strip().splitlines()) == 1, err

@@ -59,7 +59,7 @@ class Gain(OpModule):
         return x * self.gain
 '''
 ONNX = '''
-from tfspec.backends.onnx.lowerings import lowering
+from tfspec.backends.onnx.lower import lowering
 
 @lowering("{name}")
 def gain(e, node, x):
@@ -95,7 +95,7 @@ def clamp(c):
     return lambda scores: scores.clamp(-c, c)
 '''
 MODIFIER_ONNX = '''
-from tfspec.backends.onnx.modifiers import score_modifier
+from tfspec.backends.onnx.lower.modifiers import score_modifier
 
 @score_modifier("{name}")
 def clamp(c):
@@ -144,7 +144,7 @@ class Slope:
 '''
 POSITION_ONNX = '''
 import numpy as np
-from tfspec.backends.onnx.scores import score_term
+from tfspec.backends.onnx.lower.scores import score_term
 
 @score_term("{name}")
 def slope(e, node, q, k):
@@ -208,7 +208,7 @@ def test_a_layer_kind_is_four_new_files(tmp_path):
     with modules({f"tfspec/layers/zz_{name}.py": LAYER.format(name=name),
                   f"tfspec/ir/ops/zz_{name}.py": OP.format(name=name),
                   f"backends/torch/zz_{name}.py": TORCH.format(name=name),
-                  f"backends/onnx/zz_{name}.py": ONNX.format(name=name)}):
+                  f"backends/onnx/lower/zz_{name}.py": ONNX.format(name=name)}):
         run(LAYER_RUN, name, str(tmp_path / "onnx"))
     found = np.load(tmp_path / "onnx" / "logits.npz")
     assert found["gains"] == 2  # one per layer, each a parameter of the new kind
@@ -293,7 +293,7 @@ def test_a_score_modifier_is_three_new_files(tmp_path):
     name = f"clamp_{uuid.uuid4().hex[:8]}"
     with modules({f"tfspec/modifiers/zz_{name}.py": MODIFIER.format(name=name),
                   f"backends/torch/modifiers/zz_{name}.py": MODIFIER_TORCH.format(name=name),
-                  f"backends/onnx/modifiers/zz_{name}.py": MODIFIER_ONNX.format(name=name)}):
+                  f"backends/onnx/lower/modifiers/zz_{name}.py": MODIFIER_ONNX.format(name=name)}):
         run(MODIFIER_RUN, name, str(tmp_path / "onnx"))
     found = np.load(tmp_path / "onnx" / "logits.npz")
     assert found["listed"]  # tfspec schema shows the field
@@ -350,7 +350,7 @@ def test_a_position_kind_is_three_new_files(tmp_path):
     name = f"slope_{uuid.uuid4().hex[:8]}"
     with modules({f"tfspec/positions/zz_{name}.py": POSITION.format(name=name),
                   f"backends/torch/scores/zz_{name}.py": POSITION_TORCH.format(name=name),
-                  f"backends/onnx/scores/zz_{name}.py": POSITION_ONNX.format(name=name)}):
+                  f"backends/onnx/lower/scores/zz_{name}.py": POSITION_ONNX.format(name=name)}):
         run(POSITION_RUN, name, str(tmp_path / "onnx"))
     found = np.load(tmp_path / "onnx" / "logits.npz")
     assert found["slopes"] == 2 and found["flops"]  # one table per layer, its cost counted

@@ -22,8 +22,8 @@ from onnx import TensorProto, helper
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
 from tfspec.backends.onnx.builder import Builder
-from tfspec.backends.onnx.generator import Generator
-from tfspec.backends.onnx.search_graph import beam_constants, beam_step
+from tfspec.backends.onnx.runtime.generator import Generator
+from tfspec.backends.onnx.variants.search_graph import beam_constants, beam_step
 from tfspec.backends.torch import build_module
 from tfspec.search import SearchOptions, length_penalty, search
 from tfspec.spec import Spec
@@ -200,7 +200,7 @@ def test_large_models_keep_the_loop_bodies_weights_in_the_side_file(monkeypatch,
     proto = onnx.load(str(tmp_path / "inline" / "generate.onnx"))
     outer = sum(len(t.raw_data) for t in proto.graph.initializer)
     assert sum(len(t.raw_data) for g in all_graphs(proto.graph) for t in g.initializer) > 1.5 * outer
-    exporting = importlib.import_module("tfspec.backends.onnx.export")  # the module, not the function
+    exporting = importlib.import_module("tfspec.backends.onnx.exporter")  # the module, not the function
     monkeypatch.setattr(exporting, "EXTERNAL_DATA_BYTES", int(1.2 * outer))
     export(model, tmp_path / "side", parity=False, generate=True)
     proto = onnx.load(str(tmp_path / "side" / "generate.onnx"), load_external_data=False)

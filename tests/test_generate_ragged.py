@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.generator import Generator
+from tfspec.backends.onnx.runtime.generator import Generator
 from tfspec.backends.torch import build_module
 from tfspec.search import SearchOptions, search
 from tfspec.spec import Spec

@@ -152,7 +152,7 @@ def test_an_export_that_fails_its_checks_midway_leaves_nothing(cli, tmp_path, mo
     in the parity check used to leave a complete-looking directory that translate accepted."""
     import importlib
 
-    parity = importlib.import_module("tfspec.backends.onnx.parity")  # export imports check_parity when it runs
+    parity = importlib.import_module("tfspec.backends.parity.onnx")  # export imports check_parity when it runs
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

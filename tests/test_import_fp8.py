@@ -17,7 +17,7 @@ import torch
 
 from hf_checkpoints import assert_config_refused, assert_pytorch_import_matches, right_padded, save_random
 from tfspec.interop.hf import fp8
-from tfspec.interop.hf.tensors import E4M3
+from tfspec.tensors import E4M3
 
 transformers = pytest.importorskip("transformers")
 finegrained = pytest.importorskip("transformers.integrations.finegrained_fp8")

@@ -16,8 +16,8 @@ import torch
 
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.decoding import OnnxDecoder
-from tfspec.backends.onnx.inplace import Buffers, InPlaceDecoder
+from tfspec.backends.onnx.runtime.decoding import OnnxDecoder
+from tfspec.backends.onnx.runtime.inplace import Buffers, InPlaceDecoder
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search

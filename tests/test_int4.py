@@ -16,10 +16,10 @@ import torch
 from onnx import TensorProto, helper
 
 from tfspec.backends.onnx import OnnxModel
-from tfspec.backends.onnx.int4 import quantize
-from tfspec.backends.onnx.int4 import FLOAT_RMS
+from tfspec.backends.onnx.passes.int4 import quantize
+from tfspec.backends.onnx.passes.int4 import FLOAT_RMS
 from tfspec.backends.onnx.streamed import export_streamed
-from tfspec.interop.hf.tensors import read_header
+from tfspec.tensors import read_header
 from tfspec.ir import build_graph
 from tfspec.spec import load_spec
 
@@ -183,8 +183,8 @@ def test_int4_conflicts_are_refused(flags, needle, cli, tmp_path):
 def test_activation_aware_scales_protect_salient_channels():
     """Activations with a few channels 30x larger (what AWQ observed in LLMs): the searched
     scales cut the quantised product's error well below rounding to nearest's (numpy products)."""
-    from tfspec.backends.onnx.awq import _search
-    from tfspec.backends.onnx.int4 import dequantize
+    from tfspec.backends.onnx.passes.awq import _search
+    from tfspec.backends.onnx.passes.int4 import dequantize
 
     rng = np.random.default_rng(0)
     w = rng.standard_normal((64, 128)).astype(np.float32)

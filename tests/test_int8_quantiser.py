@@ -1,4 +1,4 @@
-"""`export --int8` quantises tensor by tensor as it emits (``backends/onnx/int8.py``), and what it
+"""`export --int8` quantises tensor by tensor as it emits (``backends/onnx/passes/int8.py``), and what it
 writes is what onnxruntime's ``quantize_dynamic`` wrote over the float32 graphs with the settings
 the export used before (QInt8, per channel, reduce_range, MatMul and Gemm): the same nodes, the
 same int8 weights and scales bit for bit, the same outputs. The reference held the whole float32
@@ -19,7 +19,7 @@ from onnx import numpy_helper
 
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.int8 import quantize
+from tfspec.backends.onnx.passes.int8 import quantize
 from tfspec.backends.torch import build_module
 from tfspec.spec import spec_from_data
 

@@ -1,6 +1,6 @@
 """`tfspec export --int8` streams (``backends/onnx/streamed.py``): each weight read from the
 checkpoint, quantised, appended to the data file and freed, then checked as int4 is
-(``backends/onnx/quant_parity.py``). What it writes is what the in-memory int8 route writes
+(``backends/parity/quant.py``). What it writes is what the in-memory int8 route writes
 (itself tested bit for bit against onnxruntime's quantize_dynamic: tests/test_int8_quantiser.py);
 its logits stay near transformers' float32 ones; the check fails when the graphs multiply by
 other weights than the scales say; and the quantiser holds a bounded number of tensors."""
@@ -18,9 +18,9 @@ import torch
 from onnx import numpy_helper
 
 from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.export import graph_kinds
-from tfspec.backends.onnx.int8 import Int8
-from tfspec.backends.onnx.quant_parity import dequantised
+from tfspec.backends.onnx.exporter import graph_kinds
+from tfspec.backends.onnx.passes.int8 import Int8
+from tfspec.backends.parity.quant import dequantised
 from tfspec.backends.onnx.streamed import export_streamed, needs, written_bytes
 from tfspec.backends.torch import build_module
 from tfspec.backends.torch.checkpoint import save_weights
@@ -140,7 +140,7 @@ def test_the_check_fails_on_graphs_that_multiply_by_other_scales(cli, tmp_path, 
     """Every product's scales written for the wrong channels (reversed): the dequantised model
     holds those weights too, so the comparison with float32 is what fails, and the export says so
     (exit 1)."""
-    from tfspec.backends.onnx import int8
+    from tfspec.backends.onnx.passes import int8
 
     _, ours = imported("llama", tmp_path, cli)
     real = int8.quantize

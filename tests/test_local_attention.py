@@ -87,7 +87,7 @@ def encoder_spec(layer: dict, max_len: int = 512) -> Spec:
 
 
 def exported(model, tmp_path, opset=18):
-    from tfspec.backends.onnx.export import export
+    from tfspec.backends.onnx.exporter import export
     from tfspec.backends.onnx.runtime import OnnxModel
 
     result = export(model, tmp_path / "onnx", opset=opset)

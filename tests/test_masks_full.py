@@ -19,8 +19,8 @@ import torch
 from safetensors.numpy import load_file
 
 from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.generator import Generator
-from tfspec.backends.onnx.static import StaticDecoder
+from tfspec.backends.onnx.runtime.generator import Generator
+from tfspec.backends.onnx.runtime.static import StaticDecoder
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.backends.torch.checkpoint import load_weights
 from tfspec.backends.torch.finetune import batches, logits_of

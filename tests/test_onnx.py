@@ -210,7 +210,7 @@ def test_a_pad_started_target_keeps_its_start_token(write_spec, tmp_path):
 def test_large_models_keep_weights_in_external_files(tmp_path, monkeypatch):
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("tfspec.backends.onnx.export"), "EXTERNAL_DATA_BYTES", 1 << 16)
+    monkeypatch.setattr(importlib.import_module("tfspec.backends.onnx.exporter"), "EXTERNAL_DATA_BYTES", 1 << 16)
     model, result = _export(load_spec("tiny"), tmp_path, parity=False)
     assert {"model.onnx.data", "decoder.onnx.data"} <= set(result.files)
     assert result.files["model.onnx"] < 1 << 16

@@ -96,7 +96,7 @@ def test_module_uses_blocks_on_long_inputs_and_trains_the_same(causal, monkeypat
 @pytest.mark.parametrize("opset", [18, 23])
 @pytest.mark.parametrize("r,causal", [(3, False), (40, True), (64, False)])
 def test_onnx_blocks_equal_pytorch_with_padding(r, causal, opset, tmp_path):
-    from tfspec.backends.onnx.export import export
+    from tfspec.backends.onnx.exporter import export
     from tfspec.backends.onnx.runtime import OnnxModel
 
     torch.manual_seed(1)
@@ -201,7 +201,7 @@ def test_decoding_keeps_only_the_band_of_past_keys(tmp_path):
 
 
 def _exported(model, tmp_path):
-    from tfspec.backends.onnx.export import export
+    from tfspec.backends.onnx.exporter import export
 
     result = export(model, tmp_path / "onnx")
     assert result.ok, result

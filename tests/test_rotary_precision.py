@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from tfspec.backends.onnx.genai import export_genai
+from tfspec.backends.onnx.variants.genai import export_genai
 from tfspec.backends.torch import DecodeState, build_module
 from tfspec.spec import Spec
 

@@ -1,4 +1,4 @@
-"""The continuous batcher's cache (tfspec/serve/scheduler.py, backends/onnx/splice.py): the
+"""The continuous batcher's cache (tfspec/serve/scheduler.py, backends/onnx/runtime/splice.py): the
 spliced cache is one rectangle, rows x its widest row, so admission counts that rectangle. A
 realistic mix of one long request among many short ones never holds more cache than
 ``--max-batch-tokens`` (the cache's own element count, read from the OrtValues each step

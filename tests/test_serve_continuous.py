@@ -163,7 +163,7 @@ def test_rows_join_and_leave_between_steps(llama, served):
 def test_a_fused_export_batches_continuously_over_its_in_place_buffers(fused):
     """`export --fused` writes the in-place step graph: the server batches continuously over its
     buffers (a step writes its keys and values where they lie; joins splice the buffers)."""
-    from tfspec.backends.onnx.inplace import InPlaceDecoder
+    from tfspec.backends.onnx.runtime.inplace import InPlaceDecoder
     from tfspec.serve.service import ServeConfig, Service
 
     for batching in ("continuous", "static"):

@@ -15,7 +15,7 @@ import torch
 
 from tfspec import load_spec
 from tfspec.backends.onnx import OnnxModel, export
-from tfspec.backends.onnx.static import StaticDecoder, bucket
+from tfspec.backends.onnx.runtime.static import StaticDecoder, bucket
 from tfspec.backends.torch import TorchDecoder, build_module
 from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions, search

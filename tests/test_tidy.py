@@ -13,7 +13,7 @@ import pytest
 
 from tfspec import load_spec
 from tfspec.backends.onnx import export
-from tfspec.backends.onnx.tidy import tidy
+from tfspec.backends.onnx.passes.tidy import tidy
 from tfspec.backends.torch import build_module
 
 onnx = pytest.importorskip("onnx")

@@ -25,7 +25,7 @@ from isolated import Job, interleave
 from peer_bare import timed
 from tfspec import load_spec
 from tfspec.backends.onnx import export
-from tfspec.backends.onnx.decoding import DeviceState, OnnxDecoder
+from tfspec.backends.onnx.runtime.decoding import DeviceState, OnnxDecoder
 
 
 BATCHES = (1, 16)

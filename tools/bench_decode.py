@@ -203,7 +203,7 @@ def runner(engine: dict, threads: int):
         from tfspec.backends.onnx import OnnxModel
         onnx = OnnxModel(engine["dir"], device="cpu", threads=threads)  # intra_op threads
         if engine["kind"] == "generate":
-            from tfspec.backends.onnx.generator import Generator
+            from tfspec.backends.onnx.runtime.generator import Generator
             gen = Generator(onnx)
             return lambda src, beam, n: gen(src, options(beam, n))
         dec = onnx.decoder(static=engine.get("static", False), shortlist=engine.get("shortlist", False))

@@ -102,7 +102,7 @@ def prepare(args, hf_dir: Path, words: list[str], work: Path) -> dict[str, Job]:
     conversion are made. "<peer> bare": the peer in a process that imports nothing else."""
     import onnxruntime
 
-    from tfspec.backends.onnx.genai import export_genai
+    from tfspec.backends.onnx.variants.genai import export_genai
     from tfspec.backends.onnx.runtime import spinning
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import load_weights

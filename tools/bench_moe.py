@@ -28,8 +28,8 @@ from isolated import Job, interleave  # noqa: E402
 from peer_bare import timed  # noqa: E402
 
 from tfspec.backends.onnx import export  # noqa: E402
-from tfspec.backends.onnx import lowerings  # noqa: E402
-from tfspec.backends.onnx.moe import _ffn, route  # noqa: E402
+from tfspec.backends.onnx import lower  # noqa: E402
+from tfspec.backends.onnx.lower.moe import _ffn, route  # noqa: E402
 from tfspec.spec import Spec  # noqa: E402
 
 CELLS = [("decoder", 1), ("decoder", 8), ("decoder", 32), ("model", 1)]  # (graph, batch): steps, then a prompt
@@ -102,11 +102,11 @@ def main() -> None:
     model = build_module(spec(args)).eval()
     directories = [Path(tempfile.mkdtemp(prefix=f"moe-{kind}-")) for kind in ("routed", "dense")]
     export(model, directories[0], parity=False)
-    routed, lowerings.LOWERINGS["moe"] = lowerings.LOWERINGS["moe"], dense
+    routed, lower.LOWERINGS["moe"] = lower.LOWERINGS["moe"], lower.Lowering(dense)
     try:
         export(model, directories[1], parity=False)
     finally:
-        lowerings.LOWERINGS["moe"] = routed
+        lower.LOWERINGS["moe"] = routed
     print(f"{model.graph.num_params:,} parameters; {args.experts} experts of {args.d_ff}, top {args.top_k}, "
           f"{args.layers} layers, d_model {args.d_model}; {args.threads} threads; each export in a fresh process "
           f"of its own every round; {cpu_name()}")

@@ -134,7 +134,7 @@ def main() -> int:
 
     from tfspec import load_spec
     from tfspec.backends.onnx import OnnxModel, export
-    from tfspec.backends.onnx.parity import check_parity
+    from tfspec.backends.parity.onnx import check_parity
     from tfspec.backends.torch import build_module
 
     spec = load_spec(args.spec)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tfspec.interop.hf.tensors import write_safetensors
+from tfspec.tensors import write_safetensors
 
 LLAMA_2_7B = {"architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu",
               "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 11008,

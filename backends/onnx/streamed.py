@@ -24,13 +24,13 @@ from pathlib import Path
 import onnx
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.tensors import SafetensorsWeights
+from tfspec.tensors import SafetensorsWeights
 from tfspec.ir import Graph
 
-from .export import (Exported, graph_metadata, new_manifest, publish, refuse_conflicts, write_generate, write_graphs,
+from .exporter import (Exported, graph_metadata, new_manifest, publish, refuse_conflicts, write_generate, write_graphs,
                      write_manifest)
 from .external import ExternalData
-from .genai import CONFIG, GRAPH, emit_genai, genai_config
+from .variants.genai import CONFIG, GRAPH, emit_genai, genai_config
 from .runtime import MANIFEST
 
 DATA = "model.onnx.data"
@@ -77,9 +77,10 @@ def available() -> int:
 
 def export_streamed(graph: Graph, weights_file: Path, directory: Path, kinds: list[str], opset: int = 18,
                     dtype: str = "float32", quant=None, generate: bool = False, progress: bool = True,
-                    genai: bool = False, fused: bool = False) -> tuple[Exported, SafetensorsWeights]:
+                    genai: bool = False, fused: bool = False, model_type: str = "decoder"
+                    ) -> tuple[Exported, SafetensorsWeights]:
     """Write graphs ``kinds`` of ``graph`` (``export.graph_kinds``; or, ``genai``, genai's
-    model.onnx) with the weights of ``weights_file`` (IR names) into ``directory``, through one
+    model.onnx, of genai's ``model_type``) with the weights of ``weights_file`` (IR names) into ``directory``, through one
     external data file, quantised with ``quant`` (``int4.Int4``, ``int8.Int8``), ``fused`` as
     ``export`` fuses. Returns the export (no checks: the caller decides what can be checked at
     this size) and the reader, whose ``peak`` says how many tensors were in memory at once."""
@@ -113,7 +114,7 @@ def export_streamed(graph: Graph, weights_file: Path, directory: Path, kinds: li
             manifest["graphs"]["generate"] = write_generate(staging, manifest, graph_metadata(manifest, "generate"))
         if genai:
             inputs = [i.name for i in onnx.load(str(staging / GRAPH), load_external_data=False).graph.input]
-            (staging / CONFIG).write_text(json.dumps(genai_config(graph, inputs), indent=4) + "\n", encoding="utf-8")
+            (staging / CONFIG).write_text(json.dumps(genai_config(graph, inputs, model_type), indent=4) + "\n", encoding="utf-8")
         else:
             write_manifest(staging, manifest)
         result = Exported(directory, in_place_cache=manifest.get("in_place_cache"))

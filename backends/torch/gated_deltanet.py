@@ -6,7 +6,7 @@ representation): within a chunk the corrections delta solve one unit lower-trian
 (gamma: the decays' running product), and outputs and the final state follow by matrix products:
 exact, O(L x CHUNK) work like banded attention. Decoding carries each row's state (heads, d_k,
 d_v) and its convolution's last k - 1 inputs, so a step of one position costs O(1) in the length;
-the ONNX twin is ``backends/onnx/gated_deltanet.py``."""
+the ONNX twin is ``backends/onnx/lower/gated_deltanet.py``."""
 
 from __future__ import annotations
 

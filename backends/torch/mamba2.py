@@ -4,7 +4,7 @@ by chunk: y_t = sum_{s<=t} exp(a_s+1 + .. + a_t) (C_t . B_s) dt_s x_s plus the c
 state's share exp(a_1 + .. + a_t) h_0 C_t, exact, O(L x CHUNK) like banded attention.
 Decoding carries each row's state (heads, head_dim, state) and its convolution's last k - 1
 inputs, so a step of one position costs O(1) in the length; the ONNX twin is
-``backends/onnx/mamba2.py``."""
+``backends/onnx/lower/mamba2.py``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The projection stage of attention in PyTorch: queries, keys and values as they leave W^Q,
 W^K, W^V (one fused GEMM), with the projection options ``clip`` (OLMo's and DBRX's clip_qkv)
 and ``qk_norm`` (Qwen3, Gemma 3, OLMo 2, Command R+); the ONNX twin is
-``backends/onnx/projection.py``. ``module`` is an attention module holding its node's
+``backends/onnx/lower/projection.py``. ``module`` is an attention module holding its node's
 parameters and attributes (``MultiHeadAttention``)."""
 
 from __future__ import annotations

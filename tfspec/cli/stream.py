@@ -30,14 +30,14 @@ def quant_options(args):
                             ("--int4-calibrate", args.int4_calibrate is not None)):
             if value:
                 raise TfspecError(f"{flag} sets how --int4 quantises: add --int4")
-        from tfspec.backends.onnx.int8 import Int8
+        from tfspec.backends.onnx.passes.int8 import Int8
 
         return Int8() if args.int8 else None
     for flag, value in (("--int8", args.int8), ("--fp16", args.fp16), ("--fused", args.fused),
                         ("--shortlist", args.shortlist is not None), ("--static-cache", args.static_cache)):
         if value:
             raise TfspecError(f"--int4 writes float32 graphs whose projections are MatMulNBits: leave out {flag}")
-    from tfspec.backends.onnx.int4 import Int4
+    from tfspec.backends.onnx.passes.int4 import Int4
 
     return Int4(args.int4_block, not args.int4_zero_points, 4 if args.int4_embeddings == "int4" else 8)
 
@@ -48,7 +48,7 @@ def streamed_file(args, spec) -> Path | None:
     chosen = Path(args.weights) if args.weights else Path(args.spec) / "model.safetensors"
     if chosen.suffix != ".safetensors" or not chosen.is_file():
         return None
-    from tfspec.interop.hf.tensors import read_header
+    from tfspec.tensors import read_header
 
     names = read_header(chosen)[0].keys()
     return chosen if set(build_graph(spec).params) <= names else None
@@ -107,7 +107,8 @@ def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, l
             quant = _calibrated(args, spec, file, quant, need, home)
         result, reader = export_streamed(graph, file, Path(args.output), _kinds(args, graph), args.opset,
                                          "float16" if args.fp16 else "float32", quant, args.generate,
-                                         genai=args.format == "genai", fused=args.fused)
+                                         genai=args.format == "genai", fused=args.fused,
+                                         model_type=genai_type(spec) if args.format == "genai" else "decoder")
         print(f"streamed: {reader.reads} tensors read, at most {reader.peak} in memory at once, in "
               f"{time.perf_counter() - started:.1f}s" + (f"; {quant.describe()}" if quant else ""))
         if args.no_check:
@@ -121,14 +122,23 @@ def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, l
             scratch.cleanup()
 
 
+def genai_type(spec) -> str:
+    """genai's ``model.type`` for ``spec`` (``variants.genai.runtime_type``): the Hugging Face
+    family that computes it exactly, asked here so that the backend loads no family."""
+    from tfspec.backends.onnx.variants.genai import HF_TYPES, runtime_type
+    from tfspec.interop.hf.export import exact_model_type
+
+    return runtime_type(exact_model_type(spec, HF_TYPES))
+
+
 def _calibrated(args, spec, file: Path, quant, need, home: Path | None):
     """``quant`` with activation-aware scales from the float32 model run on the calibration text."""
     import dataclasses
 
-    from tfspec.backends.onnx.awq import channel_scales
+    from tfspec.backends.onnx.passes.awq import channel_scales
     from tfspec.backends.onnx.streamed import available
     from tfspec.data.codecs import shipped_codec
-    from tfspec.interop.hf.tensors import SafetensorsWeights
+    from tfspec.tensors import SafetensorsWeights
 
     free = available()
     if free and need.floating > free:
@@ -159,14 +169,14 @@ def _calibrated(args, spec, file: Path, quant, need, home: Path | None):
 
 
 def _projections(graph) -> list[str]:
-    from tfspec.backends.onnx.int4 import tables
+    from tfspec.backends.onnx.passes.int4 import tables
 
     return [n for n, p in graph.params.items() if len(p.shape) == 2 and n not in tables(graph)]
 
 
 def _kinds(args, graph) -> list[str]:
     """The graphs ``export_streamed`` writes for these options."""
-    from tfspec.backends.onnx.export import graph_kinds
+    from tfspec.backends.onnx.exporter import graph_kinds
 
     return ["genai"] if args.format == "genai" else graph_kinds(graph, args.static_cache, fused=args.fused)
 
@@ -178,7 +188,7 @@ def _torch_model(spec, args):
 
 
 def _save(model, path: Path) -> Path:
-    from tfspec.interop.hf.tensors import write_safetensors
+    from tfspec.tensors import write_safetensors
 
     params = dict(model.named_parameters())
     write_safetensors(path, {n: tuple(p.shape) for n, p in params.items()}, "float32",
@@ -193,8 +203,8 @@ def _checks(args, directory: Path, model, quant, label: str = "") -> list:
 
     fp16 = args.fp16
     if args.format == "genai":
-        from tfspec.backends.onnx.genai_parity import check_genai_parity
-        from tfspec.backends.onnx.quant_parity import dequantised, output_scales
+        from tfspec.backends.parity.genai import check_genai_parity
+        from tfspec.backends.parity.quant import dequantised, output_scales
 
         path = directory / "model.onnx"
         if quant is None:
@@ -203,15 +213,15 @@ def _checks(args, directory: Path, model, quant, label: str = "") -> list:
         return check_genai_parity(path, model, tolerance=quant.same_weights * output_scales(model)["logits"])
     onnx_model = OnnxModel(directory, device="cpu")
     if quant is not None:
-        from tfspec.backends.onnx.quant_parity import check_quantised
+        from tfspec.backends.parity.quant import check_quantised
 
         checks = check_quantised(onnx_model, model, quant)
     else:
-        from tfspec.backends.onnx.parity import check_parity
+        from tfspec.backends.parity.onnx import check_parity
 
         checks = check_parity(onnx_model, model, tolerance=5e-2 if fp16 else 1e-4)
     if args.generate:
-        from tfspec.backends.onnx.generator import check_generate
+        from tfspec.backends.onnx.runtime.generator import check_generate
 
         checks += check_generate(OnnxModel(directory, device="cpu"))
     return checks
@@ -224,7 +234,7 @@ def _truncated(args, spec, file: Path, quant, need, free: int) -> list:
 
     from tfspec.backends.onnx.streamed import export_streamed
     from tfspec.backends.torch import build_module
-    from tfspec.interop.hf.tensors import SafetensorsWeights
+    from tfspec.tensors import SafetensorsWeights
 
     print(f"parity: the float32 model needs ~{need.floating / GiB:.1f} GiB, {free / GiB:.1f} GiB is available: "
           "checking its first layer (embeddings, layer 0, final norm and output projection of these weights) "
@@ -239,7 +249,7 @@ def _truncated(args, spec, file: Path, quant, need, free: int) -> list:
     with tempfile.TemporaryDirectory(prefix=".first-layer-", dir=Path(args.output).parent) as scratch:
         export_streamed(graph, file, Path(scratch), _kinds(args, graph), args.opset,
                         "float16" if args.fp16 else "float32", quant, genai=args.format == "genai", progress=False,
-                        fused=args.fused)
+                        fused=args.fused, model_type=genai_type(spec) if args.format == "genai" else "decoder")
         args = _without_generate(args)
         checks = _checks(args, Path(scratch), model, quant)
     from tfspec.checks import Check

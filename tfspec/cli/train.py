@@ -152,7 +152,7 @@ def _record_int8_bleu(export_dir: Path, fp32: dict, int8: dict, split: str) -> N
     difference = round(int8["bleu"] - fp32["bleu"], 2)
     print(f"int8 vs float32 on {split}: BLEU {int8['bleu']:.2f} vs {fp32['bleu']:.2f} ({difference:+.2f}), "
           f"chrF {int8['chrf']:.2f} vs {fp32['chrf']:.2f}; recorded in {export_dir / 'tfspec.json'}")
-    from tfspec.backends.onnx.export import write_manifest
+    from tfspec.backends.onnx.exporter import write_manifest
     from tfspec.backends.onnx.runtime import read_manifest
 
     manifest = read_manifest(export_dir)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfspec.backends.onnx.splice import Splicer, cache_axis, live
+from tfspec.backends.onnx.runtime.splice import Splicer, cache_axis, live
 from tfspec.search import Picker, among, banned_tokens, output_limits, stop_ids
 from tfspec.serve.batcher import Batcher, Job, settle
 from tfspec.serve.logits import Shaper, score

@@ -85,6 +85,13 @@ class Vocab(SpecModel):
         return tuple(sorted({self.eos_id, *(self.eos_ids or ())}))
 
     @property
+    def eos_token_id(self) -> int | list[int]:
+        """``eos_token_id`` as transformers and onnxruntime-genai configurations write it: the id,
+        or every id that ends a sequence with ``eos_id`` first (Llama 3.1 Instruct's list)."""
+        rest = [i for i in self.stop_ids if i != self.eos_id]
+        return [self.eos_id, *rest] if rest else self.eos_id
+
+    @property
     def starts_with_pad(self) -> bool:
         """The decoder starts from the padding token (bos_id = pad_id: Marian, T5, GPT-2's one
         token): a target's first token is then its start, never padding."""

@@ -1,8 +1,8 @@
-"""Mutants in generate.onnx (backends/onnx/generate.py, search_graph.py, search_loops.py): the
+"""Mutants in generate.onnx (backends/onnx/variants/generate.py, search_graph.py, search_loops.py): the
 search inside one graph, each a bug a reader of tfspec.search's beam step could plausibly make when spelling it
 in ONNX operators."""
 
-GENERATE, STEP, LOOPS = "backends/onnx/generate.py", "backends/onnx/search_graph.py", "backends/onnx/search_loops.py"
+GENERATE, STEP, LOOPS = "backends/onnx/variants/generate.py", "backends/onnx/variants/search_graph.py", "backends/onnx/variants/search_loops.py"
 TOKENS = "tests/test_generate_graph.py::test_generate_gives_the_python_search_tokens"
 
 MUTANTS = [

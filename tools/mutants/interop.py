@@ -151,8 +151,8 @@ MUTANTS = [
          new='return {"eos_id": listed[0]}',
          tests=["tests/test_stop_ids.py"]),
     dict(name="export writes eos_id alone, dropping the other end ids",
-         file="tfspec/interop/hf/family.py", old="return [vocab.eos_id, *rest] if rest else vocab.eos_id",
-         new="return vocab.eos_id",
+         file="tfspec/spec/schema.py", old="return [self.eos_id, *rest] if rest else self.eos_id",
+         new="return self.eos_id",
          tests=["tests/test_stop_ids.py::test_export_hf_writes_the_list_back"]),
 
     # Reading what a published file says (issue 51).

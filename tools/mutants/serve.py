@@ -1,5 +1,5 @@
 """Mutants in `tfspec serve`: its continuous batching (tfspec/serve/scheduler.py, service.py and
-backends/onnx/splice.py: the splice of a newcomer's cache into the running batch, each row's own
+backends/onnx/runtime/splice.py: the splice of a newcomer's cache into the running batch, each row's own
 sampler, rows leaving when cancelled), its connections (connections.py: idle ones given up, the
 header deadline), the pieces log-probabilities spell (detokenize.py) and OpenAI's nulls (schemas.py)."""
 
@@ -10,7 +10,7 @@ CONFORMANCE = "tests/test_serve_conformance.py"
 
 MUTANTS = [
     dict(name="continuous batching: a row padded at a join keeps its old positions",
-         file="backends/onnx/splice.py",
+         file="backends/onnx/runtime/splice.py",
          old="shift[rows] = width - w + (0 if",
          new="shift[rows] = 0 + (0 if",
          tests=[JOINS]),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, activation, end_ids, eos_token_id, flag, number,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, activation, end_ids, flag, number,
                                       register, repeated_layer)
 from tfspec.interop.hf.opt import OPT, POSITION_OFFSET
 
@@ -80,5 +80,5 @@ class BioGpt(OPT):
                 "hidden_act": ACTIVATION_NAMES[ffn.activation], "max_position_embeddings": spec.positional.max_len,
                 "hidden_dropout_prob": spec.dropout, "attention_probs_dropout_prob": spec.attention_dropout,
                 "activation_dropout": spec.activation_dropout, "scale_embedding": spec.embed_scale,
-                "pad_token_id": v.pad_id, "bos_token_id": v.bos_id, "eos_token_id": eos_token_id(v),
+                "pad_token_id": v.pad_id, "bos_token_id": v.bos_id, "eos_token_id": v.eos_token_id,
                 "tie_word_embeddings": True}

@@ -21,7 +21,7 @@ import numpy as np
 from tfspec.errors import TfspecError
 from tfspec.untrusted import file_name, read_json
 
-from .tensors import Entry, read_header, read_pickled, read_tensor
+from tfspec.tensors import Entry, read_header, read_pickled, read_tensor
 
 CONFIG = "config.json"
 WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json"),

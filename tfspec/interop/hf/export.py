@@ -19,7 +19,7 @@ from tfspec.errors import TfspecError
 from tfspec.interop.hf.checkpoint import CONFIG, staged_directory
 from tfspec.interop.hf.family import FAMILIES, Family, Source
 from tfspec.interop.hf.imports import WEIGHTS_FILE
-from tfspec.interop.hf.tensors import write_safetensors
+from tfspec.tensors import write_safetensors
 from tfspec.spec import Spec
 
 
@@ -40,6 +40,11 @@ def fitting_family(spec: Spec) -> Family:
     closest = [reason for *_, reason in sorted(misses)[:CLOSEST]]
     raise TfspecError(f"{spec.name} fits no Hugging Face family tfspec exports; closest: " + "; ".join(closest)
                       + f" ({len(misses) - len(closest)} other families differ more)")
+
+
+def exact_model_type(spec: Spec, model_types) -> str | None:
+    """The first of ``model_types`` whose family computes exactly what ``spec`` does, or None."""
+    return next((t for t in model_types if misfit(FAMILIES[t](), spec) is None), None)
 
 
 def misfit(family: Family, spec: Spec) -> str | None:

@@ -302,13 +302,6 @@ def end_ids(config: dict, where: str, default) -> dict:
     return {"eos_id": listed[0], **({"eos_ids": listed} if len(set(listed)) > 1 else {})}
 
 
-def eos_token_id(vocab) -> int | list[int]:
-    """``eos_token_id`` as transformers configurations write it: the id, or every id that ends
-    a sequence with ``eos_id`` first (Llama 3.1 Instruct's list)."""
-    rest = [i for i in vocab.stop_ids if i != vocab.eos_id]
-    return [vocab.eos_id, *rest] if rest else vocab.eos_id
-
-
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu",
                "relu2": "relu2", "silu": "silu", "swish": "silu"}
 """transformers' activation names (``ACT2FN``) that are exactly one of tfspec's."""

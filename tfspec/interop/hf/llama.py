@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids,
                                      flag, number, register)
 from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.rope import ROPE_TYPES, scaling_config, scaling_data
@@ -160,7 +160,7 @@ class Llama(Family):
                   "num_key_value_heads": a.kv_heads, "hidden_act": ACTIVATION_NAMES.get(ffn.activation, ffn.activation),
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
-                  "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
+                  "eos_token_id": v.eos_token_id, "pad_token_id": v.pad_id, "attention_dropout": spec.attention_dropout}
         return config | scaling_config(pos) | self._config_biases(spec)
 
     def _config_biases(self, spec) -> dict:

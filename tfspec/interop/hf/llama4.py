@@ -39,7 +39,7 @@ import numpy as np
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.deepseek_v2 import RotaryPairs
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, eos_token_id, flag, number, register)
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, flag, number, register)
 from tfspec.interop.hf.layouts import Concat, Layout
 from tfspec.interop.hf.llama import Llama
 from tfspec.interop.hf.mixtral import MOE_IGNORED, Experts, _counted, first_moe
@@ -222,7 +222,7 @@ class Llama4Text(Experts, Llama):
                   "num_key_value_heads": a.kv_heads, "hidden_act": ACTIVATION_NAMES.get(moe.activation, moe.activation),
                   "max_position_embeddings": pos.max_len, "rms_norm_eps": spec.norm_eps, "rope_theta": pos.base,
                   "tie_word_embeddings": spec.tie_embeddings == "output", "bos_token_id": v.bos_id,
-                  "eos_token_id": eos_token_id(v), "pad_token_id": v.pad_id,
+                  "eos_token_id": v.eos_token_id, "pad_token_id": v.pad_id,
                   "attention_dropout": spec.attention_dropout, "attention_bias": spec.has_bias("q"),
                   "num_local_experts": moe.experts, "num_experts_per_tok": moe.top_k}
         return config | scaling_config(pos) | self._layer_config(layers)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids, eos_token_id,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, _show, activation, end_ids,
                                      norm_rules, number, register, repeated_layer)
 from tfspec.interop.hf.layouts import Concat, Row
 
@@ -173,7 +173,7 @@ class Marian(Family):
                 "dropout": spec.dropout, "attention_dropout": spec.attention_dropout,
                 "activation_dropout": spec.activation_dropout,
                 "max_position_embeddings": spec.positional.max_len, "scale_embedding": spec.embed_scale,
-                "pad_token_id": v.pad_id, "eos_token_id": eos_token_id(v), "decoder_start_token_id": v.bos_id,
+                "pad_token_id": v.pad_id, "eos_token_id": v.eos_token_id, "decoder_start_token_id": v.bos_id,
                 "is_encoder_decoder": True, "tie_word_embeddings": True, **self.exported}
 
     exported = {"share_encoder_decoder_embeddings": True}

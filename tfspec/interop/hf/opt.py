@@ -19,7 +19,7 @@ OPTConfig's.
 
 from __future__ import annotations
 
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, end_ids, eos_token_id, flag,
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Family, Rule, Source, activation, end_ids, flag,
                                       norm_rules, number, register, repeated_layer)
 from tfspec.interop.hf.marian import _attention, _ffn
 
@@ -98,5 +98,5 @@ class OPT(Family):
                 "ffn_dim": ffn.d_ff, "activation_function": ACTIVATION_NAMES[ffn.activation],
                 "max_position_embeddings": spec.positional.max_len, "dropout": spec.dropout,
                 "attention_dropout": spec.attention_dropout, "enable_bias": spec.bias,
-                "do_layer_norm_before": spec.norm == "pre", "pad_token_id": v.pad_id, "bos_token_id": v.bos_id, "eos_token_id": eos_token_id(v),
+                "do_layer_norm_before": spec.norm == "pre", "pad_token_id": v.pad_id, "bos_token_id": v.bos_id, "eos_token_id": v.eos_token_id,
                 "tie_word_embeddings": True}

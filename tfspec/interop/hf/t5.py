@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import ClassVar
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, eos_token_id, flag, number,
+from tfspec.interop.hf.family import (ACTIVATIONS, Family, Rule, Source, _show, end_ids, flag, number,
                                       register, repeated_layer)
 from tfspec.interop.hf.layouts import Concat
 
@@ -109,7 +109,7 @@ class T5(Family):
                 "n_positions": pos.max_len, "dropout_rate": spec.dropout, "layer_norm_epsilon": spec.norm_eps,
                 "feed_forward_proj": projection, "tie_word_embeddings": spec.ties_output,
                 "scale_decoder_outputs": spec.output_scale != 1.0, "is_encoder_decoder": True,
-                "pad_token_id": v.pad_id, "eos_token_id": eos_token_id(v), "decoder_start_token_id": v.bos_id}
+                "pad_token_id": v.pad_id, "eos_token_id": v.eos_token_id, "decoder_start_token_id": v.bos_id}
 
 
 def _positional(c: dict, where: str) -> dict:

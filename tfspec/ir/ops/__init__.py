@@ -30,6 +30,9 @@ class Op:
     position_wise: ClassVar[bool] = False
     """Each position's output reads that position's input alone (embeddings, norms, residual
     adds, projections), so padding cannot reach a real position through it."""
+    carries: ClassVar[bool] = False
+    """It carries a state from one decoding step to the next besides a per-position cache (a
+    recurrence's state, a convolution's window of past inputs)."""
     fed: ClassVar[bool] = False
     """A graph input the caller binds (token ids, frames): the backends lower no such op."""
     flops: ClassVar[Callable | None] = None

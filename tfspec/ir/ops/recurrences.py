@@ -9,23 +9,23 @@ from . import LayerOp, keeps_inputs_and_output, register
 
 @register
 class Recurrent(LayerOp):
-    name = "recurrent"
+    name, carries = "recurrent", True
     saved = staticmethod(keeps_inputs_and_output)
 
 
 @register
 class Conv(LayerOp):
-    name = "conv"
+    name, carries = "conv", True
     saved = staticmethod(keeps_inputs_and_output)
 
 
 @register
 class Mamba2(LayerOp):
-    name = "mamba2"
+    name, carries = "mamba2", True
     saved = staticmethod(keeps_inputs_and_output)
 
 
 @register
 class GatedDeltaNet(LayerOp):
-    name = "gated_deltanet"
+    name, carries = "gated_deltanet", True
     saved = staticmethod(keeps_inputs_and_output)
