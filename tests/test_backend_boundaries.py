@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ONNX, TORCH, PARITY = "tfspec.backends.onnx", "tfspec.backends.torch", "tfspec.backends.parity"
 APPLICATIONS = ("tfspec.cli", "tfspec.serve", "tfspec.__main__")
 """Layers over the library that compose it with the backends: the command line and the server."""
-CHECKED_EXPORTS = {f"{ONNX}.exporter", f"{ONNX}.variants.genai"}
+CHECKED_EXPORTS = {f"{ONNX}.exporter", f"{ONNX}.variants.genai", f"{ONNX}.hub"}
 """Where the ONNX backend asks for the parity checks: exporting a PyTorch model, checked
 against it (a function-level import, run only when a check is asked for)."""
 

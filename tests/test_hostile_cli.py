@@ -103,7 +103,7 @@ def test_file_system_errors_are_one_line(monkeypatch, capsys):
     def full(ref):
         raise OSError(errno.ENOSPC, "No space left on device", "out/model.onnx")
 
-    monkeypatch.setattr("tfspec.cli.specs.load_spec", full)
+    monkeypatch.setattr("tfspec.cli.models.load_spec", full)
     assert main(["validate", "base"]) == 2
     assert capsys.readouterr().err == "error: out/model.onnx: No space left on device\n"
 

@@ -237,6 +237,7 @@ def cmd_plot(args) -> int:
     from tfspec.analysis.plot import plot_layers
     from tfspec.analysis.table1 import single_layer, with_width
     from tfspec.paper import TABLE1
+    from tfspec.cli.models import load_model_spec
     from tfspec.spec import load_spec
 
     if args.spec is None:
@@ -246,7 +247,7 @@ def cmd_plot(args) -> int:
             layers.append((row.label, single_layer(spec), spec))
         title = "Table 1 layer kinds"
     else:
-        spec = with_width(load_spec(args.spec), args.d)
+        spec = with_width(load_model_spec(args.spec), args.d)
         kinds = {describe(layer): layer for _, stack in spec.stacks
                  for layer in (entry.resolved(spec) for _, entry in stack.sublayers())}
         layers = [(label, layer, spec) for label, layer in kinds.items()]

@@ -21,6 +21,13 @@ MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take 
 
 
 def cmd_export(args) -> int:
+    from tfspec.cli.models import imported_for
+
+    with imported_for(args, Path(args.output).resolve().parent):
+        return _export(args)
+
+
+def _export(args) -> int:
     spec, home = _spec_of(args)
     if args.tokenizer is not None:
         _check_tokenizer(args, spec, home)
@@ -33,36 +40,60 @@ def cmd_export(args) -> int:
         from tfspec.cli.interop import export_hf
 
         return export_hf(args)
-    if args.format == "genai" and (args.int8 or args.static_cache or args.generate or args.fused):
+    one_graph = args.format in ("genai", "optimum")
+    if one_graph and (args.int8 or args.static_cache or args.generate or args.fused or
+                      (args.int4 and args.format == "optimum")):
         flag = ("--int8" if args.int8 else "--static-cache" if args.static_cache else
-                "--generate" if args.generate else "--fused")
-        raise TfspecError(f"{flag} applies to --format onnx; --format genai writes one float graph that "
-                          "onnxruntime-genai drives")
+                "--generate" if args.generate else "--fused" if args.fused else "--int4")
+        raise TfspecError(f"{flag} applies to --format onnx; --format {args.format} writes one float graph that "
+                          f"{'onnxruntime-genai' if args.format == 'genai' else 'optimum and transformers.js'} drive")
     args.opset = args.opset or DEFAULT_OPSET
     _check_replaceable(args.output)
-    from tfspec.backends.onnx import export, genai
+    from tfspec.backends.onnx import export
+    from tfspec.backends.onnx.variants import genai
 
-    if args.format == "genai" and (reason := genai.refusal(build_graph(spec))):
-        raise TfspecError(reason)  # before building (and loading) the model
+    if one_graph and (reason := genai.refusal(build_graph(spec))):  # before building (and loading) the model
+        raise TfspecError(reason.replace("--format genai", f"--format {args.format}"))
+    config = _hub_config(spec) if args.format == "optimum" else None
     if args.generate and "tgt" not in build_graph(spec).ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
-    from tfspec.cli.stream import choose_route, export_stream, quant_options
+    from tfspec.cli.stream import choose_route, export_stream, genai_type, quant_options
 
     quant = quant_options(args)
     stream, need = choose_route(args, spec, quant)
     started = time.perf_counter()
+    if stream and args.format == "optimum":
+        raise TfspecError(f"{spec.name}: --format optimum writes from memory, and this export streams (~"
+                          f"{need.floating / 2**30:.1f} GiB in float32); use --format onnx or genai")
     if stream:
         result, result.checks = export_stream(args, spec, quant, need, home)
         return _report(args, spec, home, result, started, quant)
     model = model_to_export(spec, args)
     shortlist = _shortlist(args, spec, home) if args.shortlist is not None else None
-    if args.format == "genai":
-        result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
+    if args.format == "optimum":
+        from tfspec.backends.onnx.hub import export_hub
+
+        result = export_hub(model, args.output, config, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
+    elif args.format == "genai":
+        result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
+                                    model_type=genai_type(spec))
     else:
         result = export(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
                         int8=args.int8, static_cache=args.static_cache, generate=args.generate, shortlist=shortlist,
                         fused=args.fused)
     return _report(args, spec, home, result, started)
+
+
+def _hub_config(spec) -> dict:
+    """transformers' ``config.json`` for ``spec`` (``--format optimum``): its family's, as
+    ``--format hf`` writes it; a spec no family computes is refused with the closest ones."""
+    from tfspec.interop.hf.export import family_form, fitting_family
+
+    try:
+        family = fitting_family(spec)
+    except TfspecError as e:
+        raise TfspecError(f"--format optimum needs the config.json of a transformers family: {e}") from None
+    return family.config(family_form(spec))
 
 
 def _report(args, spec, home, result, started: float, quant=None) -> int:
@@ -74,9 +105,15 @@ def _report(args, spec, home, result, started: float, quant=None) -> int:
           f"{'float16' if args.fp16 else 'float32'}{weights}); onnx.checker: ok")
     if result.in_place_cache:
         print(f"note: in-place cache {result.in_place_cache}; decoding uses the standard step graph")
-    copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format == "onnx")
+    copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format in ("onnx", "optimum"))
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
+    elif args.format == "optimum":
+        print(f"tokenizer: {', '.join(copied)} (AutoTokenizer and transformers.js read them)" if copied else
+              "note: no tokenizer files beside the spec: ORTModelForCausalLM takes token ids; transformers.js's "
+              "pipeline needs tokenizer.json")
+        print(f"load: ORTModelForCausalLM.from_pretrained({str(result.directory)!r}) (optimum.onnxruntime), or "
+              f"pipeline('text-generation', {str(result.directory)!r}) (transformers.js)")
     elif args.format == "genai":
         print(f"tokenizer: {', '.join(copied)} (onnxruntime_genai.Tokenizer reads tokenizer.json and "
               "tokenizer_config.json)" if copied else "note: no tokenizer files beside the spec: "
@@ -86,8 +123,8 @@ def _report(args, spec, home, result, started: float, quant=None) -> int:
     if quant is not None:
         print(f"parity: the {quant.label} graphs against PyTorch holding the same {quant.label} weights (tolerance "
               "relative to each output's largest value), and against float32 (the quantisation error)")
-    print("parity with the PyTorch backend (onnxruntime CPU" + (", fed as onnxruntime-genai feeds it):"
-                                                               if args.format == "genai" else "):"))
+    fed = {"genai": ", fed as onnxruntime-genai feeds it", "optimum": ", fed as optimum and transformers.js feed it"}
+    print(f"parity with the PyTorch backend (onnxruntime CPU{fed.get(args.format, '')}):")
     for check in result.checks:
         print(f"  {check}")
     print("parity: ok" if result.ok else "parity: FAILED (the graphs were written; do not deploy them)")
@@ -159,9 +196,12 @@ def _print_int8(record: dict) -> None:
 
 
 def _check_replaceable(output: Path) -> None:
-    """An export writes into a new or empty directory, or over an earlier export (tfspec's or
-    onnxruntime-genai's), never over files it did not write."""
-    if output.is_dir() and not ((output / "tfspec.json").is_file() or (output / "genai_config.json").is_file()):
+    """An export writes into a new or empty directory, or over an earlier export (tfspec's,
+    onnxruntime-genai's or the Hugging Face layout's), never over files it did not write."""
+    from tfspec.backends.onnx.hub import is_hub_export
+
+    if output.is_dir() and not ((output / "tfspec.json").is_file() or (output / "genai_config.json").is_file()
+                                or is_hub_export(output)):
         if any(not p.name.startswith(".") for p in output.iterdir()):
             raise TfspecError(f"{output}: not empty and not an earlier export; name a new or empty directory")
 
@@ -229,7 +269,7 @@ def cmd_translate(args) -> int:
     with tqdm(total=sum(map(bool, sources)), unit="line", file=sys.stderr, dynamic_ncols=True,
               disable=None if len(sources) >= 64 else True) as bar:  # None: on a terminal only
         if args.engine == "generate":
-            from tfspec.backends.onnx.generator import Generator, generate_all
+            from tfspec.backends.onnx.runtime.generator import Generator, generate_all
 
             outputs = generate_all(Generator(model), sources, options, args.batch, spec.family == "decoder-only",
                                    args.batch_type, bar.update)
@@ -303,16 +343,19 @@ def register(command) -> None:
                 "checks them the same way when transformers is installed. --format genai writes model.onnx + "
                 "genai_config.json (and the tokenizer files beside the spec) that onnxruntime-genai loads "
                 "unchanged, for decoder-only specs with causal self-attention.")
-    c.add_argument("spec", metavar="SPEC", help="a spec file or shipped name, a `tfspec import` directory, or a "
-                   "`tfspec train` run (its spec, its average.safetensors or newest checkpoint, its tokenizer)")
+    c.add_argument("spec", metavar="SPEC", help="a spec file or shipped name, a `tfspec import` directory, a "
+                   "`tfspec train` run (its spec, its average.safetensors or newest checkpoint, its tokenizer), or a "
+                   "Hugging Face checkpoint directory (config.json and weights: imported on the fly, weights streamed)")
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: SPEC/model.safetensors "
                    "when SPEC is a directory holding one, as `tfspec import` writes; else random init)")
-    c.add_argument("--format", choices=["onnx", "hf", "genai"], default="onnx",
+    c.add_argument("--format", choices=["onnx", "hf", "genai", "optimum"], default="onnx",
                    help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
                         "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
                         "Mistral, Qwen2, Marian, BART or T5); genai: model.onnx + genai_config.json for "
-                        "onnxruntime-genai (decoder-only specs)")
+                        "onnxruntime-genai (decoder-only specs); optimum: config.json, generation_config.json, the "
+                        "tokenizer and onnx/model.onnx, the layout optimum's ORTModelForCausalLM and "
+                        "transformers.js open unchanged (decoder-only specs of a transformers family)")
     c.add_argument("--opset", type=int, default=None, choices=range(17, 24), metavar="N",
                    help=f"ONNX opset, 17-23 (default {DEFAULT_OPSET}); 23 emits the fused Attention op")
     c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")

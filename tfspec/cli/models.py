@@ -7,13 +7,68 @@ here rather than in one command's module that the others would have to import.
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from tfspec.data.codecs import TOKENIZER
 from tfspec.errors import TfspecError
-from tfspec.spec import Spec, spec_from_data
+from tfspec.spec import Spec, load_spec, spec_from_data
 from tfspec.untrusted import file_name, names, read_json
+
+
+OWN_FILES = ("spec.yaml", "run.json", "tfspec.json")
+"""Files that make a directory tfspec's own (an import, a training run, an export)."""
+
+
+def checkpoint_directory(ref) -> Path | None:
+    """``ref`` as a Hugging Face checkpoint directory (a ``config.json``, none of ``OWN_FILES``),
+    else None."""
+    path = Path(ref)
+    try:
+        own = any((path / name).is_file() for name in OWN_FILES)
+        return path if path.is_dir() and (path / "config.json").is_file() and not own else None
+    except (OSError, ValueError):
+        return None
+
+
+def load_model_spec(ref) -> Spec:
+    """SPEC as the commands take it: a spec file, a shipped spec's name, an imported directory,
+    or a Hugging Face checkpoint directory, read as ``tfspec import`` reads it (its tensors
+    checked from the file headers; nothing written or converted)."""
+    directory = checkpoint_directory(ref)
+    if directory is None:
+        return load_spec(ref)
+    from tfspec.interop.hf.imports import checkpoint_spec
+
+    read = checkpoint_spec(directory)
+    print(f"spec: {directory} read as {read.architecture} (what `tfspec import` writes)", file=sys.stderr)
+    return read.spec
+
+
+@contextmanager
+def imported_for(args, near: Path):
+    """With ``args.spec`` a Hugging Face checkpoint directory: imported (weights streamed,
+    as ``tfspec import`` does) into a directory beside ``near`` for the command's duration,
+    ``args.spec`` naming the import; otherwise nothing."""
+    directory = checkpoint_directory(args.spec)
+    if directory is None:
+        yield
+        return
+    from tfspec.interop.hf.imports import import_checkpoint
+
+    near.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".import-", dir=near))
+    try:
+        result = import_checkpoint(directory, scratch / "model")
+        print(f"import: {directory} ({result.architecture}) read as {result.spec.name}, {result.num_params:,} "
+              "parameters", file=sys.stderr)
+        args.spec = str(result.directory)
+        yield
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def torch_device(name: str):

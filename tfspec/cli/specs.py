@@ -9,6 +9,7 @@ import time
 
 from tfspec.analysis import analyze_params
 from tfspec.cli import analysis, train_memory
+from tfspec.cli.models import checkpoint_directory, load_model_spec
 from tfspec.cli.tables import millions, render
 from tfspec.cli.types import POSITIVE, integer, out_file
 from tfspec.errors import TfspecError
@@ -16,6 +17,8 @@ from tfspec.ir import build_graph
 from tfspec.paper import deviation, table3
 from tfspec.spec import Spec, load_spec, resolve, shipped_specs
 
+SPEC_HELP = ("a spec file or shipped name, a `tfspec import` directory, or a Hugging Face checkpoint directory "
+             "(read as `tfspec import` reads it)")
 ABSURD = 10**12  # parameters: beyond any model trained to date; worth a warning before anything allocates
 
 
@@ -23,14 +26,14 @@ def cmd_validate(args) -> int:
     failed = 0
     for ref in args.specs:
         try:
-            spec = load_spec(ref)
+            spec = load_model_spec(ref)
             graph = build_graph(spec)
         except TfspecError as e:
             failed += 1
             for line in e.lines():
                 print(f"error: {line}", file=sys.stderr)
             continue
-        print(f"ok: {resolve(ref)}: {spec.name} ({spec.family}, {graph.num_params:,} parameters)")
+        print(f"ok: {checkpoint_directory(ref) or resolve(ref)}: {spec.name} ({spec.family}, {graph.num_params:,} parameters)")
         _warn_if_absurd(graph)
     return 2 if failed else 0
 
@@ -52,7 +55,7 @@ def cmd_schema(args) -> int:
 def cmd_graph(args) -> int:
     from tfspec.ir.export import FORMATS
 
-    text = FORMATS[args.format](build_graph(load_spec(args.spec)))
+    text = FORMATS[args.format](build_graph(load_model_spec(args.spec)))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
@@ -76,7 +79,7 @@ def _attention_sizes(spec) -> str:
 def cmd_report(args) -> int:
     from tfspec.interop.hf.counts import count_line, transformers_count  # the family modules: not at every start
 
-    spec = load_spec(args.spec)
+    spec = load_model_spec(args.spec)
     graph = build_graph(spec)
     if args.train:
         return train_memory.report(spec, graph, args)
@@ -166,7 +169,7 @@ def cmd_compile(args) -> int:
 
     from tfspec.backends.torch import build_module
 
-    spec = load_spec(args.spec)
+    spec = load_model_spec(args.spec)
     graph = build_graph(spec)
     started = time.perf_counter()
     model = build_module(graph, device=args.device)
@@ -213,14 +216,14 @@ def register(command) -> None:
     c = command("validate", cmd_validate,
                 "Validate specs: every problem is printed as FILE:LINE: FIELD: message, and the exit status "
                 "is 2 if any spec is invalid.")
-    c.add_argument("specs", nargs="+", metavar="SPEC")
+    c.add_argument("specs", nargs="+", metavar="SPEC", help=SPEC_HELP)
     command("schema", cmd_schema)
     c = command("graph", cmd_graph)
-    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("spec", metavar="SPEC", help=SPEC_HELP)
     c.add_argument("--format", choices=["json", "dot", "mermaid"], default="json")
     c.add_argument("-o", "--output", type=out_file, help="write here instead of standard output")
     c = command("report", cmd_report)
-    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("spec", metavar="SPEC", help=SPEC_HELP)
     c.add_argument("--format", choices=["text", "json", "markdown"], default="text")
     analysis.add_report_options(c)
     train_memory.add_options(c)
@@ -229,7 +232,7 @@ def register(command) -> None:
     c = command("compile", cmd_compile,
                 "Build the PyTorch module of a spec, check its parameters equal the IR's, and run one forward "
                 "and backward pass on random tokens. --device meta builds shapes only (any size).")
-    c.add_argument("spec", metavar="SPEC")
+    c.add_argument("spec", metavar="SPEC", help=SPEC_HELP)
     c.add_argument("--device", default="cpu", help="cpu, cuda or meta (default: cpu)")
     c.add_argument("--batch", type=integer(1, 4096), default=2, help="sequences in the random batch (default: 2)")
     c.add_argument("--length", type=POSITIVE, default=16, help="tokens per sequence (default: 16)")

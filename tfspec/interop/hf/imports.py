@@ -24,7 +24,7 @@ from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, op
                                           staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source
 from tfspec.interop.hf.quantized import dequantized
-from tfspec.interop.hf.tensors import write_safetensors
+from tfspec.tensors import write_safetensors
 from tfspec.ir import build_graph
 from tfspec.spec import Spec
 
@@ -37,6 +37,7 @@ class Imported:
     spec: Spec
     architecture: str
     directory: Path
+    """Where the import was written (the checkpoint itself for ``checkpoint_spec``)."""
     num_params: int
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -57,31 +58,55 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
     """``dtype`` "auto": the checkpoint's own float type (float32 where its tensors mix types)."""
     directory, output = Path(directory), Path(output)
     check_writable(output)
+    read = _read(directory, name, architecture)
+    result, checkpoint, plan = read.result, read.checkpoint, read.plan
+    result.directory = output
+    if dtype == "auto":
+        dtype = stored_dtype(checkpoint)
+    with staged_directory(output) as staging:
+        _write_spec(staging / SPEC_FILE, read.data, directory, result.architecture, result.ignored)
+        if plan is not None:
+            _write_weights(staging / WEIGHTS_FILE, read.graph, plan, checkpoint, dtype, progress, directory)
+        for path in checkpoint.tokenizer_files():
+            shutil.copyfile(path, staging / path.name)
+        result.files = sorted(p.name for p in staging.iterdir())
+    return result
+
+
+def checkpoint_spec(directory: str | Path) -> Imported:
+    """What ``import_checkpoint`` would write for ``directory``, checked as it checks (every
+    tensor's name, shape and type against the IR, read from the file headers), with nothing
+    written or converted: ``tfspec report`` and the other spec-only commands on a checkpoint."""
+    return _read(Path(directory), None, None).result
+
+
+@dataclass
+class _Read:
+    result: Imported
+    checkpoint: Checkpoint
+    data: dict
+    graph: object
+    plan: list | None
+
+
+def _read(directory: Path, name: str | None, architecture: str | None) -> _Read:
+    """The checkpoint, its family's spec and the plan mapping its tensors to the IR's."""
     checkpoint = open_checkpoint(directory)
     where = str(directory / CONFIG)
     family = family_of(checkpoint.config, where)
     architecture = _architecture(family, checkpoint.config, architecture, where)
     ignored = family.check(checkpoint.config, where)
     checkpoint = dequantized(checkpoint)
-    if dtype == "auto":
-        dtype = stored_dtype(checkpoint)
     names = _names(family, checkpoint) if checkpoint.has_weights else None
     source = Source(checkpoint.config, where, architecture, None if names is None else frozenset(names),
                     read_vocabulary(directory))
     spec, data = _spec(family, source, name or published_name(directory), directory)
     graph = build_graph(spec)
-    result = Imported(spec, architecture, output, graph.num_params, ignored=ignored)
+    result = Imported(spec, architecture, directory, graph.num_params, ignored=ignored)
     plan = _plan(family, spec, graph, architecture, checkpoint, names, result.notes) if names is not None else None
     if plan is None and family.leaves_out:  # with weights, the note on its tensors says it
         result.notes.append(f"left out {family.leaves_out}")
-    with staged_directory(output) as staging:
-        _write_spec(staging / SPEC_FILE, data, directory, architecture, ignored)
-        if plan is not None:
-            _write_weights(staging / WEIGHTS_FILE, graph, plan, checkpoint, dtype, progress, directory)
-        for path in checkpoint.tokenizer_files():
-            shutil.copyfile(path, staging / path.name)
-        result.files = sorted(p.name for p in staging.iterdir())
-    return result
+    return _Read(result, checkpoint, data, graph, plan)
 
 
 def stored_dtype(checkpoint: Checkpoint) -> str:

@@ -1,0 +1,63 @@
+"""A Hugging Face checkpoint directory wherever a SPEC is taken (issue 53, part 2): `validate`,
+`report`, `graph` and `table1` read it as `tfspec import` reads it, without writing anything;
+`export` imports it on the fly (weights streamed) and leaves nothing behind but the export.
+Checked against transformers itself: its parameter count and its logits."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A random Llama (grouped keys, untied head) as `save_pretrained` writes it."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      rms_norm_eps=1e-5, tie_word_embeddings=False)
+    model = transformers.LlamaForCausalLM(config).eval()
+    directory = tmp_path_factory.mktemp("llama")
+    model.save_pretrained(directory)
+    return directory, model
+
+
+def test_report_and_validate_read_the_checkpoint_with_transformers_count(checkpoint, cli):
+    directory, model = checkpoint
+    before = sorted(p.name for p in directory.iterdir())
+    code, out, err = cli("report", directory, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["params"]["total"] == sum(p.numel() for p in model.parameters())
+    code, out, err = cli("validate", directory)
+    assert code == 0 and out.startswith(f"ok: {directory}:"), err
+    code, out, _ = cli("graph", directory)
+    assert code == 0 and json.loads(out)["nodes"]
+    assert sorted(p.name for p in directory.iterdir()) == before  # read, nothing written beside it
+
+
+def test_export_of_the_checkpoint_gives_transformers_logits(checkpoint, cli, tmp_path):
+    from tfspec.backends.onnx import OnnxModel
+
+    directory, model = checkpoint
+    code, out, err = cli("export", directory, "-o", tmp_path / "onnx")
+    assert code == 0 and "parity: ok" in out, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["onnx"]  # the on-the-fly import is gone
+    tokens = np.random.default_rng(0).integers(4, 211, (2, 9))
+    with torch.no_grad():
+        reference = model(torch.from_numpy(tokens)).logits.numpy()
+    ours = OnnxModel(tmp_path / "onnx", device="cpu").run("model", ["logits"], {
+        "tgt": tokens, "attention_mask": np.ones_like(tokens)})[0]
+    assert np.abs(ours - reference).max() < 1e-4
+
+
+def test_a_directory_of_an_unknown_model_type_is_one_error_line(tmp_path, cli):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "no-such-model"}), encoding="utf-8")
+    for command in (("report", tmp_path), ("export", tmp_path, "-o", tmp_path / "out")):
+        code, _, err = cli(*command)
+        assert code == 2 and err.startswith("error:") and "no-such-model" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
