@@ -93,7 +93,8 @@ def test_optimum_opens_the_export_and_matches_transformers(exported):
 
 def test_specs_optimum_cannot_carry_are_refused_by_name(cli, tmp_path):
     code, _, err = cli("export", "tiny", "--format", "optimum", "-o", tmp_path / "out")
-    assert code == 2 and "--format optimum" in err and "encoder-decoder" in err and len(err.splitlines()) == 1, err
+    assert code == 2 and "--format optimum needs the config.json of a transformers family" in err, err
+    assert err.startswith("error:") and len(err.splitlines()) == 1, err
     code, _, err = cli("export", "zoo/gpt2", "--format", "optimum", "--int8", "-o", tmp_path / "out")
     assert code == 2 and "--int8 applies to --format onnx" in err, err
 
@@ -132,3 +133,120 @@ def test_transformers_js_generates_transformers_greedy_tokens(exported):
         theirs = reference.generate(torch.tensor(prompts), attention_mask=torch.ones(2, 5, dtype=torch.long),
                                     max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
     assert json.loads(done.stdout.splitlines()[-1]) == theirs
+
+
+ENCODER_CHECK = """\
+import json, sys
+import numpy as np, torch
+import optimum.onnxruntime as classes
+import transformers
+export, checkpoint, ort_class, hf_class = sys.argv[1:5]
+ours = getattr(classes, ort_class).from_pretrained(export)
+ref = getattr(transformers, hf_class).from_pretrained(checkpoint).eval()
+ids = torch.tensor(np.random.default_rng(0).integers(4, ref.config.vocab_size, (2, 7)))
+mask = torch.ones_like(ids)
+mask[1, 4:] = 0
+with torch.no_grad():
+    a, b = ours(input_ids=ids, attention_mask=mask), ref(input_ids=ids, attention_mask=mask)
+diffs = {}
+for name in ("logits", "start_logits", "end_logits", "last_hidden_state"):
+    if getattr(b, name, None) is not None and name in a:
+        x, y = a[name], getattr(b, name)
+        keep = mask.bool() if x.dim() >= 2 and x.shape[1] == ids.shape[1] else torch.ones(len(ids), dtype=torch.bool)
+        diffs[name] = float((x - y)[keep].abs().max())
+print(json.dumps({"class": type(ours).__name__, "diffs": diffs}))
+"""
+ENCODERS = [("bert", "BertForSequenceClassification", "ORTModelForSequenceClassification"),
+            ("bert", "BertForTokenClassification", "ORTModelForTokenClassification"),
+            ("bert", "BertForQuestionAnswering", "ORTModelForQuestionAnswering"),
+            ("bert", "BertForMaskedLM", "ORTModelForMaskedLM"),
+            ("bert", "BertModel", "ORTModelForFeatureExtraction"),
+            ("roberta", "RobertaForSequenceClassification", "ORTModelForSequenceClassification"),
+            ("distilbert", "DistilBertForSequenceClassification", "ORTModelForSequenceClassification")]
+
+
+@pytest.fixture(scope="module", params=ENCODERS, ids=lambda p: p[1])
+def encoder(request, tmp_path_factory):
+    """A random encoder checkpoint of one task class and its optimum-layout export."""
+    family, architecture, ort_class = request.param
+    torch.manual_seed(0)
+    config = {"bert": transformers.BertConfig(vocab_size=211, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                              intermediate_size=96, max_position_embeddings=64, num_labels=2),
+              "roberta": transformers.RobertaConfig(vocab_size=211, hidden_size=64, num_hidden_layers=2,
+                                                    num_attention_heads=4, intermediate_size=96,
+                                                    max_position_embeddings=70, num_labels=3),
+              "distilbert": transformers.DistilBertConfig(vocab_size=211, dim=64, n_layers=2, n_heads=4, hidden_dim=96,
+                                                          max_position_embeddings=64, num_labels=3)}[family]
+    checkpoint = tmp_path_factory.mktemp(architecture)
+    getattr(transformers, architecture)(config).save_pretrained(checkpoint)
+    from tfspec.cli import main
+
+    out = tmp_path_factory.mktemp(f"{architecture}-optimum") / "export"
+    assert main(["export", str(checkpoint), "--format", "optimum", "-o", str(out)]) == 0
+    return checkpoint, out, architecture, ort_class
+
+
+@pytest.mark.skipif(not OPTIMUM.is_file(), reason=f"no optimum-onnx environment at {OPTIMUM} (README: References)")
+def test_optimum_opens_encoder_exports_of_every_task_and_matches_transformers(encoder):
+    checkpoint, out, architecture, ort_class = encoder
+    done = subprocess.run([str(OPTIMUM), "-c", ENCODER_CHECK, str(out), str(checkpoint), ort_class, architecture],
+                          capture_output=True, text=True, timeout=600, cwd=out.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["class"] == ort_class and result["diffs"] and max(result["diffs"].values()) < 1e-4, result
+
+
+def test_seq2seq_models_are_refused_until_the_layout_holds_them(cli, tmp_path):
+    torch.manual_seed(0)
+    config = transformers.MarianConfig(vocab_size=211, d_model=64, encoder_layers=1, decoder_layers=1,
+                                       encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96,
+                                       decoder_ffn_dim=96, max_position_embeddings=64, pad_token_id=210,
+                                       decoder_start_token_id=210, eos_token_id=0)
+    transformers.MarianMTModel(config).save_pretrained(tmp_path / "marian")
+    code, _, err = cli("export", tmp_path / "marian", "--format", "optimum", "-o", tmp_path / "out")
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 2 and len(errors) == 1 and "MarianMTModel" in errors[0] and "seq2seq" in errors[0], err
+    assert not (tmp_path / "out").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["marian"]
+
+
+CLASSIFY_JS = """\
+import { AutoModelForSequenceClassification, AutoModelForTokenClassification, Tensor, env } from '@huggingface/transformers';
+import path from 'node:path';
+const [dir, kind, ids, keep] = process.argv.slice(1);
+env.allowRemoteModels = false;
+env.localModelPath = path.dirname(dir) + '/';
+const Class = kind === 'token' ? AutoModelForTokenClassification : AutoModelForSequenceClassification;
+const model = await Class.from_pretrained(path.basename(dir), { dtype: 'fp32', device: 'cpu' });
+const rows = JSON.parse(ids), mask = JSON.parse(keep), dims = [rows.length, rows[0].length];
+const { logits } = await model({ input_ids: new Tensor('int64', BigInt64Array.from(rows.flat().map(BigInt)), dims),
+                                  attention_mask: new Tensor('int64', BigInt64Array.from(mask.flat().map(BigInt)), dims),
+                                  token_type_ids: new Tensor('int64', new BigInt64Array(dims[0] * dims[1]), dims) });
+console.log(JSON.stringify(logits.tolist()));
+"""
+
+
+@pytest.mark.parametrize("architecture", ["BertForSequenceClassification", "BertForTokenClassification"])
+def test_transformers_js_classifies_as_transformers_does(architecture, tmp_path):
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
+        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
+            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
+        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=211, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=96, max_position_embeddings=64, num_labels=3)
+    reference = getattr(transformers, architecture)(config).eval()
+    reference.save_pretrained(tmp_path / "bert")
+    from tfspec.cli import main
+
+    assert main(["export", str(tmp_path / "bert"), "--format", "optimum", "-o", str(tmp_path / "out")]) == 0
+    ids = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 1, 1]]
+    keep = [[1] * 6, [1, 1, 1, 1, 0, 0]]
+    kind = "token" if "Token" in architecture else "sequence"
+    done = subprocess.run(["node", "--input-type=module", "-e", CLASSIFY_JS, str(tmp_path / "out"), kind,
+                           json.dumps(ids), json.dumps(keep)], cwd=CLIENT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    with torch.no_grad():
+        theirs = reference(input_ids=torch.tensor(ids), attention_mask=torch.tensor(keep)).logits
+    ours = torch.tensor(json.loads(done.stdout.splitlines()[-1]))
+    real = torch.tensor(keep, dtype=torch.bool) if kind == "token" else torch.ones(2, dtype=torch.bool)
+    assert float((ours - theirs)[real].abs().max()) < 1e-4

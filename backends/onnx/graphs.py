@@ -122,15 +122,16 @@ class Emit:
         return self._cache[key]
 
 
-def emit(graph: Graph, kind: str, weights: dict[str, np.ndarray], opset: int = 18,
+def emit(graph: Graph, kind: str | Variant, weights: dict[str, np.ndarray], opset: int = 18,
          dtype: str = "float32", metadata: dict[str, str] | None = None, quant=None, sink=None) -> onnx.ModelProto:
-    """The ONNX graph of variant ``kind`` (``variants/``) of ``graph`` with ``weights`` (IR
-    parameter name -> array, or a mapping that reads them lazily), quantised with ``quant``
+    """The ONNX graph of variant ``kind`` (a name in ``variants/``, or a variant that takes
+    arguments: ``variants.hub.HubEncoder(task)``) of ``graph`` with ``weights`` (IR parameter
+    name -> array, or a mapping that reads them lazily), quantised with ``quant``
     (``passes.int4.Int4``), its initializers written to ``sink`` (``external.ExternalData``)."""
-    chosen = variant(kind)
-    if not chosen.emitted:
-        raise TfspecError(f"{kind}.onnx is composed from emitted graphs, not emitted from the IR")
-    v, b = chosen(), Builder(f"{graph.name}.{kind}", opset, dtype, weights, quant, sink)
+    v = kind if isinstance(kind, Variant) else variant(kind)()
+    if not v.emitted:
+        raise TfspecError(f"{v.name}.onnx is composed from emitted graphs, not emitted from the IR")
+    b = Builder(f"{graph.name}.{v.name}", opset, dtype, weights, quant, sink)
     e = Emit(graph, v, b)
     v.declare(e)
     fed, targets = v.ports(graph)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import time
@@ -52,9 +53,9 @@ def _export(args) -> int:
     from tfspec.backends.onnx import export
     from tfspec.backends.onnx.variants import genai
 
-    if one_graph and (reason := genai.refusal(build_graph(spec))):  # before building (and loading) the model
-        raise TfspecError(reason.replace("--format genai", f"--format {args.format}"))
-    config = _hub_config(spec) if args.format == "optimum" else None
+    config, task = _hub_config(spec) if args.format == "optimum" else (None, "text-generation")
+    if one_graph and task == "text-generation" and (reason := genai.refusal(build_graph(spec))):
+        raise TfspecError(reason.replace("--format genai", f"--format {args.format}"))  # before loading the model
     if args.generate and "tgt" not in build_graph(spec).ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
     from tfspec.cli.stream import choose_route, export_stream, genai_type, quant_options
@@ -73,7 +74,8 @@ def _export(args) -> int:
     if args.format == "optimum":
         from tfspec.backends.onnx.hub import export_hub
 
-        result = export_hub(model, args.output, config, opset=args.opset, fp16=args.fp16, parity=not args.no_check)
+        result = export_hub(model, args.output, config, task, opset=args.opset, fp16=args.fp16,
+                            parity=not args.no_check)
     elif args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
                                     model_type=genai_type(spec))
@@ -84,16 +86,31 @@ def _export(args) -> int:
     return _report(args, spec, home, result, started)
 
 
-def _hub_config(spec) -> dict:
-    """transformers' ``config.json`` for ``spec`` (``--format optimum``): its family's, as
-    ``--format hf`` writes it; a spec no family computes is refused with the closest ones."""
+_ORT_CLASSES = {"text-generation": "ORTModelForCausalLM", "text-classification": "ORTModelForSequenceClassification",
+                "token-classification": "ORTModelForTokenClassification",
+                "question-answering": "ORTModelForQuestionAnswering", "fill-mask": "ORTModelForMaskedLM",
+                "feature-extraction": "ORTModelForFeatureExtraction"}
+"""optimum's class for each task ``--format optimum`` writes."""
+
+
+def _hub_config(spec) -> tuple[dict, str]:
+    """transformers' ``config.json`` for ``spec`` (``--format optimum``), its family's as ``--format
+    hf`` writes it, and the task its architecture names; a spec no family computes, or of a task
+    the layout does not hold yet, is refused with the reason."""
+    from tfspec.backends.onnx.hub import task_of
     from tfspec.interop.hf.export import family_form, fitting_family
 
     try:
         family = fitting_family(spec)
     except TfspecError as e:
         raise TfspecError(f"--format optimum needs the config.json of a transformers family: {e}") from None
-    return family.config(family_form(spec))
+    config = family.config(family_form(spec))
+    architecture = config["architectures"][0]
+    if (task := task_of(architecture)) is None or spec.family == "encoder-decoder":
+        raise TfspecError(f"{spec.name} is {architecture}: --format optimum writes decoder-only generators and "
+                          "encoders (classification, token classification, question answering, fill-mask, "
+                          "feature extraction), not yet seq2seq models; use --format onnx")
+    return config, task
 
 
 def _report(args, spec, home, result, started: float, quant=None) -> int:
@@ -109,11 +126,14 @@ def _report(args, spec, home, result, started: float, quant=None) -> int:
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     elif args.format == "optimum":
+        from tfspec.backends.onnx.hub import CONFIG, task_of
+
+        task = task_of(json.loads((result.directory / CONFIG).read_text(encoding="utf-8"))["architectures"][0])
         print(f"tokenizer: {', '.join(copied)} (AutoTokenizer and transformers.js read them)" if copied else
-              "note: no tokenizer files beside the spec: ORTModelForCausalLM takes token ids; transformers.js's "
+              "note: no tokenizer files beside the spec: optimum's ORTModel classes take token ids; transformers.js's "
               "pipeline needs tokenizer.json")
-        print(f"load: ORTModelForCausalLM.from_pretrained({str(result.directory)!r}) (optimum.onnxruntime), or "
-              f"pipeline('text-generation', {str(result.directory)!r}) (transformers.js)")
+        print(f"load: {_ORT_CLASSES[task]}.from_pretrained({str(result.directory)!r}) (optimum.onnxruntime), or "
+              f"pipeline('{task}', {str(result.directory)!r}) (transformers.js)")
     elif args.format == "genai":
         print(f"tokenizer: {', '.join(copied)} (onnxruntime_genai.Tokenizer reads tokenizer.json and "
               "tokenizer_config.json)" if copied else "note: no tokenizer files beside the spec: "
