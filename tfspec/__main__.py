@@ -1,5 +1,5 @@
 """`python -m tfspec` is the `tfspec` command."""
 
-from tfspec.cli import main
+from tfspec.cli import command
 
-raise SystemExit(main())
+raise SystemExit(command())

@@ -60,7 +60,7 @@ import numpy as np
 
 from bandwidth import cpu_name, fraction, weights_read_per_step
 from bench_decode import cpu_seconds
-from isolated import Job, interleave, with_bare
+from isolated import Job, conditions, interleave, with_bare
 from llm_engines import SHAPES
 from needs import imports, module, path, require
 from peer_bare import BARE_LIMIT, fastest_ct2, generate, invalid
@@ -185,7 +185,7 @@ def main() -> None:
           f"{args.kv_heads} kv, vocab {args.vocab}): prompt {args.prompt} -> exactly {args.new} new tokens, greedy, "
           f"fp32, {args.threads} threads, median of {args.rounds}, each engine in a fresh process of its own every "
           f"round; meanwhile other processes used {max(busy - mine, 0) / wall:.2f} and the hypervisor stole "
-          f"{steal / wall:.2f} cores; {cpu_name()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
+          f"{steal / wall:.2f} cores; {cpu_name()}; {conditions()}; read bandwidth {statistics.median(reads) / 1e9:.1f} GB/s, "
           f"weights read per step {step_bytes / 1e6:.0f} MB")
     sys.exit(table(args, results, step_bytes, statistics.median(reads)))
 
@@ -238,7 +238,7 @@ def published(args) -> None:
     print(f"\n{args.shape} shape{' (smoke run: vocabulary 16,384)' if args.quick else ''}, random weights, {params / 1e6:.0f}M parameters ({layers} layers): prompt "
           f"{args.prompt} -> exactly {args.new} new tokens, greedy, {args.threads} threads, median of {args.rounds}, "
           f"each engine in a fresh process of its own every round; meanwhile other processes used "
-          f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; {cpu_name()}; read "
+          f"{max(busy - mine, 0) / wall:.2f} and the hypervisor stole {steal / wall:.2f} cores; {cpu_name()}; {conditions()}; read "
           f"bandwidth {statistics.median(reads_bw) / 1e9:.1f} GB/s")
     rows = llm_engines.table(results, reads, statistics.median(reads_bw), SETTINGS, args.new, args.prefill)
     print("\n".join(rows))

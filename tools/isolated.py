@@ -59,7 +59,7 @@ class Job:
                           "kwargs": {"threads": threads, **self.kwargs}})
         script = ["-I", str(TOOLS / "peer_bare.py")] if self.bare else [str(TOOLS / "isolated.py")]
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **self.env)
-        if not self.bare and self.module != "peer_bare":
+        if not self.bare:  # every engine of a table under the same memory conditions, tfspec's and peers'
             env = as_tfspec(env)
         done = subprocess.run([self.python or sys.executable, *script, job], capture_output=True, text=True, env=env)
         if done.returncode:
@@ -72,10 +72,22 @@ class Job:
 def as_tfspec(env: dict) -> dict:
     """``env`` as the ``tfspec`` command sets up its own process: huge pages for weights where the
     kernel makes them opt-in (tfspec/hugepages.py; the command re-executes itself with them).
-    Peers (``peer_bare`` jobs) run as their own users start them."""
+    Every engine's column gets it, peers' too: one memory condition for a table. The bare
+    controls run as their peers' users start them, without it, so a peer the tunable slows shows
+    against its control (``peer_bare.invalid``)."""
     from tfspec import hugepages
 
     return hugepages.environment(env) if hugepages.wanted(env) else env
+
+
+def conditions() -> str:
+    """The memory condition every engine column runs under, for a table's header."""
+    from tfspec import hugepages
+
+    if hugepages.wanted(dict(os.environ)):
+        return (f"huge pages for every engine ({hugepages.VARIABLE}={hugepages.TUNABLE}; bare controls without; "
+                f"{hugepages.SWITCH}=0 for none)")
+    return "no huge-page tunable for any engine"
 
 
 def interleave(jobs: dict[str, Job | Callable[[], Any]], rounds: int, threads: int,

@@ -86,16 +86,23 @@ def _named(argv: list[str]) -> list[str]:
 BUG = 70  # EX_SOFTWARE: tfspec itself failed; input errors exit 2
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run one subcommand. The exception boundary: whatever input can cause (a bad spec, file or
-    size, an unreadable path, a full disk, memory) ends as ``error:`` lines and exit 2; anything
-    else is a bug in tfspec and keeps its traceback, under a line that says so."""
-    command_line = argv is None
-    argv = sys.argv[1:] if command_line else argv
-    named = _named(argv)
-    if command_line and WEIGHTS.intersection(named):
+def command() -> int:
+    """The ``tfspec`` command (its console script and ``python -m tfspec``): the process is the
+    command's own, so a subcommand that holds weights may re-execute it with huge pages
+    (``hugepages``) before running ``main``."""
+    if WEIGHTS.intersection(_named(sys.argv[1:])):
         hugepages.reexec()
-    args = parser(named).parse_args(argv)
+    return main()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand (``argv``, default: this process's arguments) in this process, never
+    replaced: a notebook or a wrapper calling it keeps running. The exception boundary: whatever
+    input can cause (a bad spec, file or size, an unreadable path, a full disk, memory) ends as
+    ``error:`` lines and exit 2; anything else is a bug in tfspec and keeps its traceback, under
+    a line that says so."""
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(_named(argv)).parse_args(argv)
     return guarded(args.fn, args)
 
 

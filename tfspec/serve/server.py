@@ -5,7 +5,7 @@ seconds in all) and the process exits 0, as a rolling update or a scale-down exp
 from __future__ import annotations
 
 import contextlib
-import importlib
+import sys
 import resource
 import signal
 import time
@@ -80,12 +80,21 @@ BUSY = ApiError(503, "the server holds as many connections as --max-connections 
 other refusal: JSON in OpenAI's shape and Retry-After, which uvicorn's own (plain text) lacks."""
 
 
-def _answer_busy_as_tfspec() -> None:
+def _answer_busy_as_tfspec(http: type) -> bool:
     """uvicorn's HTTP protocols answer over their connection limit with the ``service_unavailable``
-    they import, looked up at each refusal: point them at ``BUSY``."""
-    for name in ("httptools_impl", "h11_impl"):
-        with contextlib.suppress(ImportError):  # httptools is optional (h11 is uvicorn's fallback)
-            importlib.import_module(f"uvicorn.protocols.http.{name}").service_unavailable = BUSY
+    of their module, looked up at each refusal (uvicorn 0.30 to 0.54): point the module of the
+    protocol this server runs (``http``: ``connections.protocol``, over uvicorn's choice of
+    httptools or h11) at ``BUSY``. Whether that took effect is checked, not assumed: where a
+    uvicorn release answers otherwise, its own plain-text 503 stays, and the server says so."""
+    base = next(c for c in http.__mro__ if c.__module__.startswith("uvicorn.protocols.http."))
+    module = sys.modules[base.__module__]
+    if hasattr(module, "service_unavailable"):
+        module.service_unavailable = BUSY
+    if getattr(module, "service_unavailable", None) is BUSY:
+        return True
+    print(f"warning: uvicorn {uvicorn.__version__}'s {base.__name__} has no service_unavailable to replace: over "
+          "--max-connections it answers its own plain-text 503", file=sys.stderr)
+    return False
 
 
 def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int = 8000,
@@ -95,11 +104,12 @@ def build(config: ServeConfig, grace: float, host: str = "127.0.0.1", port: int 
     per request under load (BENCHMARKS.md)."""
     service = Service(config)
     app = create_app(config, service)
-    _answer_busy_as_tfspec()
     limit = connection_limit(config)
+    http = protocol(config.header_timeout, limit)
+    _answer_busy_as_tfspec(http)
     # uvicorn refuses a request once the open connections (this one counted) reach its limit,
     # which idle ones never fill: a newcomer closes the one idle the longest (``connections``)
     return _Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                   timeout_graceful_shutdown=max(grace / 4, 0.5), lifespan="on",
-                                  http=protocol(config.header_timeout, limit), limit_concurrency=limit + 1),
+                                  http=http, limit_concurrency=limit + 1),
                    service, grace, announce)
