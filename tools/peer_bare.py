@@ -11,7 +11,7 @@ loop every engine's worker uses, so all get the same warm-up.
 
 Each function imports its peer only: ctranslate2 (``pip install ctranslate2``), transformers and
 onnxruntime_genai (the dev install), llama_cpp (llama-cpp-python, in the Python
-tools/to_gguf.py's ``INSTALL`` makes).
+tools/to_gguf.py's ``INSTALL`` makes), optimum (optimum-onnx, in its own environment: README).
 """
 
 from __future__ import annotations
@@ -144,6 +144,28 @@ def hf_generate(threads: int, model: str, prompts: dict, n: int, check: str | No
         with torch.inference_mode():
             out = hf.generate(torch.from_numpy(rows), max_new_tokens=k, min_new_tokens=k, do_sample=False,
                               pad_token_id=0)
+        return out[:, rows.shape[1]:].tolist()
+    return generate(run, prompts, n, check, prefill)
+
+
+def optimum_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None,
+                     prefill: str | None = None):
+    """``ct2_generate`` for optimum's ``ORTModelForCausalLM.generate`` (transformers' search over
+    the directory's ONNX graph, onnxruntime CPU, its sessions given ``threads``), in the Python of
+    optimum-onnx's own environment (it pins transformers < 4.58)."""
+    import onnxruntime
+    import torch
+    from optimum.onnxruntime import ORTModelForCausalLM
+
+    torch.set_num_threads(threads)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    ort = ORTModelForCausalLM.from_pretrained(model, session_options=options, provider="CPUExecutionProvider")
+
+    def run(rows, k):
+        with torch.inference_mode():
+            out = ort.generate(torch.from_numpy(rows), attention_mask=torch.ones(rows.shape, dtype=torch.long),
+                               max_new_tokens=k, min_new_tokens=k, do_sample=False, pad_token_id=0)
         return out[:, rows.shape[1]:].tolist()
     return generate(run, prompts, n, check, prefill)
 
