@@ -86,6 +86,6 @@ class Phi3(Mistral):
         Phi3Config reads it."""
         shared = {k: v for k, v in super().config(spec).items() if k in self.mapped + ("architectures", "model_type")}
         positions = repeated_layer(spec, "decoder")[0].positions
-        original = {} if positions.scaling is None else {
-            "original_max_position_embeddings": positions.scaling.original_max_position_embeddings}
+        held = getattr(positions.scaling, "original_max_position_embeddings", None)  # linear scaling holds none
+        original = {} if held is None else {"original_max_position_embeddings": held}
         return shared | original | {"partial_rotary_factor": positions.fraction, "resid_pdrop": spec.dropout}
