@@ -38,7 +38,7 @@ def counted(spec: Spec, n: int, batch: int = 2) -> int:
     sizes = {"encoder": spec.vocab.size, "decoder": spec.vocab.tgt_size}
     tokens = [torch.randint(4, sizes[stack], (batch, n)) for stack, _ in spec.stacks]
     # The counter has no formula for CPU's fused attention or oneDNN's LSTM: use the math
-    # kernel (explicit bmm) and ATen's LSTM, as ../shared/ENGINEERING.md notes.
+    # kernel (explicit bmm) and ATen's LSTM, which it counts.
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), torch.backends.mkldnn.flags(enabled=False):
         with FlopCounterMode(display=False) as counter:
             model(*tokens)

@@ -93,7 +93,7 @@ def test_unsupported_or_malformed_configs_are_refused_by_name(config_class, chan
 PUBLISHED = {"Llama-2-7b-hf": 6_738_415_616, "TinyLlama-1.1B": 1_100_048_384, "Mistral-7B-v0.1": 7_241_732_096,
              "Qwen2.5-0.5B": 494_032_768, "Llama-3.2-1B": 1_235_814_400,
              "SmolLM2-360M": 361_821_120, "Mistral-Nemo-Base-2407": 12_247_782_400}
-"""The counts transformers gives for these configurations (../shared/ENGINEERING.md); each is
+"""The counts transformers gives for these configurations (its num_parameters()); each is
 also recounted from the fixture by transformers on the meta device."""
 
 

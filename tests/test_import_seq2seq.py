@@ -130,7 +130,7 @@ PUBLISHED = {"opus-mt-en-de": ("MarianMTModel", 74_410_496, 73_886_208),
              "bart-base": ("BartModel", 139_420_416, 139_420_416),
              "bart-large-cnn": ("BartForConditionalGeneration", 406_290_432, 406_290_432),
              "distilbart-cnn-12-6": ("BartForConditionalGeneration", 305_510_400, 305_510_400)}
-"""transformers' num_parameters() and its trainable count (../shared/ENGINEERING.md)."""
+"""transformers' num_parameters() and its trainable count, as it reports them for these configurations."""
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

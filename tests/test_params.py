@@ -11,7 +11,7 @@ from tfspec import build_graph, load_spec
 from tfspec.backends.torch import build_module
 from tests.conftest import SHIPPED
 
-# Table 3 of Vaswani et al. 2017, "params x10^6" column (../shared/PAPER.md).
+# Table 3 of Vaswani et al. 2017, "params x10^6" column (arXiv:1706.03762).
 PAPER_MILLIONS = {"base": 65, "table3/B1": 58, "table3/B2": 60, "table3/C1": 36, "table3/C2": 50,
                   "table3/C3": 80, "table3/C4": 28, "table3/C5": 168, "table3/C6": 53, "table3/C7": 90,
                   "big": 213}

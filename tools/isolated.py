@@ -2,7 +2,7 @@
 
 Engines in one process disturb each other: CTranslate2 ran ~10x slower in a process where
 PyTorch's OpenMP threads had run, and beside onnxruntime sessions both moved by up to 2x
-(docs: /work/shared/ENGINEERING.md, "Engines in one process disturb each other"). So a
+(BENCHMARKS.md, "The rule for speed comparisons"). So a
 benchmark's parent process only prepares (exports, model directories, sources saved as .npy)
 and collects numbers; every timing, bandwidth read and reference check runs in a process
 launched for it, which names the engines it may import and fails if another one got imported.

@@ -1,4 +1,6 @@
-"""Cleaning rules for parallel segments (``../shared/ENGINEERING.md``, "Real data ...").
+"""Cleaning rules for parallel segments of real documentation (docs/data.md, ``data fetch``): what
+Debian's translated manuals hold besides sentences (placeholders, markup, tables flattened into
+lines, untranslated copies).
 
 Each rule has a name; ``clean`` counts how many pairs each one dropped, so the corpus README
 can say where the data went. The rules are checked in the order of ``RULES``: a pair is
