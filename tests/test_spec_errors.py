@@ -189,3 +189,17 @@ def test_cli_process_prints_no_traceback(write_spec):
 def test_good_spec_validates(cli, write_spec):
     code, out, err = cli("validate", write_spec(GOOD))
     assert code == 0 and out.startswith("ok: ") and f"{good_params(64):,} parameters" in out and err == ""
+
+
+def test_independent_cross_field_problems_are_all_reported(tmp_path, cli):
+    """Three checks between fields that do not depend on each other: three `error:` lines at
+    their own lines, one run (issue 54), where pydantic's after-validator would stop at the first."""
+    path = tmp_path / "three.yaml"
+    path.write_text("extends: base\nkv_heads: 3\nnorm_type: rms\nnorm_bias: true\nfamily: encoder-decoder\n"
+                    "tie_embeddings: all\nvocab: {size: 1000, shared: false, target_size: 900}\n", encoding="utf-8")
+    code, _, err = cli("validate", path)
+    lines = [line for line in err.splitlines() if line.startswith(f"error: {path}:")]
+    assert code == 2
+    assert any(":2: kv_heads: heads (8) must be a multiple of kv_heads (3)" in line for line in lines), err
+    assert any(":4: norm_bias: RMSNorm has no bias" in line for line in lines), err
+    assert any(":6: tie_embeddings: tie_embeddings 'all' ties the source embedding" in line for line in lines), err

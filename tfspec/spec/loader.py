@@ -283,7 +283,8 @@ def _problem(err: dict, origins: Origins, file: str) -> Problem:
             break
     else:
         line = None
-    return Problem(file, line, _dotted(loc), message[0].lower() + message[1:])
+    lowered = message[:1].lower() + message[1:] if message[1:2].islower() else message  # not an acronym's (RMSNorm)
+    return Problem(file, line, _dotted(loc), lowered)
 
 
 def _show(value: Any) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
@@ -414,38 +415,66 @@ class Spec(SpecModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Spec:
-        if self.d_k is None or self.d_v is None:
+        """Every cross-field check, each problem reported (``tfspec validate`` lists them all);
+        a check that fails only because an earlier one found a problem reports nothing."""
+        if self.d_k is None or self.d_v is None:  # every check below reads the head widths
             missing = " and ".join(f for f in ("d_k", "d_v") if getattr(self, f) is None)
             raise field_error("heads", f"d_model ({self.d_model}) is not divisible by heads ({self.heads}): "
                               f"set {missing} explicitly or pick heads dividing d_model")
-        self._check_family()
+        problems = []
+        for check in self._checks():
+            try:
+                check()
+            except PydanticCustomError as e:
+                problems.append(e)
+            except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+                if not problems:  # not a consequence of a problem already found: a bug, not input
+                    raise
+        if len(problems) == 1:
+            raise problems[0]
+        if problems:
+            raise ValidationError.from_exception_data(
+                type(self).__name__, [InitErrorDetails(type=e, loc=(), input=None) for e in problems])
+        return self
+
+    def _checks(self) -> list:
+        """The cross-field checks, in the order their reports are listed."""
+        return [self._check_family, self._check_ties, self._check_kv_heads, self._check_rotary, self._check_residual,
+                self._check_norm, self._check_image, self._check_parts, self._check_encoder_parts,
+                lambda: self._check_stack("encoder"), lambda: self._check_stack("decoder"), self._check_head,
+                self._check_vocab]
+
+    def _check_ties(self) -> None:
         if self.tie_embeddings in ("all", "inputs") and (self.family != "encoder-decoder" or not self.vocab.shared):
             raise field_error("tie_embeddings", f"tie_embeddings '{self.tie_embeddings}' ties the source embedding: "
                               "it needs family encoder-decoder and vocab.shared true; use 'output' or 'none' instead")
+
+    def _check_kv_heads(self) -> None:
         if self.kv_heads is not None and self.heads % self.kv_heads:
             raise field_error("kv_heads", f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads}): "
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
-        self._check_rotary()
-        self._check_residual()
+
+    def _check_norm(self) -> None:
         if self.norm_bias and self.norm_type == "rms":
             raise field_error("norm_bias", "RMSNorm has no bias (it subtracts no mean): drop norm_bias or use "
                               "norm_type: layer")
-        self._check_image()
+
+    def _check_parts(self) -> None:
         for part in (self.frames, self.head, self.embed_projection):
             if part is not None and (problem := part.check(self)):
                 raise field_error(*problem)
+
+    def _check_encoder_parts(self) -> None:
         for field in ("segments", "pooler"):
             if getattr(self, field) and self.encoder is None:
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
-        for stack in ("encoder", "decoder"):
-            self._check_stack(stack)
-        self._check_head()
+
+    def _check_vocab(self) -> None:
         if self.frames is None:  # token ids in: ids 0-3 are the special tokens', checks draw others from 4 up
             for key, size in (("size", self.vocab.size), ("target_size", self.vocab.tgt_size)):
                 if size < MIN_VOCAB:
                     raise field_error(f"vocab.{key}", f"a vocabulary of {size} tokens has no room for ordinary "
                                       f"tokens: ids 0-3 are for special tokens; use at least {MIN_VOCAB}")
-        return self
 
     def _check_head(self) -> None:
         if self.head is None:
