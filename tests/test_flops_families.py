@@ -29,7 +29,7 @@ from tfspec.interop.hf.family import FAMILIES  # noqa: E402
 from tfspec.interop.hf.imports import import_checkpoint  # noqa: E402
 
 N = 32
-NOT_ON_META = {"deberta-v2", "megatron-bert", "deepseek_v2", "deepseek_v3", "gpt_oss", "mixtral", "nemotron_h",
+NOT_ON_META = {"deberta", "deberta-v2", "megatron-bert", "deepseek_v2", "deepseek_v3", "gpt_oss", "mixtral", "nemotron_h",
                "nllb-moe", "olmoe", "phimoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "switch_transformers"}
 """Types counted on tiny configurations on the CPU instead (``TINY``), or not at all (``UNCOUNTED``)."""
 UNCOUNTED = {
@@ -69,6 +69,7 @@ def _tiny() -> dict[str, tuple[str, str, dict]]:
     cases["deberta-v2"] = ("DebertaV2Config", "DebertaV2ForMaskedLM", bert | {"position_buckets": 8,
                                                                             "max_relative_positions": 32})
     cases["megatron-bert"] = ("MegatronBertConfig", "MegatronBertForMaskedLM", bert)
+    cases["deberta"] = ("DebertaConfig", "DebertaForMaskedLM", bert)
     return cases
 
 
