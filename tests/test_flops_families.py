@@ -29,7 +29,8 @@ from tfspec.interop.hf.family import FAMILIES  # noqa: E402
 from tfspec.interop.hf.imports import import_checkpoint  # noqa: E402
 
 N = 32
-NOT_ON_META = {"deberta", "deberta-v2", "megatron-bert", "deepseek_v2", "deepseek_v3", "gpt_oss", "mixtral", "nemotron_h",
+NOT_ON_META = {"deberta", "deberta-v2", "esm", "flaubert", "ibert", "megatron-bert", "nemotron", "rembert",
+               "roformer", "xlm", "deepseek_v2", "deepseek_v3", "gpt_oss", "mixtral", "nemotron_h",
                "nllb-moe", "olmoe", "phimoe", "qwen2_moe", "qwen3_moe", "qwen3_next", "switch_transformers"}
 """Types counted on tiny configurations on the CPU instead (``TINY``), or not at all (``UNCOUNTED``)."""
 UNCOUNTED = {
@@ -70,6 +71,20 @@ def _tiny() -> dict[str, tuple[str, str, dict]]:
                                                                             "max_relative_positions": 32})
     cases["megatron-bert"] = ("MegatronBertConfig", "MegatronBertForMaskedLM", bert)
     cases["deberta"] = ("DebertaConfig", "DebertaForMaskedLM", bert)
+    # transformers' defaults cannot be built (EsmConfig has no vocabulary, NemotronConfig no key/value
+    # heads, RemBERT's masked LM is refused at its published widths) or call .item() on meta tensors
+    cases["esm"] = ("EsmConfig", "EsmForMaskedLM", bert | {"pad_token_id": 1, "token_dropout": False,
+                                                         "position_embedding_type": "rotary"})
+    cases["ibert"] = ("IBertConfig", "IBertForMaskedLM", bert)
+    cases["roformer"] = ("RoFormerConfig", "RoFormerForMaskedLM", bert)
+    cases["rembert"] = ("RemBertConfig", "RemBertForMaskedLM", bert | {
+        "input_embedding_size": 16, "output_embedding_size": 16, "bos_token_id": 2, "eos_token_id": 3})
+    xlm = {"vocab_size": 120, "emb_dim": 32, "n_layers": 2, "n_heads": 4, "max_position_embeddings": 64}
+    cases["xlm"] = ("XLMConfig", "XLMWithLMHeadModel", xlm)
+    cases["flaubert"] = ("FlaubertConfig", "FlaubertWithLMHeadModel", xlm)
+    cases["nemotron"] = ("NemotronConfig", "NemotronForCausalLM", {
+        "vocab_size": 120, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64})
     return cases
 
 
