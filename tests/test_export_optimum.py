@@ -162,7 +162,8 @@ ENCODERS = [("bert", "BertForSequenceClassification", "ORTModelForSequenceClassi
             ("bert", "BertForMaskedLM", "ORTModelForMaskedLM"),
             ("bert", "BertModel", "ORTModelForFeatureExtraction"),
             ("roberta", "RobertaForSequenceClassification", "ORTModelForSequenceClassification"),
-            ("distilbert", "DistilBertForSequenceClassification", "ORTModelForSequenceClassification")]
+            ("distilbert", "DistilBertForSequenceClassification", "ORTModelForSequenceClassification"),
+            ("mpnet", "MPNetModel", "ORTModelForFeatureExtraction")]  # sentence-transformers' encoders
 
 
 @pytest.fixture(scope="module", params=ENCODERS, ids=lambda p: p[1])
@@ -176,7 +177,9 @@ def encoder(request, tmp_path_factory):
                                                     num_attention_heads=4, intermediate_size=96,
                                                     max_position_embeddings=70, num_labels=3),
               "distilbert": transformers.DistilBertConfig(vocab_size=211, dim=64, n_layers=2, n_heads=4, hidden_dim=96,
-                                                          max_position_embeddings=64, num_labels=3)}[family]
+                                                          max_position_embeddings=64, num_labels=3),
+              "mpnet": transformers.MPNetConfig(vocab_size=211, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                                intermediate_size=96, max_position_embeddings=70)}[family]
     checkpoint = tmp_path_factory.mktemp(architecture)
     getattr(transformers, architecture)(config).save_pretrained(checkpoint)
     from tfspec.cli import main

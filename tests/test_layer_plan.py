@@ -164,7 +164,10 @@ def test_a_layer_stating_the_specs_own_values_is_the_same_model():
     ({"residual": "parallel", "decoder": {"layers": 1, "block": ["causal_self_attention", "ffn", "ffn"]}},
      ["decoder.block", "has 3"]),
     ({"decoder": attention(positions="sinusoidal")}, ["positions", "added to the embeddings"]),
-    ({"decoder": attention(positions={"kind": "relative_bias", "max_distance": 64})}, ["positions", "one per stack"]),
+    ({"decoder": {"layers": 1, "block": [  # one table per stack: layers that set it set it alike
+        {"kind": "causal_self_attention", "positions": {"kind": "relative_bias", "max_distance": 64}}, "ffn",
+        {"kind": "causal_self_attention", "positions": {"kind": "relative_bias", "max_distance": 32}}, "ffn"]}},
+     ["decoder.block[2]", "one per stack, shared by its layers: set the same positions as decoder.block[0]"]),
     ({"decoder": attention(heads=6, kv_heads=4)}, ["decoder.block[0]", "heads (6)", "kv_heads (4)"]),
     ({"decoder": attention(score="additive", softcap=30)}, ["softcap (30.0) caps dot-product scores"]),
     ({"decoder": attention(qk_norm="layer")}, ["qk_norm", "'none', 'head', 'per_head', 'all' or 'l2'"]),

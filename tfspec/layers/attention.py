@@ -99,7 +99,8 @@ class AttentionCore(Sublayer):
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
                               f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
                               "set them in the spec's positional")
-        if self.positions is not None and self.positions.definition.per_stack:
+        if self.positions is not None and self.positions.definition.per_stack \
+                and not self.positions.definition.layers_share:
             raise field_error("positions", f"{self.positions.kind} tables are one per stack: set it in the spec's "
                               "positional")
         return self

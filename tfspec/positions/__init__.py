@@ -37,7 +37,11 @@ class PositionKind:
     in_attention: ClassVar[bool] = False
     """Enters through self-attention (a layer may then set its own)."""
     per_stack: ClassVar[bool] = False
-    """One table per stack, held by its first attention: a layer cannot set its own."""
+    """One table per stack, held by its first attention."""
+    layers_share: ClassVar[bool] = False
+    """With ``per_stack``: a layer may set it as its own positions (beside the spec's positional,
+    MPNet's relative bias over learned positions), the stack's layers that do sharing one table,
+    so they must set it alike (``Spec._check_stack``); otherwise only the spec's positional may."""
     bounded: ClassVar[bool] = True
     """max_len bounds the sequences every path runs (``Positional.limit``)."""
     adds_to_scores: ClassVar[bool] = True

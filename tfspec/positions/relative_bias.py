@@ -19,7 +19,7 @@ class RelativeBias(PositionKind):
     name, order = "relative_bias", 4
     summary = ("a learned scalar per head and bucket of the distance j - i added to self-attention's logits, one "
                "table per stack (T5, Raffel et al. 2020, §2.1; ``tfspec.layers.relative_bias``)")
-    in_attention = per_stack = True
+    in_attention = per_stack = layers_share = True
 
     fields = {
         "tables": (Literal["stack", "layer"], Field("stack", description=(

@@ -7,6 +7,7 @@ Cross-field rules quote both fields, their values and the fix.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
@@ -563,6 +564,20 @@ class Spec(SpecModel):
                                   f"{self.norm}, residual {self.residual}); drop input_norm")
             if problem := layer.check(self):
                 raise field_error(field, problem)
+        self._check_shared_tables(stack, spec)
+
+    def _check_shared_tables(self, stack: str, spec) -> None:
+        """Layers of a stack that set a shared table's positions of their own (``layers_share``)
+        share the one table, so they set the same (and the same as the spec's, where it has one)."""
+        own = [(path, layer.positions) for path, layer in spec.entries()
+               if getattr(layer, "positions", None) is not None and layer.positions.definition.per_stack]
+        if self.positional.definition.per_stack and self.positional.definition.in_attention:
+            own.append(("", self.positional))
+        first = re.sub(r"\.(\d+)", r"[\1]", f"{stack}.{own[0][0]}") if own and own[0][0] else "positional"
+        for path, positions in own[1:]:
+            if positions.model_dump() != own[0][1].model_dump():
+                raise field_error(f"{stack}.{path}" if path else "positional", f"{positions.kind} tables are one "
+                                  f"per stack, shared by its layers: set the same positions as {first}")
 
     @property
     def stacks(self) -> list[tuple[str, Stack]]:

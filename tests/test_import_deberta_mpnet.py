@@ -1,4 +1,4 @@
-"""`tfspec import` of DeBERTa (v1) against transformers: small random models written by
+"""`tfspec import` of DeBERTa (v1) and MPNet against transformers: small random models written by
 ``save_pretrained``, every weight perturbed, imported through the CLI; outputs of the PyTorch
 backend and of the exported ONNX graph equal transformers' within 1e-4 at the real tokens of a
 right-padded batch (the masked LM's logits, the base model's hidden states, the sequence
@@ -7,7 +7,8 @@ class's defaults imported config-only count what transformers counts; configurat
 cannot compute are one error line naming the field.
 
 DeBERTa v1 is imported without relative attention (``deberta.py`` says why its relative
-attention is refused)."""
+attention is refused); MPNet holds learned positions and a stack's relative bias at once, on
+a batch reaching past the bias's 128-token reach."""
 
 from __future__ import annotations
 
@@ -35,6 +36,10 @@ DEBERTA_BASE = dict(vocab_size=50265, hidden_size=768, num_hidden_layers=12, num
                     pos_att_type="c2p|p2c", max_relative_positions=-1, position_biased_input=False,
                     layer_norm_eps=1e-7, type_vocab_size=0, hidden_act="gelu")
 """microsoft/deberta-base's config.json."""
+MPNET = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=150, layer_norm_eps=1e-3)
+"""mpnet-base's shape, shrunk: 148 positions (rows from padding_idx + 1 = 2), room for a batch
+reaching past the bias's 128-token reach."""
 CASES = {
     # learned positions; pos_att_type scales the logits by 1 / sqrt(3 d_k) even without relative
     # attention; two token types
@@ -46,11 +51,20 @@ CASES = {
     # the ContextPooler with tanh instead of its default GELU; one pos_att_type term
     "deberta-sequence": ("DebertaConfig", "DebertaForSequenceClassification",
                          DEBERTA | dict(pooler_hidden_act="tanh", pos_att_type="p2c", num_labels=3)),
+    "mpnet-mlm": ("MPNetConfig", "MPNetForMaskedLM", MPNET),
+    "mpnet-model": ("MPNetConfig", "MPNetModel", MPNET),
+    "mpnet-sequence": ("MPNetConfig", "MPNetForSequenceClassification", MPNET | dict(num_labels=3)),
 }
 
+
 def batch(case: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``right_padded``'s 13 tokens padded with 0 (DeBERTa's pad id)."""
-    return right_padded(VOCAB, 0)
+    """DeBERTa: ``right_padded``'s 13 tokens padded with 0. MPNet: 3 rows of 140 tokens, row 1
+    padded with 1 (its padding row) after 70: distances past the 8 exact buckets and past 128."""
+    if case.startswith("deberta"):
+        return right_padded(VOCAB, 0)
+    tokens = torch.randint(5, VOCAB, (3, 140), generator=torch.Generator().manual_seed(1))
+    tokens[1, 70:] = 1
+    return tokens, tokens != 1
 
 
 def _save(case: str, tmp_path):
@@ -77,8 +91,8 @@ def test_import_matches_transformers_in_pytorch_and_onnx(case, cli, tmp_path):
     code, text, err = cli("export", ours, "-o", tmp_path / "onnx")
     assert code == 0, text + err
     onnx = OnnxModel(tmp_path / "onnx", device="cpu")
-    if architecture.endswith("Model"):  # the encoder's output as a port
-        ports = {"memory": out.last_hidden_state}
+    if architecture.endswith("Model"):  # the encoder's output (and MPNet's pooler) as ports
+        ports = {"memory": out.last_hidden_state} | ({"pooled": out.pooler_output} if "mpnet" in case else {})
         got = model.run({"src": tokens}, tuple(ports))
         exported = onnx.run("encoder", list(ports), {"src": tokens.numpy()})
         for (port, want), onnx_got in zip(ports.items(), exported, strict=True):
@@ -91,18 +105,19 @@ def test_import_matches_transformers_in_pytorch_and_onnx(case, cli, tmp_path):
     np.testing.assert_allclose(onnx.logits(src=tokens.numpy())[real], out.logits[real].numpy(), atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("case", ["deberta-mlm", "deberta-sequence"])
+@pytest.mark.parametrize("case", ["deberta-mlm", "deberta-sequence", "mpnet-mlm", "mpnet-sequence"])
 def test_hf_export_round_trip_gives_the_original_outputs(case, cli, tmp_path):
     ref, architecture = _save(case, tmp_path)
     tokens, keep = batch(case)
     if architecture.endswith("ForSequenceClassification"):
         keep = torch.ones(len(tokens), dtype=torch.bool)  # (B, classes) logits: every row
     assert_hf_round_trip(cli, tmp_path / "hf", ref, architecture, tokens, keep,
-                         attention_mask=(tokens != 0).long())
+                         attention_mask=(tokens != (0 if case.startswith("deberta") else 1)).long())
 
 
 @pytest.mark.parametrize("config_class, architecture", [
     ("DebertaConfig", "DebertaModel"), ("DebertaConfig", "DebertaForMaskedLM"),
+    ("MPNetConfig", "MPNetModel"), ("MPNetConfig", "MPNetForMaskedLM"),
 ])
 def test_default_config_imports_at_transformers_count(config_class, architecture, cli, tmp_path):
     config = getattr(transformers, config_class)()
@@ -121,6 +136,11 @@ def test_default_config_imports_at_transformers_count(config_class, architecture
     ("deberta-mlm", {"num_attention_heads": 5}, "hidden_size (32) must be a multiple of num_attention_heads (5)"),
     ("deberta-mlm", {"share_att_key": True}, "unknown field share_att_key"),  # DeBERTa-v2's, which v1 never reads
     ("deberta-mlm", {"relative_attention": "false"}, "relative_attention must be true or false"),
+    ("mpnet-mlm", {"pad_token_id": 0}, "pad_token_id: 0 is not supported"),
+    ("mpnet-mlm", {"relative_attention_num_buckets": 64},
+                 "relative_attention_num_buckets: 64 is not supported"),
+    ("mpnet-mlm", {"type_vocab_size": 2}, "unknown field type_vocab_size"),
+    ("mpnet-mlm", {"hidden_act": "gelu_new"}, "its lm_head applies exact GELU"),
 ])
 def test_unsupported_configs_are_refused_by_name(case, change, needle, cli, tmp_path):
     config_class, architecture, fields = CASES[case]
