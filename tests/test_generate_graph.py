@@ -192,8 +192,8 @@ def test_only_default_domain_operators_and_weights_stored_once_per_graph(int8, t
 
 
 def test_large_models_keep_the_loop_bodies_weights_in_the_side_file(monkeypatch, tmp_path):
-    """Weights above EXTERNAL_DATA_BYTES go to <graph>.onnx.data, counting the Loop bodies' (the
-    step's weights): here the threshold lies between the outer graph's bytes and all of them."""
+    """Weights above EXTERNAL_DATA_BYTES go to the export's one data file, the Loop bodies' (the
+    step's weights) too: here the threshold lies between the outer graph's bytes and all of them."""
     torch.manual_seed(0)
     model = build_module(load_spec("tiny")).eval()
     export(model, tmp_path / "inline", parity=False, generate=True)
@@ -205,7 +205,8 @@ def test_large_models_keep_the_loop_bodies_weights_in_the_side_file(monkeypatch,
     export(model, tmp_path / "side", parity=False, generate=True)
     proto = onnx.load(str(tmp_path / "side" / "generate.onnx"), load_external_data=False)
     assert all(t.data_location == onnx.TensorProto.EXTERNAL for g in all_graphs(proto.graph) for t in g.initializer
-               if np.prod(t.dims) * 4 > 1024)
+               if np.prod(t.dims) * 4 > 1024 and not t.name.rsplit("/", 1)[-1].startswith("const"))
+    # the weights: in the export's one data file; tables the graphs compute (sinusoids) may stay inside
     onnx_model, src = OnnxModel(tmp_path / "side", device="cpu"), np.array([[70, 71, 72, 2]])
     options = SearchOptions(beam=4, max_extra=5)
     assert Generator(onnx_model)(src, options) == search(onnx_model.decoder(), src, options)

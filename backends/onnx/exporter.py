@@ -1,7 +1,7 @@
 """``tfspec export``: write a model's ONNX graphs, check them, prove them against PyTorch.
 
-The directory holds one ``.onnx`` file per graph kind (``variants/``), external weight
-files for large models, and ``tfspec.json``: the manifest the runtime reads (format, tfspec
+The directory holds one ``.onnx`` file per graph kind (``variants/``), for large models one
+external data file they all refer to (``DATA``), and ``tfspec.json``: the manifest the runtime reads (format, tfspec
 version, spec, vocabulary, opset, dtype, graph files, parity results). Every graph also
 carries the spec, vocabulary, version and an export id in its metadata, so a graph moved
 between directories is recognised. Files are written to a temporary directory beside the
@@ -29,21 +29,25 @@ from tfspec.search import SearchOptions, search
 from tfspec.shortlist import FILE as SHORTLIST, Shortlist, save as save_shortlist
 from tfspec.spec import spec_from_data
 
-from .variants.generate import compose
-from .passes.fused import fuse
-from .runtime.generator import check_generate, differences
+from .external import ExternalData
 from .graphs import emit
-from .variants import Asked, variant, written
-from .variants.inplace import NotInPlace
+from .passes.fused import fuse
 from .passes.int8 import Int8
-from .runtime.shortlist import check_shortlist
 from .runtime import FORMAT, MANIFEST, OnnxModel
+from .runtime.generator import check_generate, differences
+from .runtime.shortlist import check_shortlist
+from .variants import Asked, variant, written
+from .variants.generate import compose
+from .variants.inplace import NotInPlace
 
 if TYPE_CHECKING:  # torch is imported by exporting only: loading and serving an export never needs it
     from tfspec.backends.torch import TorchModel
 
 EXTERNAL_DATA_BYTES = 1 << 28
 """Graphs whose weights exceed this keep them in a side file (protobuf caps files at 2 GiB)."""
+DATA = "model.onnx.data"
+"""The one external data file every graph of a large export names (as onnxruntime-genai's builder
+and onnx's tools name it), so that the weights are on disk once."""
 
 
 @dataclass
@@ -107,8 +111,13 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     try:
-        result.in_place_cache = write_graphs(graph, graph_kinds(graph, static_cache, bool(shortlist), fused),
-                                             weights, staging, manifest, fused)
+        sink = _shared_data(graph, staging, manifest, int8)
+        try:
+            result.in_place_cache = write_graphs(graph, graph_kinds(graph, static_cache, bool(shortlist), fused),
+                                                 weights, staging, manifest, fused, sink=sink)
+        finally:
+            if sink is not None:
+                sink.close()
         if generate:
             manifest["graphs"]["generate"] = write_generate(staging, manifest, graph_metadata(manifest, "generate"))
         if shortlist:
@@ -132,6 +141,17 @@ def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return result
+
+
+def _shared_data(graph, staging: Path, manifest: dict, int8: bool) -> ExternalData | None:
+    """For weights over ``EXTERNAL_DATA_BYTES``: one data file every graph of the export refers
+    to (recorded in ``manifest``), instead of a side file per graph holding them all again; the
+    runtime then opens the full-sequence graph only when it is run. int8 exports re-emit every
+    graph with their own weights, so they keep the per-graph files."""
+    if int8 or 4 * graph.num_params <= EXTERNAL_DATA_BYTES:
+        return None
+    manifest["weights"] = {"file": DATA}
+    return ExternalData(staging / DATA)
 
 
 def new_manifest(spec, opset: int, dtype: str) -> dict:
@@ -171,7 +191,7 @@ def write_graph(graph, kind: str, weights, directory: Path, manifest: dict, fuse
     if fused and variant(kind).fusable:
         manifest.setdefault("fused", {})[kind] = dict(fuse(proto, one_length=variant(kind).one_stream))
     path = directory / f"{kind}.onnx"
-    save_graph(proto, path)
+    save_graph(proto, path, shared=sink is not None)
     del proto  # the checker reads the file
     onnx.checker.check_model(str(path), full_check=True)
     manifest["graphs"][kind] = path.name
@@ -260,8 +280,10 @@ def write_manifest(directory: Path, manifest: dict) -> None:
     os.replace(tmp, directory / MANIFEST)
 
 
-def save_graph(proto: onnx.ModelProto, path: Path) -> None:
-    if weight_bytes(proto.graph) > EXTERNAL_DATA_BYTES:
+def save_graph(proto: onnx.ModelProto, path: Path, shared: bool = False) -> None:
+    """Save ``proto``; a large one's weights to a side file of its own, unless its large weights
+    already live in the export's ``shared`` data file (the small ones stay inside it)."""
+    if not shared and weight_bytes(proto.graph) > EXTERNAL_DATA_BYTES:
         onnx.save_model(proto, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=f"{path.name}.data", size_threshold=1024)
     else:

@@ -27,14 +27,12 @@ from tfspec.errors import TfspecError
 from tfspec.tensors import SafetensorsWeights
 from tfspec.ir import Graph
 
-from .exporter import (Exported, graph_metadata, new_manifest, publish, refuse_conflicts, write_generate, write_graphs,
-                     write_manifest)
+from .exporter import (DATA, Exported, graph_metadata, new_manifest, publish, refuse_conflicts, write_generate,
+                       write_graphs, write_manifest)
 from .external import ExternalData
 from .variants.genai import CONFIG, GRAPH, emit_genai, genai_config
 from .runtime import MANIFEST
 
-DATA = "model.onnx.data"
-"""The external data file, named as onnxruntime-genai's builder and onnx's tools name it."""
 
 
 @dataclass(frozen=True)
