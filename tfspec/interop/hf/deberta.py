@@ -30,10 +30,9 @@ checkpoints). Defaults are DebertaConfig's (deberta-base's shape, without relati
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.bert import _dense
-from tfspec.interop.hf.deberta_v2 import TERMS, DebertaV2
-from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, flag, norm_rules, number,
-                                      register, repeated_layer)
+from tfspec.interop.hf.deberta_v2 import TERMS, DebertaV2, block_rules, embedding_rules
+from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, flag, number, register,
+                                      repeated_layer)
 from tfspec.interop.hf.layouts import PerHead
 from tfspec.interop.hf.masked_lm import MaskedLM
 
@@ -122,23 +121,14 @@ class Deberta(DebertaV2):
         return {"size": size, **self.special_ids(source, size, {"pad_id": pad})}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
-        rules = [Rule("encoder.embed.weight", ("embeddings.word_embeddings.weight",)),
-                 *norm_rules("encoder.embed_norm", "embeddings.LayerNorm")]
-        if spec.positional.kind == "learned":
-            rules.append(Rule("encoder.pos.weight", ("embeddings.position_embeddings.weight",)))
-        if spec.segments:
-            rules.append(Rule("encoder.segment.weight", ("embeddings.token_type_embeddings.weight",)))
+        rules = embedding_rules(spec)
         for layer in spec.plan("encoder"):
             ours, theirs = f"encoder.layers.{layer.index}.", f"encoder.layer.{layer.index}."
             attention = theirs + "attention.self."
             rules += [Rule(ours + "self_attn.w_qkv", (attention + "in_proj.weight",), PerHead(layer.attention.heads)),
                       Rule(ours + "self_attn.b_q", (attention + "q_bias",)),
                       Rule(ours + "self_attn.b_v", (attention + "v_bias",)),
-                      *_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.output.dense"),
-                      *norm_rules(ours + "self_attn_norm", theirs + "attention.output.LayerNorm"),
-                      *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),
-                      *_dense(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "output.dense"),
-                      *norm_rules(ours + "ffn_norm", theirs + "output.LayerNorm")]
+                      *block_rules(ours, theirs)]
         return rules + self.head_rules(spec)  # under cls.predictions (legacy, as export writes it)
 
     def dropped(self, architecture: str) -> dict[str, str]:

@@ -141,22 +141,13 @@ class DebertaV2(MaskedLM):
         return {"size": size, **self.special_ids(source, size, {"pad_id": pad})}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
-        rules = [Rule("encoder.embed.weight", ("embeddings.word_embeddings.weight",)),
-                 *norm_rules("encoder.embed_norm", "embeddings.LayerNorm")]
-        if spec.positional.kind == "learned":
-            rules.append(Rule("encoder.pos.weight", ("embeddings.position_embeddings.weight",)))
-        if spec.segments:
-            rules.append(Rule("encoder.segment.weight", ("embeddings.token_type_embeddings.weight",)))
+        rules = embedding_rules(spec)
         for i in range(spec.encoder.num_layers):
             ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
             qkv = [f"{theirs}attention.self.{part}_proj" for part in ("query", "key", "value")]
             rules += [Rule(ours + "self_attn.w_qkv", tuple(f"{p}.weight" for p in qkv), Concat()),
                       Rule(ours + "self_attn.b_qkv", tuple(f"{p}.bias" for p in qkv), Concat()),
-                      *_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.output.dense"),
-                      *norm_rules(ours + "self_attn_norm", theirs + "attention.output.LayerNorm"),
-                      *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),
-                      *_dense(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "output.dense"),
-                      *norm_rules(ours + "ffn_norm", theirs + "output.LayerNorm")]
+                      *block_rules(ours, theirs)]
         if spec.positional.kind == "disentangled":  # the stack's table, held by its first attention
             from tfspec.layers.disentangled import NORM, NORM_BIAS, TABLE  # here: the layers import the schema
 
@@ -202,3 +193,24 @@ class DebertaV2(MaskedLM):
             config |= {"position_buckets": p.buckets, "max_relative_positions": p.max_distance,
                        "norm_rel_ebd": "layer_norm" if p.table_norm else "none", "share_att_key": True}
         return config
+
+
+def embedding_rules(spec) -> list[Rule]:
+    """The embeddings' tensors as both DeBERTa versions store them."""
+    rules = [Rule("encoder.embed.weight", ("embeddings.word_embeddings.weight",)),
+             *norm_rules("encoder.embed_norm", "embeddings.LayerNorm")]
+    if spec.positional.kind == "learned":
+        rules.append(Rule("encoder.pos.weight", ("embeddings.position_embeddings.weight",)))
+    if spec.segments:
+        rules.append(Rule("encoder.segment.weight", ("embeddings.token_type_embeddings.weight",)))
+    return rules
+
+
+def block_rules(ours: str, theirs: str) -> list[Rule]:
+    """A layer's tensors after its attention's projections (W^O, the norms, the feed-forward
+    network), the same in both DeBERTa versions."""
+    return [*_dense(ours + "self_attn.w_o", ours + "self_attn.b_o", theirs + "attention.output.dense"),
+            *norm_rules(ours + "self_attn_norm", theirs + "attention.output.LayerNorm"),
+            *_dense(ours + "ffn.w_1", ours + "ffn.b_1", theirs + "intermediate.dense"),
+            *_dense(ours + "ffn.w_2", ours + "ffn.b_2", theirs + "output.dense"),
+            *norm_rules(ours + "ffn_norm", theirs + "output.LayerNorm")]
