@@ -61,3 +61,14 @@ def test_a_directory_of_an_unknown_model_type_is_one_error_line(tmp_path, cli):
         code, _, err = cli(*command)
         assert code == 2 and err.startswith("error:") and "no-such-model" in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_output_it_may_not_replace_is_refused_before_the_import(checkpoint, cli, tmp_path):
+    """The refusal comes before a checkpoint's import, which can take minutes, and leaves no import behind."""
+    directory, _ = checkpoint
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "notes.txt").write_text("not an export", encoding="utf-8")
+    code, _, err = cli("export", directory, "--format", "optimum", "-o", tmp_path / "theirs")
+    assert code == 2 and err.startswith("error:") and "not an earlier export" in err and "import:" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
+    assert sorted(p.name for p in (tmp_path / "theirs").iterdir()) == ["notes.txt"]

@@ -24,6 +24,8 @@ MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take 
 def cmd_export(args) -> int:
     from tfspec.cli.models import imported_for
 
+    if args.format != "hf":  # before a checkpoint directory is imported: that can take minutes
+        _check_replaceable(Path(args.output))
     with imported_for(args, Path(args.output).resolve().parent):
         return _export(args)
 
