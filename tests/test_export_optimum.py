@@ -253,3 +253,52 @@ def test_transformers_js_classifies_as_transformers_does(architecture, tmp_path)
     ours = torch.tensor(json.loads(done.stdout.splitlines()[-1]))
     real = torch.tensor(keep, dtype=torch.bool) if kind == "token" else torch.ones(2, dtype=torch.bool)
     assert float((ours - theirs)[real].abs().max()) < 1e-4
+
+
+PIPELINE_JS = """\
+import { pipeline, env } from '@huggingface/transformers';
+import path from 'node:path';
+const [dir, prompt] = process.argv.slice(1);
+env.allowRemoteModels = false;
+env.localModelPath = path.dirname(dir) + '/';
+const generate = await pipeline('text-generation', path.basename(dir), { dtype: 'fp32' });
+const [out] = await generate(prompt, { max_new_tokens: 6, do_sample: false, return_full_text: false });
+console.log(JSON.stringify(out.generated_text));
+"""
+
+
+def test_transformers_js_pipeline_generates_text_from_the_checkpoints_tokenizer(tmp_path):
+    """The whole path a web developer takes: a checkpoint with its tokenizer, `--format optimum`,
+    then transformers.js's `pipeline("text-generation", dir)` on text: transformers' words."""
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
+        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
+            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
+        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import WhitespaceSplit
+
+    words = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, 211)}}
+    backend = Tokenizer(WordLevel(words, unk_token="<unk>"))
+    backend.pre_tokenizer = WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, bos_token="<s>", eos_token="</s>",
+                                                     unk_token="<unk>")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=211, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      bos_token_id=1, eos_token_id=2)
+    reference = transformers.LlamaForCausalLM(config).eval()
+    reference.save_pretrained(tmp_path / "llama")
+    tokenizer.save_pretrained(tmp_path / "llama")
+    from tfspec.cli import main
+
+    assert main(["export", str(tmp_path / "llama"), "--format", "optimum", "-o", str(tmp_path / "web")]) == 0
+    prompt = "w5 w6 w7"
+    done = subprocess.run(["node", "--input-type=module", "-e", PIPELINE_JS, str(tmp_path / "web"), prompt],
+                          cwd=CLIENT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        theirs = reference.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
+    words = tokenizer.decode(theirs).split()
+    assert len(words) == 6 and json.loads(done.stdout.splitlines()[-1]).split() == words
