@@ -45,6 +45,9 @@ CASES = {
     # xlm-mlm-100-1280's way: several languages, no language embeddings
     "xlm-languages": ("XLMConfig", "XLMModel", XLM | dict(n_langs=3, use_lang_emb=False)),
     "xlm-tokens": ("XLMConfig", "XLMForTokenClassification", XLM | dict(num_labels=3)),
+    # sequence_summary: the first position itself, projected to the labels
+    "xlm-sequence": ("XLMConfig", "XLMForSequenceClassification", XLM | dict(num_labels=3)),
+    "flaubert-sequence": ("FlaubertConfig", "FlaubertForSequenceClassification", XLM | dict(num_labels=2)),
     "xlm-answers": ("XLMConfig", "XLMForQuestionAnsweringSimple", XLM),
     # LayerNorms before the sub-layers, the embeddings' one kept, none after the last layer
     "flaubert-lm": ("FlaubertConfig", "FlaubertWithLMHeadModel", XLM | dict(pre_norm=True, layerdrop=0.2)),
@@ -120,7 +123,8 @@ def test_import_matches_transformers_in_pytorch_and_onnx(case, cli, tmp_path):
 
 @pytest.mark.parametrize("case, architecture", [
     ("xlm-lm", "XLMWithLMHeadModel"), ("xlm-untied", "XLMWithLMHeadModel"),
-    ("xlm-tokens", "XLMForTokenClassification"), ("rembert-lm", "RemBertForMaskedLM"),
+    ("xlm-tokens", "XLMForTokenClassification"), ("xlm-sequence", "XLMForSequenceClassification"),
+    ("rembert-lm", "RemBertForMaskedLM"),
     # a post-norm FlauBERT is XLM's computation
     ("flaubert-post", "XLMWithLMHeadModel"),
     # RemBertModel and its task classes compute what ALBERT's do with no layers shared
@@ -222,10 +226,10 @@ def _canonical(tmp_path, name: str, config: dict) -> dict:
     ("xlm-lm", {"gelu_activation": "true"}, "gelu_activation must be true or false, got \"true\""),
     ("xlm-lm", {"n_words": 50}, "n_words (50) differs from vocab_size (100)"),
     ("xlm-lm", {"share_inout_emb": False}, "share_inout_emb (false) differs from tie_word_embeddings (true)"),
-    ("xlm-lm", {"architectures": ["XLMForSequenceClassification"]}, "its sequence_summary feeds the first position"),
+    ("xlm-sequence", {"summary_type": "mean"}, "summary_type: \"mean\" is not supported"),
+    ("xlm-sequence", {"summary_activation": "tanh"}, "summary_activation: \"tanh\" is not supported"),
     ("xlm-lm", {"architectures": ["XLMForQuestionAnswering"]}, "its SQuAD head"),
     ("flaubert-lm", {"pre_norm": 1}, "pre_norm must be true or false, got 1"),
-    ("flaubert-lm", {"architectures": ["FlaubertForSequenceClassification"]}, "FlaubertForSequenceClassification'"),
     ("rembert-lm", {"output_embedding_size": 24}, "output_embedding_size: 24 is not supported with "
                                                   "input_embedding_size 16"),
     ("rembert", {"is_decoder": True}, "is_decoder: true is not supported"),

@@ -97,7 +97,7 @@ class SequenceClassificationHead(_Classifier):
     pooling: Literal["first", "mean"] | None = None
     """first: the first position, through BERT's pooler when the spec has one
     (BertForSequenceClassification), else through the head's ``transform`` (RoBERTa's
-    classifier.dense, DeBERTa's ContextPooler); mean: the mean of the encoder outputs over the
+    classifier.dense, DeBERTa's ContextPooler), else itself (XLM's sequence_summary); mean: the mean of the encoder outputs over the
     non-padded positions (suits tokenizers that put no [CLS] first). None: first when the spec
     has a pooler, else mean."""
     problem: Literal["single_label", "multi_label", "regression"] | None = None
@@ -107,12 +107,6 @@ class SequenceClassificationHead(_Classifier):
 
     def resolved_pooling(self, spec) -> str:
         return self.pooling or ("first" if spec.pooler else "mean")
-
-    def check(self, spec: Spec) -> tuple[str, str] | None:
-        if self.resolved_pooling(spec) == "first" and not spec.pooler and self.transform is None:
-            return "head", ("pooling 'first' reads BERT's pooler, which this spec lacks, or a transform of the "
-                            "first position: set pooler: true, a head transform, or pooling: mean")
-        return super().check(spec)
 
     def lower(self, b: LayerBuilder, memory: str, pooled: str | None) -> str:
         if self.resolved_pooling(b.spec) == "mean":

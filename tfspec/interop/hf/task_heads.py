@@ -57,6 +57,9 @@ class Pooled:
     """The tensor prefix of a norm of the dense layer's output (ModernBERT's head.norm)."""
     answer: str = "qa_outputs"
     """The tensor prefix of the question-answering class's linear layer (ModernBERT's classifier)."""
+    first_only: bool = False
+    """The classifier reads the first position itself, through neither a pooler nor a dense
+    layer (XLM's sequence_summary)."""
 
 
 def with_task_heads(family: type) -> type:
@@ -95,7 +98,7 @@ class TaskHeads:
         data = super().spec_data(replace(source, architecture=self.export_architecture, names=None))
         head = {"kind": kind} | self._classes(kind, source.config, source.where)
         head |= self._reading(kind, source.config, source.where)
-        pooler = kind == "sequence_classification" and self.pooled.dense is None
+        pooler = kind == "sequence_classification" and self.pooled.dense is None and not self.pooled.first_only
         data = data | {"pooler": pooler, "head_transform": False, "output_bias": False, "head": head}
         if "embed_projection" in data:  # narrower embeddings: nothing goes back down to them (ALBERT, ELECTRA)
             data["embed_projection"] = data["embed_projection"] | {"out": None}

@@ -26,11 +26,11 @@ What transformers computes for ``model(input_ids, attention_mask)`` is imported,
 Refused by name: ``causal`` true (a causal XLM is a decoder whose XLMWithLMHeadModel generates
 by appending a mask token and reading its prediction, not as tfspec's decoders decode; the
 published ones, xlm-clm-enfr-1024 and xlm-clm-ende-1024, carry language embeddings too),
-adaptive softmax (``asm`` true), ``is_encoder`` false (transformers raises), XLMForSequenceClassification (its
-``sequence_summary`` feeds the first position straight to a linear layer to the labels, which
-tfspec's sequence head does not compute: it reads the first position through a pooler or a
-transform) and XLMForQuestionAnswering (the SQuAD head: start, end and answer-class layers and
-a beam search over spans). Older config.json files name fields as the original XLM code did
+adaptive softmax (``asm`` true), ``is_encoder`` false (transformers raises), a sequence class
+whose ``summary_*`` settings are not XLMConfig's (its classifier reads the first position itself,
+projected to the labels: the head's ``pooling: first`` without a pooler or transform) and
+XLMForQuestionAnswering (the SQuAD head: start, end and answer-class layers and a beam search
+over spans). Older config.json files name fields as the original XLM code did
 (``n_words``, ``pad_index``, ...): read as transformers' ``attribute_map`` reads them.
 """
 
@@ -41,7 +41,7 @@ from typing import ClassVar
 
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import _dense
-from tfspec.interop.hf.family import (Family, Rule, Source, check_config, flag, norm_rules, number, register,
+from tfspec.interop.hf.family import (Family, Rule, Source, _show, check_config, flag, norm_rules, number, register,
                                       repeated_layer)
 from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.task_heads import Pooled, TaskHeads
@@ -64,6 +64,11 @@ def folded(config: dict) -> dict:
     return {new: config[old] for old, new in ATTRIBUTE_MAP.items() if old in config and new not in config} | config
 
 
+SUMMARY = {"summary_type": "first", "summary_use_proj": True, "summary_activation": None,
+           "summary_proj_to_labels": True}
+"""XLMConfig's sequence_summary settings: the only ones tfspec's sequence head computes."""
+
+
 class XLMTaskHeads(TaskHeads):
     """XLM's task classes: token classification (``classifier``) and the simple question-answering
     class (``qa_outputs``, named *ForQuestionAnsweringSimple), each a linear layer on every
@@ -80,15 +85,22 @@ class XLMTaskHeads(TaskHeads):
     def spec_data(self, source: Source) -> dict:
         names, architecture = self.task_names, source.architecture
         if architecture == f"{names}ForSequenceClassification":
-            raise TfspecError(f"{source.where}: architecture {architecture!r} is not supported: its sequence_summary "
-                              "feeds the first position straight to a linear layer to the labels, and tfspec's "
-                              "sequence_classification head reads the first position through a pooler or a "
-                              f"transform; {names}ForTokenClassification and {self.simple_answer} import")
+            self._summary(source)
         if architecture == f"{names}ForQuestionAnswering":
             raise TfspecError(f"{source.where}: architecture {architecture!r} is not supported: its SQuAD head "
                               "(start, end and answer-class layers, a beam search over spans) is not tfspec's "
                               f"answer_span head; {self.simple_answer} (qa_outputs) imports")
         return super().spec_data(replace(source, architecture=self._task(architecture)))
+
+    def _summary(self, source: Source) -> None:
+        """The sequence class's ``sequence_summary`` as tfspec's head computes it: the first
+        position, projected straight to the labels; another summary is refused by its field."""
+        c, where = source.config, source.where
+        for key, value in SUMMARY.items():
+            if c.get(key, value) != value:
+                raise TfspecError(f"{where}: {key}: {_show(c[key])} is not supported; tfspec imports "
+                                  f"{self.task_names}ForSequenceClassification's sequence_summary as {key}: "
+                                  f"{_show(value)} (the first position, projected to the labels)")
 
     def dropped(self, architecture: str) -> dict[str, str]:
         return super().dropped(self._task(architecture))
@@ -97,9 +109,11 @@ class XLMTaskHeads(TaskHeads):
         return super().outputs(self._task(architecture))
 
     def structure(self, spec) -> str | None:
-        if spec.head is not None and spec.head.kind == "sequence_classification":
-            return (f"transformers' {self.task_names}ForSequenceClassification feeds the first position straight "
-                    "to its classifier, which tfspec's sequence head does not compute")
+        head = spec.head
+        if head is not None and head.kind == "sequence_classification" and (
+                head.resolved_pooling(spec) != "first" or head.transform is not None):
+            return (f"transformers' {self.task_names}ForSequenceClassification feeds the first position itself "
+                    "to its classifier: set pooling: first and no head transform")
         return super().structure(spec)
 
     def architecture_for(self, spec) -> str:
@@ -119,7 +133,7 @@ class XLM(Family):
     masked_lm = "XLMWithLMHeadModel"
     """The architecture export writes for a spec with the token projection's bias."""
     heads = ("pred_layer.",)
-    task_heads = Pooled(base_pooler=False)
+    task_heads = Pooled(classifier="sequence_summary.summary", base_pooler=False, first_only=True)
     task_class = XLMTaskHeads
     export_rank = 1  # XLMModel's specs are BertGeneration's (DistilBERT's at eps 1e-12): export writes XLM for the LM
     mapped = ("vocab_size", "emb_dim", "n_layers", "n_heads", "dropout", "attention_dropout", "gelu_activation",
