@@ -163,7 +163,8 @@ ENCODERS = [("bert", "BertForSequenceClassification", "ORTModelForSequenceClassi
             ("bert", "BertModel", "ORTModelForFeatureExtraction"),
             ("roberta", "RobertaForSequenceClassification", "ORTModelForSequenceClassification"),
             ("distilbert", "DistilBertForSequenceClassification", "ORTModelForSequenceClassification"),
-            ("mpnet", "MPNetModel", "ORTModelForFeatureExtraction")]  # sentence-transformers' encoders
+            ("mpnet", "MPNetModel", "ORTModelForFeatureExtraction"),  # sentence-transformers' encoders
+            ("xlm", "XLMForSequenceClassification", "ORTModelForSequenceClassification")]
 
 
 @pytest.fixture(scope="module", params=ENCODERS, ids=lambda p: p[1])
@@ -179,7 +180,9 @@ def encoder(request, tmp_path_factory):
               "distilbert": transformers.DistilBertConfig(vocab_size=211, dim=64, n_layers=2, n_heads=4, hidden_dim=96,
                                                           max_position_embeddings=64, num_labels=3),
               "mpnet": transformers.MPNetConfig(vocab_size=211, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                                intermediate_size=96, max_position_embeddings=70)}[family]
+                                                intermediate_size=96, max_position_embeddings=70),
+              "xlm": transformers.XLMConfig(vocab_size=211, emb_dim=64, n_layers=2, n_heads=4, max_position_embeddings=64,
+                                            num_labels=3, pad_token_id=2)}[family]
     checkpoint = tmp_path_factory.mktemp(architecture)
     getattr(transformers, architecture)(config).save_pretrained(checkpoint)
     from tfspec.cli import main
