@@ -20,6 +20,7 @@ ENCODER = {"family": "encoder-only", "vocab": {"size": 60}, "d_model": 16, "head
            "positional": {"kind": "learned", "max_len": 32}, "segments": 2, "embed_norm": True,
            "encoder": {"layers": 2, "block": ["self_attention", "ffn"]}}
 HEADS = {"first": {"kind": "sequence_classification", "classes": 3, "pooling": "first"},
+         "first-itself": {"kind": "sequence_classification", "classes": 3, "pooling": "first"},
          "mean": {"kind": "sequence_classification", "classes": 3, "pooling": "mean"},
          "token": {"kind": "token_classification", "classes": 5}}
 
@@ -48,6 +49,8 @@ def test_head_equals_hand_written_math(head):
     if head == "first":  # BERT: tanh(W_p h_0 + b_p), then the classifier
         pooler = model.encoder.pooler
         vector = torch.tanh(memory[:, 0] @ pooler.w_pool.T + pooler.b_pool)
+    elif head == "first-itself":  # no pooler, no transform: the first position itself (XLM's sequence_summary)
+        vector = memory[:, 0]
     elif head == "mean":  # the mean over real tokens only
         keep = (x != 0).float()
         vector = (memory * keep[..., None]).sum(1) / keep.sum(1, keepdim=True)
@@ -70,7 +73,6 @@ def test_heads_in_ir_reports():
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"head": {"kind": "sequence_classification", "classes": 3, "pooling": "first"}}, "set pooler: true"),
     ({"head": HEADS["token"], "head_transform": True}, "head_transform belongs to the masked-LM projection"),
     ({"head": {"kind": "sequence_clasification", "classes": 3}}, "did you mean 'sequence_classification'"),
     ({"head": {"kind": "token_classification", "classes": 1}}, "greater than or equal to 2"),
