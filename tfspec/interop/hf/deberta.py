@@ -40,6 +40,7 @@ from tfspec.interop.hf.masked_lm import MaskedLM
 @register
 class Deberta(DebertaV2):
     model_type = "deberta"
+    default_vocab = 50265  # deberta-base's
     title = "DeBERTa"
     architectures = {"DebertaModel": "", "DebertaForMaskedLM": "deberta."}
     export_architecture = "DebertaModel"
@@ -113,12 +114,6 @@ class Deberta(DebertaV2):
                               "DeBERTa-v2's (the layers' query and key weights, log buckets): model_type deberta-v2 "
                               "or relative_attention false")
         return {"kind": "learned" if biased else "none", "max_len": max_len}
-
-    def _vocab(self, source: Source) -> dict:
-        """pad from the config; the others as ``special_ids`` finds them (deberta-base's places)."""
-        size = number(source.config, "vocab_size", source.where, default=50265)
-        pad = number(source.config, "pad_token_id", source.where, default=0)
-        return {"size": size, **self.special_ids(source, size, {"pad_id": pad})}
 
     def rules(self, spec, architecture: str) -> list[Rule]:
         rules = embedding_rules(spec)

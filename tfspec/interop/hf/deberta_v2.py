@@ -28,6 +28,8 @@ shape, without relative attention).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.bert import _dense
 from tfspec.interop.hf.family import (ACTIVATION_NAMES, Rule, Source, _show, activation, flag, norm_rules,
@@ -134,9 +136,12 @@ class DebertaV2(MaskedLM):
         return {"kind": "disentangled", "max_len": max_len, "buckets": buckets, "max_distance": top if top > 0
                 else max_len, "terms": terms, "table_norm": "layer_norm" in norm.lower()}
 
+    default_vocab: ClassVar[int] = 128100
+    """The configuration class's default vocab_size (DeBERTa-v3's; v1's is its own)."""
+
     def _vocab(self, source: Source) -> dict:
         """pad from the config; the others as ``special_ids`` finds them (DeBERTa-v3's places)."""
-        size = number(source.config, "vocab_size", source.where, default=128100)
+        size = number(source.config, "vocab_size", source.where, default=self.default_vocab)
         pad = number(source.config, "pad_token_id", source.where, default=0)
         return {"size": size, **self.special_ids(source, size, {"pad_id": pad})}
 

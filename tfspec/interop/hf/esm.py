@@ -52,6 +52,7 @@ model); pad, mask, eos and bos come from the config, else from vocab.txt (<pad>,
 from __future__ import annotations
 
 from tfspec.errors import TfspecError
+from tfspec.interop.hf.bert import Bert
 from tfspec.interop.hf.family import Family, Rule, Source, _show, flag, norm_rules, number, register
 from tfspec.interop.hf.layouts import Concat
 from tfspec.interop.hf.task_heads import Pooled, TaskHeads
@@ -260,13 +261,8 @@ class Esm(Family):
                     f"head_transform for {self.masked_lm})")
         return None
 
-    def architecture_for(self, spec) -> str:
-        return self.masked_lm if spec.head_transform else self.export_architecture
-
-    def outputs(self, architecture: str) -> dict[str, str]:
-        if architecture == self.export_architecture:
-            return {"memory": "last_hidden_state", "pooled": "pooler_output"}
-        return {"logits": "logits"}
+    architecture_for = Bert.architecture_for  # the masked LM with a head transform, else the pooled model
+    outputs = Bert.outputs
 
     def config(self, spec) -> dict:
         plan, v, positions = spec.plan("encoder"), spec.vocab, spec.positional
