@@ -9,6 +9,8 @@ other argument, as they open ``optimum-cli export onnx``'s::
                                 past_key_values.N.key/value (batch, kv_heads, past, d) -> logits
                                 (batch, new, vocab), present.N.key/value; the encoder tasks:
                                 ``variants.hub``
+    onnx/encoder_model.onnx     text2text-generation (seq2seq): input_ids, attention_mask ->
+    onnx/decoder_model_merged.onnx  last_hidden_state, and the merged decoder (``variants.hub_decoder``)
 
 optimum finds ``onnx/model.onnx`` by its ``**/*.onnx`` glob; transformers.js reads ``onnx/`` for
 its default float32. The text-generation graph is genai's (``variants.genai``): onnxruntime-genai,
@@ -32,11 +34,14 @@ from .exporter import Exported, publish, save_graph
 from .graphs import emit
 from .variants.genai import emit_genai
 from .variants.hub import HubEncoder
+from .variants.hub_decoder import HubDecoder
 
 GRAPH = Path("onnx") / "model.onnx"
+SEQ2SEQ = "text2text-generation"
+ENCODER, DECODER = GRAPH.with_name("encoder_model.onnx"), GRAPH.with_name("decoder_model_merged.onnx")
 CONFIG = "config.json"
 GENERATION = "generation_config.json"
-ARCHITECTURE_TASKS = (("ForConditionalGeneration", None), ("MTModel", None),
+ARCHITECTURE_TASKS = (("ForConditionalGeneration", SEQ2SEQ), ("MTModel", SEQ2SEQ),
                       ("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"),
                       ("ForSequenceClassification", "text-classification"),
                       ("ForTokenClassification", "token-classification"),
@@ -46,14 +51,14 @@ ARCHITECTURE_TASKS = (("ForConditionalGeneration", None), ("MTModel", None),
 
 
 def task_of(architecture: str) -> str | None:
-    """The task of a transformers architecture (``LlamaForCausalLM`` -> ``text-generation``), or
-    None for those this layout does not hold yet (seq2seq's ``...ForConditionalGeneration``)."""
+    """The task of a transformers architecture (``LlamaForCausalLM`` -> ``text-generation``,
+    ``MarianMTModel`` -> ``text2text-generation``), or None for one this layout does not hold."""
     return next((task for end, task in ARCHITECTURE_TASKS if architecture.endswith(end)), None)
 
 
 def is_hub_export(directory: Path) -> bool:
     """Whether ``directory`` holds an export this module wrote (its graph's metadata says so)."""
-    path = directory / GRAPH
+    path = next((directory / g for g in (GRAPH, ENCODER) if (directory / g).is_file()), directory / GRAPH)
     try:
         meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
     except Exception:  # not a readable ONNX file: not this module's
@@ -64,40 +69,43 @@ def is_hub_export(directory: Path) -> bool:
 def generation_config(config: dict) -> dict:
     """``generation_config.json`` as transformers derives it from a model's config
     (``GenerationConfig.from_model_config``): its special ids, greedy search."""
-    ids = {k: config[k] for k in ("bos_token_id", "eos_token_id", "pad_token_id") if config.get(k) is not None}
+    special = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "forced_eos_token_id")
+    ids = {k: config[k] for k in special if config.get(k) is not None}
     return ids | {"do_sample": False, "transformers_version": config.get("transformers_version", "4.57.0")}
 
 
-def export_hub(model, directory: str | Path, config: dict, task: str, opset: int = 18, fp16: bool = False,
-               parity: bool = True) -> Exported:
+def export_hub(model, directory: str | Path, config: dict, task: str, generation: dict | None = None, opset: int = 18,
+               fp16: bool = False, parity: bool = True) -> Exported:
     """Write ``model`` (a ``TorchModel`` with its weights) in the layout of the module docstring
-    for ``task`` (``task_of``), ``config`` its transformers configuration; checked by
+    for ``task`` (``task_of``), ``config`` its transformers configuration, ``generation`` the
+    checkpoint's own generation config (None: derived from ``config``); checked by
     onnx.checker and, with ``parity``, against the PyTorch backend fed as the loaders feed it."""
     from tfspec.backends.parity.genai import check_genai_parity
-    from tfspec.backends.parity.hub import check_hub_parity
+    from tfspec.backends.parity.hub import check_hub_parity, check_seq2seq_parity
 
     graph, directory = model.graph, Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     weights = {name: p.detach().cpu().float().numpy() for name, p in model.named_parameters()}
     metadata = {"tfspec.version": __version__, "tfspec.graph": "optimum", "tfspec.export_id": uuid.uuid4().hex,
                 "tfspec.spec": json.dumps(graph.spec.model_dump(mode="json"))}
-    dtype, generating = "float16" if fp16 else "float32", task == "text-generation"
-    proto = emit_genai(graph, weights, opset=opset, dtype=dtype, metadata=metadata) if generating else \
-        emit(graph, HubEncoder(task), weights, opset, dtype, metadata)
+    dtype, generating = "float16" if fp16 else "float32", task in ("text-generation", SEQ2SEQ)
     result = Exported(directory)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     try:
         (staging / GRAPH.parent).mkdir()
-        save_graph(proto, staging / GRAPH)
-        del proto
-        onnx.checker.check_model(str(staging / GRAPH), full_check=True)
+        for path, make in graphs_of(task):
+            proto = make(graph, weights, opset, dtype, metadata)
+            save_graph(proto, staging / path)
+            del proto  # one graph in memory at a time
+            onnx.checker.check_model(str(staging / path), full_check=True)
         config = config | {"torch_dtype": dtype} | ({"use_cache": True} if generating else {})
         (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if generating:
-            (staging / GENERATION).write_text(json.dumps(generation_config(config), indent=2) + "\n", encoding="utf-8")
+            generation = generation or generation_config(config)
+            (staging / GENERATION).write_text(json.dumps(generation, indent=2) + "\n", encoding="utf-8")
         shutil.rmtree(directory / GRAPH.parent, ignore_errors=True)  # an earlier export's (is_hub_export)
         (directory / GRAPH.parent).mkdir()
-        graphs = publish(staging / GRAPH.parent, directory / GRAPH.parent, GRAPH.name)
+        graphs = publish(staging / GRAPH.parent, directory / GRAPH.parent, graphs_of(task)[0][0].name)
         (staging / GRAPH.parent).rmdir()
         result.files = {f"{GRAPH.parent}/{name}": size for name, size in graphs.items()}
         result.files |= publish(staging, directory, CONFIG)
@@ -105,6 +113,21 @@ def export_hub(model, directory: str | Path, config: dict, task: str, opset: int
         shutil.rmtree(staging, ignore_errors=True)
     if parity:
         tolerance = 5e-2 if fp16 else 1e-4
-        result.checks = check_genai_parity(directory / GRAPH, model, tolerance) if generating else \
-            check_hub_parity(directory / GRAPH, model, task, tolerance)
+        if task == SEQ2SEQ:
+            result.checks = check_seq2seq_parity(directory / ENCODER, directory / DECODER, model, tolerance)
+        elif task == "text-generation":
+            result.checks = check_genai_parity(directory / GRAPH, model, tolerance)
+        else:
+            result.checks = check_hub_parity(directory / GRAPH, model, task, tolerance)
     return result
+
+
+def graphs_of(task: str) -> list[tuple[Path, object]]:
+    """The graph files of ``task``, each with ``make(graph, weights, opset, dtype, metadata)``
+    emitting it; the first is the file a loader looks for first (published last)."""
+    if task == SEQ2SEQ:
+        return [(ENCODER, lambda *a: emit(a[0], HubEncoder("feature-extraction"), *a[1:])),
+                (DECODER, lambda *a: emit(a[0], HubDecoder(), *a[1:]))]
+    if task == "text-generation":
+        return [(GRAPH, lambda g, w, opset, dtype, meta: emit_genai(g, w, opset=opset, dtype=dtype, metadata=meta))]
+    return [(GRAPH, lambda *a: emit(a[0], HubEncoder(task), *a[1:]))]

@@ -14,7 +14,7 @@ from tfspec.backends.onnx.runtime import session_options
 from tfspec.backends.torch import TorchModel
 from tfspec.checks import Check
 
-from .onnx import _diff, _tokens
+from .onnx import _diff, _ids, _tokens
 
 OUTPUTS = {"feature-extraction": {"last_hidden_state": "memory", "pooler_output": "pooled"},
            "question-answering": {"start_logits": "logits", "end_logits": "logits"}}
@@ -47,4 +47,41 @@ def check_hub_parity(path: Path, model: TorchModel, task: str, tolerance: float 
         per_token = task in PER_TOKEN or name == "last_hidden_state"  # compared at real tokens only
         checks.append(Check(f"{name} ({task}), batch 3 with padding",
                             _diff(value, expected, keep if per_token else np.ones(len(ids), dtype=bool)), tolerance))
+    return checks
+
+
+STEPS = ((0, 4), (4, 5), (5, 6))
+"""The target positions of each decoder call: a 4-token start (scoring a prefix), then two steps."""
+
+
+def check_seq2seq_parity(encoder: Path, decoder: Path, model: TorchModel, tolerance: float = 1e-4, seed: int = 0
+                         ) -> list[Check]:
+    """The seq2seq pair (``variants/hub_decoder.py``) fed as ``ORTModelForSeq2SeqLM`` feeds it:
+    the encoder on a padded batch of 3, then the merged decoder called three times over 6 target
+    tokens (empty pasts and ``use_cache_branch`` false first, then the presents it returned),
+    its logits against the PyTorch model's over the whole target at once."""
+    import onnxruntime as ort
+
+    checks = check_hub_parity(encoder, model, "feature-extraction", tolerance, seed)
+    sessions = [ort.InferenceSession(str(p), session_options(), providers=["CPUExecutionProvider"])
+                for p in (encoder, decoder)]
+    vocab, rng, model = model.graph.spec.vocab, np.random.default_rng(seed + 1), model.eval()
+    src, keep = _tokens(rng, vocab.size, 3, 11, vocab.pad_id, pad_from=(1, 6))
+    tgt = _ids(rng, vocab.tgt_size, (3, STEPS[-1][1]), vocab.pad_id)
+    with torch.no_grad():
+        ref = model.run({"src": torch.from_numpy(src), "src_mask": torch.from_numpy(keep), "tgt": torch.from_numpy(tgt),
+                         "tgt_mask": torch.ones(tgt.shape, dtype=torch.bool)})["logits"].numpy()
+    mask = keep.astype(np.int64)
+    memory = sessions[0].run(["last_hidden_state"], {"input_ids": src, "attention_mask": mask})[0]
+    pasts = {i.name: np.zeros((3, i.shape[1], 0, i.shape[3]), np.float32) for i in sessions[1].get_inputs()
+             if i.name.startswith("past_key_values.")}
+    names, logits = [o.name for o in sessions[1].get_outputs()], []
+    for start, stop in STEPS:
+        feeds = {"input_ids": tgt[:, start:stop], "encoder_hidden_states": memory, "encoder_attention_mask": mask,
+                 "use_cache_branch": np.array([start > 0]), **pasts}
+        out = dict(zip(names, sessions[1].run(names, feeds)))
+        logits.append(out["logits"])
+        pasts = {n.replace("present.", "past_key_values.", 1): v for n, v in out.items() if n.startswith("present.")}
+    checks.append(Check(f"decoder logits, {len(STEPS)} calls over the pasts (batch 3, source padding)",
+                        _diff(np.concatenate(logits, 1), ref, np.ones(tgt.shape, dtype=bool)), tolerance))
     return checks

@@ -76,7 +76,8 @@ def _export(args) -> int:
     if args.format == "optimum":
         from tfspec.backends.onnx.hub import export_hub
 
-        result = export_hub(model, args.output, config, task, opset=args.opset, fp16=args.fp16,
+        result = export_hub(model, args.output, config, task, generation=_generation_config(home), opset=args.opset,
+                            fp16=args.fp16,
                             parity=not args.no_check)
     elif args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
@@ -88,7 +89,8 @@ def _export(args) -> int:
     return _report(args, spec, home, result, started)
 
 
-_ORT_CLASSES = {"text-generation": "ORTModelForCausalLM", "text-classification": "ORTModelForSequenceClassification",
+_ORT_CLASSES = {"text-generation": "ORTModelForCausalLM", "text2text-generation": "ORTModelForSeq2SeqLM",
+                "text-classification": "ORTModelForSequenceClassification",
                 "token-classification": "ORTModelForTokenClassification",
                 "question-answering": "ORTModelForQuestionAnswering", "fill-mask": "ORTModelForMaskedLM",
                 "feature-extraction": "ORTModelForFeatureExtraction"}
@@ -108,11 +110,28 @@ def _hub_config(spec) -> tuple[dict, str]:
         raise TfspecError(f"--format optimum needs the config.json of a transformers family: {e}") from None
     config = family.config(family_form(spec))
     architecture = config["architectures"][0]
-    if (task := task_of(architecture)) is None or spec.family == "encoder-decoder":
-        raise TfspecError(f"{spec.name} is {architecture}: --format optimum writes decoder-only generators and "
-                          "encoders (classification, token classification, question answering, fill-mask, "
-                          "feature extraction), not yet seq2seq models; use --format onnx")
+    if (task := task_of(architecture)) is None:
+        raise TfspecError(f"{spec.name} is {architecture}: --format optimum writes generators (decoder-only and "
+                          "seq2seq) and encoders (classification, token classification, question answering, "
+                          "fill-mask, feature extraction); use --format onnx")
     return config, task
+
+
+def _generation_config(home: Path | None) -> dict | None:
+    """The checkpoint's own ``generation_config.json`` where the spec's directory holds one (an
+    import keeps it), which an optimum export hands on rather than deriving one from the config."""
+    from tfspec.interop.hf.checkpoint import GENERATION_CONFIG
+
+    path = home / GENERATION_CONFIG if home is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TfspecError(f"{path}: not a generation config ({e})") from None
+    if not isinstance(found, dict):
+        raise TfspecError(f"{path}: not a generation config (a JSON object)")
+    return found
 
 
 def _report(args, spec, home, result, started: float, quant=None) -> int:

@@ -64,7 +64,7 @@ def projection(e, node: Node, x: str) -> str:
     flat (B * L, vocab) logits; in step graphs (B, vocab), the last position's only, or the
     shortlist's candidates' only (B, n) in the shortlist step graph (``variants.shortlist``)."""
     b, d = e.b, e.b.shape(node.params["weight"])[1]
-    if e.variant.step:  # only the next token's distribution is wanted: (B, d) rows
+    if e.variant.step and not e.variant.every_position:  # only the next token's distribution: (B, d) rows
         last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
         x = b.op("Reshape", last, b.ints(-1, d))
         b.flat.add(x)

@@ -57,6 +57,9 @@ class Variant:
     rows_per_source: ClassVar[bool] = False
     """Per-source inputs (cross keys/values) come gathered to one row per batch row (``cross_rows``)
     rather than one row per source that a group of rows shares."""
+    every_position: ClassVar[bool] = False
+    """A step graph that projects every new position, not only the last (optimum's decoders
+    are also called on a whole target to score it)."""
     preallocated: ClassVar[bool] = False
     """Self-attention keys are a whole ``max_len`` cache, written at ``offset``: slots not yet
     written hold stale values (masked) and key positions are slot indices."""

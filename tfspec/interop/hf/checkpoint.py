@@ -24,6 +24,9 @@ from tfspec.untrusted import file_name, read_json
 from tfspec.tensors import Entry, read_header, read_pickled, read_tensor
 
 CONFIG = "config.json"
+GENERATION_CONFIG = "generation_config.json"
+"""The checkpoint's generation defaults (forced end ids, beams, lengths): data, kept beside an
+import so that exports hand them on (``export --format optimum``)."""
 WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json"),
                 ("pytorch_model.bin", "pytorch_model.bin.index.json"))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt", "vocab.json",

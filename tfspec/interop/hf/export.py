@@ -28,10 +28,14 @@ CLOSEST = 3
 
 
 def fitting_family(spec: Spec) -> Family:
-    """The family whose transformers class computes exactly what ``spec`` does; refused with
-    the reasons of the ``CLOSEST`` families (fewest differing fields), not all of them."""
+    """The family whose transformers class computes exactly what ``spec`` does, the one of the
+    architecture it was imported from first (a Mistral checkpoint without a window computes what
+    Llama does, and stays Mistral); refused with the reasons of the ``CLOSEST`` families (fewest
+    differing fields), not all of them."""
+    source = spec.reference.architecture if spec.reference is not None else None
     misses = []
-    for model_type in sorted(FAMILIES, key=lambda t: (FAMILIES[t].export_rank, t)):
+    for model_type in sorted(FAMILIES, key=lambda t: (source not in FAMILIES[t].architectures,
+                                                      FAMILIES[t].export_rank, t)):
         family = FAMILIES[model_type]()
         reason, distance = _misfit(family, spec)
         if reason is None:

@@ -20,8 +20,8 @@ import yaml
 from pydantic import ValidationError
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.checkpoint import (CONFIG, Checkpoint, check_writable, open_checkpoint, read_vocabulary,
-                                          staged_directory)
+from tfspec.interop.hf.checkpoint import (CONFIG, GENERATION_CONFIG, Checkpoint, check_writable, open_checkpoint,
+                                          read_vocabulary, staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source
 from tfspec.interop.hf.quantized import dequantized
 from tfspec.tensors import write_safetensors
@@ -67,7 +67,7 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
         _write_spec(staging / SPEC_FILE, read.data, directory, result.architecture, result.ignored)
         if plan is not None:
             _write_weights(staging / WEIGHTS_FILE, read.graph, plan, checkpoint, dtype, progress, directory)
-        for path in checkpoint.tokenizer_files():
+        for path in checkpoint.tokenizer_files() + [p for p in [directory / GENERATION_CONFIG] if p.is_file()]:
             shutil.copyfile(path, staging / path.name)
         result.files = sorted(p.name for p in staging.iterdir())
     return result
