@@ -107,8 +107,8 @@ def test_specs_optimum_cannot_carry_are_refused_by_name(cli, tmp_path):
     code, _, err = cli("export", "tiny", "--format", "optimum", "-o", tmp_path / "out")
     assert code == 2 and "--format optimum needs the config.json of a transformers family" in err, err
     assert err.startswith("error:") and len(err.splitlines()) == 1, err
-    code, _, err = cli("export", "zoo/gpt2", "--format", "optimum", "--int8", "-o", tmp_path / "out")
-    assert code == 2 and "--int8 applies to --format onnx" in err, err
+    code, _, err = cli("export", "zoo/gpt2", "--format", "optimum", "--fused", "-o", tmp_path / "out")
+    assert code == 2 and "--fused applies to --format onnx" in err, err
 
 
 GENERATE_JS = """\
@@ -421,3 +421,46 @@ def test_transformers_js_pipeline_generates_text_from_the_checkpoints_tokenizer(
         theirs = reference.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
     words = tokenizer.decode(theirs).split()
     assert len(words) == 6 and json.loads(done.stdout.splitlines()[-1]).split() == words
+
+
+QUANTISED_JS = """\
+import { AutoModelForCausalLM, Tensor, env } from '@huggingface/transformers';
+import path from 'node:path';
+const [dir, dtype, ids] = process.argv.slice(1);
+env.allowRemoteModels = false;
+env.localModelPath = path.dirname(dir) + '/';
+const model = await AutoModelForCausalLM.from_pretrained(path.basename(dir), { dtype, device: 'cpu' });
+const rows = JSON.parse(ids), dims = [rows.length, rows[0].length];
+const input_ids = new Tensor('int64', BigInt64Array.from(rows.flat().map(BigInt)), dims);
+const { logits } = await model({ input_ids, attention_mask: new Tensor('int64', BigInt64Array.from(rows.flat().map(() => 1n)), dims) });
+console.log(JSON.stringify(logits.tolist()));
+"""
+
+
+@pytest.mark.parametrize("flag, dtype, name", [("--int8", "q8", "model_quantized.onnx"), ("--int4", "q4", "model_q4.onnx")])
+def test_transformers_js_opens_the_quantised_graph_its_dtype_names(flag, dtype, name, tmp_path):
+    """`--int8`/`--int4` add the graph transformers.js's `dtype: 'q8'`/`'q4'` loads: its logits are
+    the checkpoint's within the quantisation's error (relative RMS), and not the float graph's."""
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
+        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
+            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
+        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    torch.manual_seed(0)
+    reference = transformers.LlamaForCausalLM(DECODERS["llama"]()).eval()
+    reference.save_pretrained(tmp_path / "llama")
+    from tfspec.cli import main
+
+    assert main(["export", str(tmp_path / "llama"), "--format", "optimum", flag, "-o", str(tmp_path / "out")]) == 0
+    assert sorted(p.name for p in (tmp_path / "out" / "onnx").iterdir()) == sorted(["model.onnx", name])
+    ids = [[5, 6, 7, 8, 9, 10]]
+    runs = {}
+    for form in (dtype, "fp32"):
+        done = subprocess.run(["node", "--input-type=module", "-e", QUANTISED_JS, str(tmp_path / "out"), form,
+                               json.dumps(ids)], cwd=CLIENT, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs[form] = torch.tensor(json.loads(done.stdout.splitlines()[-1]))
+    with torch.no_grad():
+        theirs = reference(torch.tensor(ids)).logits
+    assert float((runs["fp32"] - theirs).abs().max()) < 1e-4
+    error = float((runs[dtype] - theirs).norm() / theirs.norm())
+    assert 0 < error < 0.25, error

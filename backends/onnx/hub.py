@@ -75,14 +75,13 @@ def generation_config(config: dict) -> dict:
 
 
 def export_hub(model, directory: str | Path, config: dict, task: str, generation: dict | None = None, opset: int = 18,
-               fp16: bool = False, parity: bool = True) -> Exported:
+               fp16: bool = False, parity: bool = True, quant=None) -> Exported:
     """Write ``model`` (a ``TorchModel`` with its weights) in the layout of the module docstring
     for ``task`` (``task_of``), ``config`` its transformers configuration, ``generation`` the
     checkpoint's own generation config (None: derived from ``config``); checked by
-    onnx.checker and, with ``parity``, against the PyTorch backend fed as the loaders feed it."""
-    from tfspec.backends.parity.genai import check_genai_parity
-    from tfspec.backends.parity.hub import check_hub_parity, check_seq2seq_parity
-
+    onnx.checker and, with ``parity``, against the PyTorch backend fed as the loaders feed it.
+    With ``quant`` (``int8.Int8``, ``int4.Int4``), each graph also quantised, under the name
+    transformers.js gives that form (``QUANTISED``), checked against PyTorch holding its weights."""
     graph, directory = model.graph, Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     weights = {name: p.detach().cpu().float().numpy() for name, p in model.named_parameters()}
@@ -93,11 +92,13 @@ def export_hub(model, directory: str | Path, config: dict, task: str, generation
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=directory))
     try:
         (staging / GRAPH.parent).mkdir()
-        for path, make in graphs_of(task):
-            proto = make(graph, weights, opset, dtype, metadata)
-            save_graph(proto, staging / path)
-            del proto  # one graph in memory at a time
-            onnx.checker.check_model(str(staging / path), full_check=True)
+        for form in [None] + ([quant] if quant is not None else []):
+            for path, make in graphs_of(task):
+                path = quantised(path, form)
+                proto = make(graph, weights, opset, dtype, metadata, form)
+                save_graph(proto, staging / path)
+                del proto  # one graph in memory at a time
+                onnx.checker.check_model(str(staging / path), full_check=True)
         config = config | {"torch_dtype": dtype} | ({"use_cache": True} if generating else {})
         (staging / CONFIG).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         if generating:
@@ -112,22 +113,56 @@ def export_hub(model, directory: str | Path, config: dict, task: str, generation
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if parity:
-        tolerance = 5e-2 if fp16 else 1e-4
-        if task == SEQ2SEQ:
-            result.checks = check_seq2seq_parity(directory / ENCODER, directory / DECODER, model, tolerance)
-        elif task == "text-generation":
-            result.checks = check_genai_parity(directory / GRAPH, model, tolerance)
-        else:
-            result.checks = check_hub_parity(directory / GRAPH, model, task, tolerance)
+        result.checks = check(directory, model, task, 5e-2 if fp16 else 1e-4)
+        if quant is not None:
+            result.checks += check_quantised(directory, model, task, quant)
     return result
 
 
+QUANTISED = {"int8": "_quantized", "int4": "_q4"}
+"""A quantisation's label -> the suffix transformers.js's ``dtype`` option reads (``q8``: int8
+matrix products with activations quantised at run time; ``q4``: MatMulNBits)."""
+
+
+def quantised(path: Path, quant) -> Path:
+    """The file of graph ``path`` quantised with ``quant`` (None: the float graph itself)."""
+    return path if quant is None else path.with_name(f"{path.stem}{QUANTISED[quant.label]}{path.suffix}")
+
+
 def graphs_of(task: str) -> list[tuple[Path, object]]:
-    """The graph files of ``task``, each with ``make(graph, weights, opset, dtype, metadata)``
+    """The graph files of ``task``, each with ``make(graph, weights, opset, dtype, metadata, quant)``
     emitting it; the first is the file a loader looks for first (published last)."""
     if task == SEQ2SEQ:
         return [(ENCODER, lambda *a: emit(a[0], HubEncoder("feature-extraction"), *a[1:])),
                 (DECODER, lambda *a: emit(a[0], HubDecoder(), *a[1:]))]
     if task == "text-generation":
-        return [(GRAPH, lambda g, w, opset, dtype, meta: emit_genai(g, w, opset=opset, dtype=dtype, metadata=meta))]
+        return [(GRAPH, lambda g, w, opset, dtype, meta, quant: emit_genai(g, w, opset=opset, dtype=dtype,
+                                                                          metadata=meta, quant=quant))]
     return [(GRAPH, lambda *a: emit(a[0], HubEncoder(task), *a[1:]))]
+
+
+def check(directory: Path, model, task: str, tolerance: float, quant=None) -> list:
+    """The parity checks of the graphs of ``task`` (quantised with ``quant``) in ``directory``."""
+    from tfspec.backends.parity.genai import check_genai_parity
+    from tfspec.backends.parity.hub import check_hub_parity, check_seq2seq_parity
+
+    paths = [directory / quantised(path, quant) for path, _ in graphs_of(task)]
+    if task == SEQ2SEQ:
+        return check_seq2seq_parity(*paths, model, tolerance)
+    if task == "text-generation":
+        return check_genai_parity(*paths, model, tolerance)
+    return check_hub_parity(*paths, model, task, tolerance)
+
+
+def check_quantised(directory: Path, model, task: str, quant) -> list:
+    """The quantised graphs against the PyTorch model holding the weights they multiply by
+    (``model`` changed in place), within the quantisation's tolerance for what quantised
+    activations alone cost, relative to the largest output value."""
+    from tfspec.backends.parity.quant import dequantised, output_scales
+    from tfspec.checks import Check
+
+    for path, _ in graphs_of(task):
+        dequantised(model, directory / quantised(path, quant), quant)
+    tolerance = quant.same_weights * max(output_scales(model).values())
+    return [Check(f"{c.name} ({quant.label}, against its own weights in PyTorch)", c.diff, c.tolerance)
+            for c in check(directory, model, task, tolerance, quant)]

@@ -44,12 +44,13 @@ def _export(args) -> int:
 
         return export_hf(args)
     one_graph = args.format in ("genai", "optimum")
-    if one_graph and (args.int8 or args.static_cache or args.generate or args.fused or
-                      (args.int4 and args.format == "optimum")):
-        flag = ("--int8" if args.int8 else "--static-cache" if args.static_cache else
-                "--generate" if args.generate else "--fused" if args.fused else "--int4")
-        raise TfspecError(f"{flag} applies to --format onnx; --format {args.format} writes one float graph that "
+    if one_graph and (args.static_cache or args.generate or args.fused or (args.int8 and args.format == "genai")):
+        flag = ("--static-cache" if args.static_cache else "--generate" if args.generate else
+                "--fused" if args.fused else "--int8")
+        raise TfspecError(f"{flag} applies to --format onnx; --format {args.format} writes the graphs "
                           f"{'onnxruntime-genai' if args.format == 'genai' else 'optimum and transformers.js'} drive")
+    if args.format == "optimum" and args.int8 and args.fp16:
+        raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
     args.opset = args.opset or DEFAULT_OPSET
     _check_replaceable(args.output)
     from tfspec.backends.onnx import export
@@ -77,7 +78,7 @@ def _export(args) -> int:
         from tfspec.backends.onnx.hub import export_hub
 
         result = export_hub(model, args.output, config, task, generation=_generation_config(home), opset=args.opset,
-                            fp16=args.fp16,
+                            fp16=args.fp16, quant=quant,
                             parity=not args.no_check)
     elif args.format == "genai":
         result = genai.export_genai(model, args.output, opset=args.opset, fp16=args.fp16, parity=not args.no_check,
@@ -395,8 +396,9 @@ def register(command) -> None:
                         "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
                         "Mistral, Qwen2, Marian, BART or T5); genai: model.onnx + genai_config.json for "
                         "onnxruntime-genai (decoder-only specs); optimum: config.json, generation_config.json, the "
-                        "tokenizer and onnx/model.onnx, the layout optimum's ORTModelForCausalLM and "
-                        "transformers.js open unchanged (decoder-only specs of a transformers family)")
+                        "tokenizer and onnx/model.onnx (seq2seq: onnx/encoder_model.onnx and decoder_model_merged.onnx), the "
+                        "layout optimum's ORTModelFor* classes and transformers.js open unchanged (specs of a "
+                        "transformers family: generators, seq2seq models and encoders)")
     c.add_argument("--opset", type=int, default=None, choices=range(17, 24), metavar="N",
                    help=f"ONNX opset, 17-23 (default {DEFAULT_OPSET}); 23 emits the fused Attention op")
     c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")
@@ -405,9 +407,10 @@ def register(command) -> None:
                         "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md), "
                         "quantised tensor by tensor while streaming; checked against PyTorch holding the same int8 "
                         "weights and against float32 (with --shortlist: in memory, float32 parity checked first, "
-                        "then greedy agreement with float32 reported)")
+                        "then greedy agreement with float32 reported); optimum: adds *_quantized.onnx, what "
+                        "transformers.js loads with dtype 'q8'")
     c.add_argument("--int4", action="store_true",
-                   help="ONNX and genai: 4-bit weights for every projection (onnxruntime's MatMulNBits, blocks along "
+                   help="ONNX, genai and optimum (adds *_q4.onnx: transformers.js's dtype 'q4'): 4-bit weights for every projection (onnxruntime's MatMulNBits, blocks along "
                         "the input dimension; 1/8 of float32's bytes, so faster where decoding is bound by memory), "
                         "quantised tensor by tensor while streaming (a bf16 checkpoint never becomes float32 in "
                         "full); checked against PyTorch holding the same int4 weights and against float32")

@@ -64,8 +64,9 @@ def choose_route(args, spec, quant) -> tuple[bool, object]:
     file = streamed_file(args, spec)
     forced = args.stream or (file is not None and free and need.floating > free)
     if forced and in_memory(args):
-        raise TfspecError("--shortlist is exported in memory only (its step graph is checked against the float32 "
-                          "one, which --int8 then quantises): " + (
+        what = ("--format optimum is written from memory" if args.format == "optimum" else "--shortlist is exported "
+                "in memory only (its step graph is checked against the float32 one, which --int8 then quantises)")
+        raise TfspecError(f"{what}: " + (
                               "leave out --stream" if args.stream else
                               f"~{need.floating / GiB:.1f} GiB that way, {free / GiB:.1f} GiB is available"))
     stream = bool(forced) or (quant is not None and not in_memory(args))
@@ -85,8 +86,9 @@ def choose_route(args, spec, quant) -> tuple[bool, object]:
 
 def in_memory(args) -> bool:
     """Whether the export takes the in-memory route whatever its size: ``--shortlist``, whose
-    graph is checked against the float32 step graph (before ``--int8`` quantises both)."""
-    return args.shortlist is not None
+    graph is checked against the float32 step graph (before ``--int8`` quantises both), and
+    ``--format optimum``, whose quantised graphs sit beside the float ones they are emitted with."""
+    return args.shortlist is not None or args.format == "optimum"
 
 
 def export_stream(args, spec, quant, need, home: Path | None) -> tuple[object, list]:
