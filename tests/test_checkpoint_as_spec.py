@@ -6,6 +6,7 @@ Checked against transformers itself: its parameter count and its logits."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -72,3 +73,26 @@ def test_an_output_it_may_not_replace_is_refused_before_the_import(checkpoint, c
     assert code == 2 and err.startswith("error:") and "not an earlier export" in err and "import:" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
     assert sorted(p.name for p in (tmp_path / "theirs").iterdir()) == ["notes.txt"]
+
+
+def test_serve_takes_the_checkpoint_directory_and_decodes_as_transformers(checkpoint, tmp_path):
+    """`tfspec serve CHECKPOINT` exports it into a scratch directory for the server's lifetime:
+    its greedy continuation of token ids is transformers' `generate`, and the scratch is gone after."""
+    import tempfile
+
+    from test_serve import Server, request
+
+    directory, model = checkpoint
+    before = set(Path(tempfile.gettempdir()).glob("tfspec-serve-*"))
+    server = Server(directory, tmp=tmp_path)
+    try:
+        prompt = [5, 6, 7, 8]
+        status, body, _ = request(server.url + "/v1/completions", {"model": "m", "prompt": prompt, "max_tokens": 6,
+                                                                   "temperature": 0})
+    finally:
+        assert server.stop() == 0
+    assert status == 200, body
+    with torch.no_grad():
+        theirs = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, pad_token_id=0)[0].tolist()
+    assert prompt + body["choices"][0]["token_ids"] == theirs, (body, theirs)
+    assert set(Path(tempfile.gettempdir()).glob("tfspec-serve-*")) == before
