@@ -138,6 +138,18 @@ def ours(threads: int, directory: str, prompts: dict, n: int, check: str | None 
                                            rows), prompts, n, check, prefill)
 
 
+def ours_seq2seq(threads: int, directory: str, prompts: dict, n: int, check: str | None = None,
+                 prefill: str | None = None):
+    """``ours`` for a seq2seq export: each prompt row a source, exactly ``n`` greedy target tokens."""
+    from tfspec.backends.onnx import OnnxModel
+    from tfspec.search import SearchOptions, search
+
+    dec = OnnxModel(directory, device="cpu", threads=threads).decoder()
+    options = lambda k: SearchOptions(beam=1, min_length=k, max_length=k, max_extra=k)  # noqa: E731
+    return generate(lambda rows, k: search(dec, rows, options(k), src_mask=np.ones(rows.shape, dtype=bool)),
+                    prompts, n, check, prefill)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in (("vocab", 32000), ("d-model", 768), ("d-ff", 2048), ("layers", 12), ("heads", 12),

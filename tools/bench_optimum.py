@@ -1,16 +1,18 @@
 """tfspec against optimum, the tool most users pick to export a transformers checkpoint to ONNX.
 
-For each family (default llama, qwen2, gpt2), transformers writes a random checkpoint of one
-shape (default d_model 512, 8 layers, vocab 32000; in optimum's own environment, whose
-transformers it pins) and both tools start from that directory as a user would:
-``optimum-cli export onnx --task text-generation-with-past``, ``tfspec export DIR`` (its own
-graphs) and ``tfspec export DIR --format optimum`` (the layout optimum's loaders read). Each export
+For each family (default llama, qwen2, gpt2, marian, t5, bart), transformers writes a random
+checkpoint of one shape (default d_model 512, 8 layers (seq2seq: 8 + 8), vocab 32000; in optimum's
+own environment, whose transformers it pins) and both tools start from that directory as a user
+would: ``optimum-cli export onnx --task text-generation-with-past`` (seq2seq:
+``text2text-generation-with-past``), ``tfspec export DIR`` (its own graphs) and ``tfspec export
+DIR --format optimum`` (the layout optimum's loaders read). Each export
 runs in a fresh process, timed, with its peak RSS (wait4) and its bytes on disk. Then, each in
 a fresh process of its own every round (tools/isolated.py), greedy decoding of 32-token prompts
--> exactly 64 new tokens at batch 1 and 8, float32, the same threads for all:
+-> exactly 64 new tokens at batch 1 and 8 (seq2seq: 32-token sources -> 64 target tokens),
+float32, the same threads for all:
 
     tfspec                  tfspec's own search over its own export (``bench_generate.ours``)
-    optimum                 ``ORTModelForCausalLM.generate`` over optimum's export
+    optimum                 ``ORTModelForCausalLM.generate`` (``ORTModelForSeq2SeqLM``) over optimum's export
     optimum on tfspec       the same driver over tfspec's ``--format optimum`` export: the
                             graphs compared under one search
     optimum bare            the optimum column's control (``python -I tools/peer_bare.py``)
@@ -37,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bandwidth import cpu_name  # noqa: E402
@@ -48,18 +52,26 @@ ROOT = Path(__file__).resolve().parents[1]
 WRITE = """\
 import sys, torch, transformers
 family, path, d, layers, vocab = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:6])
-shape = {"llama": ("LlamaConfig", dict(hidden_size=d, intermediate_size=d * 8 // 3, num_hidden_layers=layers,
-                                       num_attention_heads=d // 64, num_key_value_heads=max(d // 256, 1))),
-         "qwen2": ("Qwen2Config", dict(hidden_size=d, intermediate_size=d * 8 // 3, num_hidden_layers=layers,
-                                       num_attention_heads=d // 64, num_key_value_heads=max(d // 256, 1))),
-         "gpt2": ("GPT2Config", dict(n_embd=d, n_layer=layers, n_head=d // 64))}[family]
-config = getattr(transformers, shape[0])(vocab_size=vocab, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
-                                         **shape[1])
+grouped = dict(hidden_size=d, intermediate_size=d * 8 // 3, num_hidden_layers=layers, num_attention_heads=d // 64,
+               num_key_value_heads=max(d // 256, 1))
+seq2seq = dict(d_model=d, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=d // 64,
+               decoder_attention_heads=d // 64, encoder_ffn_dim=4 * d, decoder_ffn_dim=4 * d, forced_eos_token_id=None)
+shape = {"llama": ("LlamaConfig", grouped), "qwen2": ("Qwen2Config", grouped),
+         "gpt2": ("GPT2Config", dict(n_embd=d, n_layer=layers, n_head=d // 64)),
+         "marian": ("MarianConfig", dict(seq2seq, pad_token_id=0, decoder_start_token_id=0)),
+         "bart": ("BartConfig", seq2seq),
+         "t5": ("T5Config", dict(d_model=d, d_kv=64, d_ff=4 * d, num_layers=layers, num_heads=d // 64,
+                                 decoder_start_token_id=0, pad_token_id=0, eos_token_id=1))}[family]
+ids = {} if family in ("t5", "bart", "marian") else dict(bos_token_id=1, eos_token_id=2)
+positions = {} if family == "t5" else dict(max_position_embeddings=256)  # T5's are relative
+config = getattr(transformers, shape[0])(vocab_size=vocab, **positions, **ids, **shape[1])
 torch.manual_seed(0)
-model = transformers.AutoModelForCausalLM.from_config(config).eval()
+auto = transformers.AutoModelForSeq2SeqLM if config.is_encoder_decoder else transformers.AutoModelForCausalLM
+model = auto.from_config(config).eval()
 model.save_pretrained(path)
 print(sum(p.numel() for p in model.parameters()))
 """
+SEQ2SEQ = ("marian", "t5", "bart")
 
 
 def measured(command: list[str]) -> tuple[float, int]:
@@ -85,8 +97,8 @@ def prepare(args, family: str, work: Path) -> tuple[int, dict, dict[str, Job]]:
                                 text=True).stdout.split()[-1])
     tfspec = str(Path(sys.executable).with_name("tfspec"))
     cli = str(Path(args.optimum_python).with_name("optimum-cli"))
-    exports = {"optimum": [cli, "export", "onnx", "--model", str(hf), "--task", "text-generation-with-past",
-                           str(work / f"{family}-optimum")],
+    task = "text2text-generation-with-past" if family in SEQ2SEQ else "text-generation-with-past"
+    exports = {"optimum": [cli, "export", "onnx", "--model", str(hf), "--task", task, str(work / f"{family}-optimum")],
                "tfspec": [tfspec, "export", str(hf), "-o", str(work / f"{family}-tfspec"), "--no-check"],
                "tfspec --format optimum": [tfspec, "export", str(hf), "--format", "optimum", "-o",
                                            str(work / f"{family}-hub"), "--no-check"]}
@@ -94,11 +106,13 @@ def prepare(args, family: str, work: Path) -> tuple[int, dict, dict[str, Job]]:
     for name, command in exports.items():
         seconds, rss = measured(command)
         made[name] = (seconds, rss, disk(Path(command[-2] if command[-1] == "--no-check" else command[-1])))
-    optimum = ("torch", "onnxruntime", "transformers")
-    jobs = {"tfspec": Job("bench_generate", "ours", ("onnxruntime",), {"directory": str(work / f"{family}-tfspec")}),
-            "optimum": Job("peer_bare", "optimum_generate", optimum, {"model": str(work / f"{family}-optimum")},
+    optimum, seq2seq = ("torch", "onnxruntime", "transformers"), family in SEQ2SEQ
+    ours, theirs = ("ours_seq2seq", "seq2seq_generate") if seq2seq else ("ours", "optimum_generate")
+    flag = {"optimum": True} if seq2seq else {}
+    jobs = {"tfspec": Job("bench_generate", ours, ("onnxruntime",), {"directory": str(work / f"{family}-tfspec")}),
+            "optimum": Job("peer_bare", theirs, optimum, {"model": str(work / f"{family}-optimum"), **flag},
                            python=args.optimum_python),
-            "optimum on tfspec": Job("peer_bare", "optimum_generate", optimum, {"model": str(work / f"{family}-hub")},
+            "optimum on tfspec": Job("peer_bare", theirs, optimum, {"model": str(work / f"{family}-hub"), **flag},
                                      python=args.optimum_python)}
     return params, made, with_bare(jobs, ["optimum"])
 
@@ -106,7 +120,8 @@ def prepare(args, family: str, work: Path) -> tuple[int, dict, dict[str, Job]]:
 def check(args, family: str, work: Path, jobs: dict, prompts: dict) -> str:
     """Greedy tokens of every engine against transformers', each in a process of its own."""
     asked = {"prompts": {}, "n": args.new, "check": prompts["8"]}
-    reference = Job("peer_bare", "hf_generate", ("torch", "transformers"), {"model": str(work / family)},
+    function = "seq2seq_generate" if family in SEQ2SEQ else "hf_generate"
+    reference = Job("peer_bare", function, ("torch", "transformers"), {"model": str(work / family)},
                     python=args.optimum_python)
     ref = reference.but(kwargs=asked).run(args.threads)[0]
     total = sum(map(len, ref))
@@ -141,7 +156,8 @@ def main() -> None:
     for name, default in (("vocab", 32000), ("d-model", 512), ("layers", 8), ("prompt", 32), ("new", 64),
                           ("rounds", 3), ("threads", 2)):
         p.add_argument(f"--{name}", type=int, default=default)
-    p.add_argument("--families", default="llama,qwen2,gpt2", help="comma-separated: llama, qwen2, gpt2")
+    p.add_argument("--families", default="llama,qwen2,gpt2,marian,t5,bart",
+                   help="comma-separated: llama, qwen2, gpt2 (decoder-only), marian, t5, bart (seq2seq)")
     p.add_argument("--optimum-python", default=str(ROOT / ".venv-optimum" / "bin" / "python"),
                    help="the Python of optimum-onnx's own environment (README)")
     args = p.parse_args()
@@ -156,6 +172,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix=f"bench-optimum-{family}-") as tmp:
             work = Path(tmp)
             prompts, _ = save_prompts(work, args.vocab, args.prompt, 8)
+            if family in SEQ2SEQ:  # sources: no leading BOS, which is BART's pad id and T5's end
+                for path in prompts.values():
+                    np.save(path, np.load(path)[:, 1:])
             params, made, jobs = prepare(args, family, work)
             agreement = check(args, family, work, jobs, prompts)
             timing = {name: job.but(kwargs={"prompts": prompts, "n": args.new}) for name, job in jobs.items()}

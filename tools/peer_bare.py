@@ -170,6 +170,35 @@ def optimum_generate(threads: int, model: str, prompts: dict, n: int, check: str
     return generate(run, prompts, n, check, prefill)
 
 
+def seq2seq_generate(threads: int, model: str, prompts: dict, n: int, check: str | None = None,
+                     prefill: str | None = None, optimum: bool = False):
+    """``ct2_generate`` for a seq2seq model: each prompt row is a source, exactly ``n`` greedy
+    target tokens after the decoder's start token, by transformers' ``generate`` over the
+    checkpoint, or with ``optimum`` by ``ORTModelForSeq2SeqLM.generate`` over the directory's
+    encoder and merged decoder (onnxruntime CPU, its sessions given ``threads``)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if optimum:
+        import onnxruntime
+        from optimum.onnxruntime import ORTModelForSeq2SeqLM
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        engine = ORTModelForSeq2SeqLM.from_pretrained(model, session_options=options, provider="CPUExecutionProvider")
+    else:
+        import transformers
+
+        engine = transformers.AutoModelForSeq2SeqLM.from_pretrained(model).eval()
+
+    def run(rows, k):
+        with torch.inference_mode():
+            out = engine.generate(torch.from_numpy(rows), attention_mask=torch.ones(rows.shape, dtype=torch.long),
+                                  max_new_tokens=k, min_new_tokens=k, do_sample=False)
+        return out[:, 1:].tolist()  # after the start token
+    return generate(run, prompts, n, check, prefill)
+
+
 def genai_generate(threads: int, model: str, prompts: dict, n: int, session_options: dict,
                    check: str | None = None, prefill: str | None = None):
     """``ct2_generate`` for onnxruntime-genai's own loop on its export of the same weights, its

@@ -137,24 +137,6 @@ class Builder:
         self.outputs.append(helper.make_tensor_value_info(name, elem_type or self.elem_type, shape))
         return name
 
-    def branch(self, name: str, make) -> onnx.GraphProto:
-        """A subgraph (an ``If`` branch) of the nodes ``make()`` adds, whose outputs are the values
-        it returns: the nodes leave this graph, and views and shapes built meanwhile are forgotten,
-        as no later node of the outer graph may read a value of the branch. Initializers stay
-        outer (a branch reads them, as any outer value)."""
-        start, shapes, views = len(self.nodes), dict(self._shapes), dict(self._views)
-        values = make()
-        nodes, self.nodes[start:] = self.nodes[start:], []
-        self._shapes, self._views = shapes, views
-        outputs = []
-        for value in values:
-            producer = next((n for n in nodes if value in n.output), None)
-            if producer is None:  # an outer value passed through
-                nodes.append(helper.make_node("Identity", [value], [f"{name}/{value}"], name=f"{name}/{value}"))
-                value = f"{name}/{value}"
-            outputs.append(helper.make_tensor_value_info(value, self.elem_type, None))
-        return helper.make_graph(nodes, name, [], outputs)
-
     def model(self, metadata: dict[str, str]) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, list(self.initializers.values()),
                                   value_info=self.shapes)

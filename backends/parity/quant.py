@@ -82,7 +82,7 @@ def _roles(model, graph: onnx.GraphProto, matrices: dict[str, str]) -> dict[str,
     ONNX nodes read it (a node's ONNX nodes are named ``<IR node>/...``). A tied use that reads
     its matrix in another form than the owner does is given a parameter of its own first."""
     reads: dict[tuple[str, str], set[str]] = {}  # (IR node, parameter) -> the initializers of it read there
-    for node in every_node(graph):
+    for node in graph.node:
         for name in node.input:
             if name in matrices:
                 reads.setdefault((node.name.partition("/")[0], matrices[name]), set()).add(name)
@@ -98,15 +98,6 @@ def _roles(model, graph: onnx.GraphProto, matrices: dict[str, str]) -> dict[str,
             for name in read:
                 roles.setdefault(name, []).append(getattr(module, role))
     return roles
-
-
-def every_node(graph: onnx.GraphProto):
-    """The nodes of ``graph`` and of its subgraphs (an ``If``'s branches read weights too)."""
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-                yield from every_node(sub)
 
 
 def output_scales(model, seed: int = 0) -> dict[str, float]:

@@ -14,8 +14,9 @@ encoder-decoder models run at every step::
 
 optimum's "merged" decoder joins its first-step and later-step graphs in one file with an ``If``
 on ``use_cache_branch``; here the two differ only in where cross-attention keys and values come
-from, so only that is in the ``If``: projected from ``encoder_hidden_states`` at the first call,
-passed through from the pasts after (the loaders keep the first call's). The weights are held
+from: projected from ``encoder_hidden_states`` at the first call, the pasts after (the loaders
+keep the first call's), so each layer joins its (empty at first) pasts with the projection of
+the encoder rows the flag leaves (all at first, none after). The weights are held
 once, the self-attention caches grow as the ``decoder`` step graph's, and target positions follow
 the past length. Beams are reordered by the loaders (``_reorder_cache``), so there is no
 ``beam_rows``; each row reads its own row of encoder states.
@@ -73,15 +74,26 @@ class HubDecoder(Decoder):
         return key if role == "key" else value
 
     def _cross(self, e, node) -> tuple[str, str]:
+        """The pasts joined with the keys and values of the encoder rows (``_fresh``): all of
+        them at the first call, none after, so a later call projects nothing (no ``If``, whose
+        subgraph call costs more per step than the rest of a small decoder's layer)."""
         b, a, i = e.b, node.attrs, layer_of(e, node)
-        shapes = [[BATCH, a["kv_heads"], "encoder_sequence_length_out", a[d]] for d in ("d_k", "d_v")]
-        pasts = [b.input(f"past_key_values.{i}.encoder.{role}", shape) for role, shape in zip(("key", "value"), shapes)]
-        flag = e.cached("use_cache_branch", lambda: b.input("use_cache_branch", [1], TensorProto.BOOL))
-        kept = b.branch(f"{node.name}/past", lambda: pasts)
-        projected = b.branch(f"{node.name}/projected", lambda: project_kv(b, node, "encoder_hidden_states"))
-        key, value = b.op("If", flag, outputs=2, then_branch=kept, else_branch=projected)
-        return tuple(b.output(f"present.{i}.encoder.{role}", v, [BATCH, a["kv_heads"], "encoder_sequence_length", a[d]])
-                     for role, v, d in (("key", key, "d_k"), ("value", value, "d_v")))
+        fresh = project_kv(b, node, e.cached("fresh", lambda: self._fresh(e)))
+        joined = []
+        for role, new, d in zip(("key", "value"), fresh, ("d_k", "d_v")):
+            past = b.input(f"past_key_values.{i}.encoder.{role}", [BATCH, a["kv_heads"], "encoder_sequence_length_out",
+                                                                   a[d]])
+            joined.append(b.output(f"present.{i}.encoder.{role}", b.op("Concat", past, new, axis=2),
+                                   [BATCH, a["kv_heads"], "encoder_sequence_length", a[d]]))
+        return tuple(joined)
+
+    def _fresh(self, e) -> str:
+        """``encoder_hidden_states`` at the first call (``use_cache_branch`` false: its pasts are
+        empty), none of its rows after (the pasts hold their keys and values)."""
+        b = e.b
+        flag = b.input("use_cache_branch", [1], TensorProto.BOOL)
+        rows = b.op("Where", flag, b.ints(0), b.op("Shape", "encoder_hidden_states", start=1, end=2))
+        return b.op("Slice", "encoder_hidden_states", b.ints(0), rows, b.ints(1))
 
     def outputs(self, e, env: dict) -> None:
         vocab = e.graph.node(e.graph.ports["logits"]).attrs["vocab"]

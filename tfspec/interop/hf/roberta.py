@@ -92,12 +92,15 @@ class Roberta(Bert):
 
 
 class _Renamed(Roberta):
-    """A model type whose transformers classes are RoBERTa's under other names."""
+    """A model type whose transformers classes are RoBERTa's under other names: export writes a
+    spec imported from one of them under its own name, any other as RoBERTa."""
 
     vocab_default = 30522
 
     def structure(self, spec) -> str | None:
-        return f"{self.title} computes what RoBERTa computes: export writes it as RoBERTa"
+        if spec.reference is None or spec.reference.architecture not in self.architectures:
+            return f"{self.title} computes what RoBERTa computes: export writes it as RoBERTa"
+        return super().structure(spec)
 
 
 @register
