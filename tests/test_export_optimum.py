@@ -464,3 +464,89 @@ def test_transformers_js_opens_the_quantised_graph_its_dtype_names(flag, dtype, 
     assert float((runs["fp32"] - theirs).abs().max()) < 1e-4
     error = float((runs[dtype] - theirs).norm() / theirs.norm())
     assert 0 < error < 0.25, error
+
+
+IMAGE_CHECK = """\
+import json, sys
+import numpy as np, torch
+import optimum.onnxruntime as classes
+import transformers
+export, checkpoint, ort_class, hf_class = sys.argv[1:5]
+ours = getattr(classes, ort_class).from_pretrained(export)
+ref = getattr(transformers, hf_class).from_pretrained(checkpoint).eval()
+pixels = torch.tensor(np.random.default_rng(0).standard_normal((2, 3, 32, 32)), dtype=torch.float32)
+with torch.no_grad():
+    a, b = ours(pixel_values=pixels), ref(pixel_values=pixels)
+names = [n for n in ("logits", "last_hidden_state", "pooler_output") if getattr(b, n, None) is not None and n in a]
+print(json.dumps({"class": type(ours).__name__, "diffs": {n: float((a[n] - getattr(b, n)).abs().max()) for n in names}}))
+"""
+IMAGES = [("ViTForImageClassification", "ORTModelForImageClassification"),
+          ("DeiTForImageClassificationWithTeacher", "ORTModelForImageClassification"),
+          ("ViTModel", "ORTModelForFeatureExtraction")]
+
+
+def image_checkpoint(architecture: str, directory: Path):
+    """A random 32 x 32 image model of ``architecture`` (weights perturbed) with its image processor."""
+    torch.manual_seed(0)
+    config = getattr(transformers, "DeiTConfig" if architecture.startswith("DeiT") else "ViTConfig")(
+        image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=96,
+        num_labels=3)
+    model = getattr(transformers, architecture)(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(directory)
+    transformers.ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(directory)
+    return model
+
+
+@pytest.mark.skipif(not OPTIMUM.is_file(), reason=f"no optimum-onnx environment at {OPTIMUM} (README: References)")
+@pytest.mark.parametrize("architecture, ort_class", IMAGES)
+def test_optimum_opens_image_exports_and_matches_transformers(architecture, ort_class, tmp_path):
+    image_checkpoint(architecture, tmp_path / "hf")
+    from tfspec.cli import main
+
+    assert main(["export", str(tmp_path / "hf"), "--format", "optimum", "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "preprocessor_config.json").read_text() == \
+        (tmp_path / "hf" / "preprocessor_config.json").read_text()
+    done = subprocess.run([str(OPTIMUM), "-c", IMAGE_CHECK, str(tmp_path / "out"), str(tmp_path / "hf"), ort_class,
+                           architecture], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["class"] == ort_class and result["diffs"] and max(result["diffs"].values()) < 1e-4, result
+
+
+IMAGE_JS = """\
+import { pipeline, env } from '@huggingface/transformers';
+import path from 'node:path';
+const [dir, image] = process.argv.slice(1);
+env.allowRemoteModels = false;
+env.localModelPath = path.dirname(dir) + '/';
+const classify = await pipeline('image-classification', path.basename(dir), { dtype: 'fp32' });
+console.log(JSON.stringify(await classify(image, { top_k: 3 })));
+"""
+
+
+def test_transformers_js_classifies_a_real_image_as_transformers_pipeline(tmp_path):
+    """scikit-image's cat, at the model's 32 x 32 (so no resampler differs): transformers.js's
+    `pipeline('image-classification')` on the export gives transformers' pipeline's labels and scores."""
+    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
+        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
+            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
+        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    from PIL import Image
+    from skimage import data
+
+    image_checkpoint("ViTForImageClassification", tmp_path / "hf")
+    Image.fromarray(data.chelsea()).resize((32, 32), Image.BILINEAR).save(tmp_path / "cat.png")
+    from tfspec.cli import main
+
+    assert main(["export", str(tmp_path / "hf"), "--format", "optimum", "-o", str(tmp_path / "out")]) == 0
+    done = subprocess.run(["node", "--input-type=module", "-e", IMAGE_JS, str(tmp_path / "out"),
+                           str(tmp_path / "cat.png")], cwd=CLIENT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ours = json.loads(done.stdout.splitlines()[-1])
+    theirs = transformers.pipeline("image-classification", model=str(tmp_path / "hf"))(str(tmp_path / "cat.png"),
+                                                                                        top_k=3)
+    assert [o["label"] for o in ours] == [t["label"] for t in theirs]
+    assert max(abs(o["score"] - t["score"]) for o, t in zip(ours, theirs)) < 1e-4, (ours, theirs)

@@ -171,7 +171,7 @@ def test_untied_output_bias_counts():
     ({"positional": {"kind": "learned", "fraction": 0.5}}, ["fraction", "kind is learned", "set kind: rotary"]),
     ({"positional": {"kind": "rotary", "scaling": {"factor": 8, "low_freq_factor": 4, "high_freq_factor": 1}}},
      ["high_freq_factor (1.0)", "low_freq_factor (4.0)"]),
-    ({"norm_type": "batch"}, ["norm_type", "'layer' or 'rms'"]),
+    ({"norm_type": "batch"}, ["norm_type", "'layer', 'rms'"]),  # then the other norm kinds (tfspec/norms)
     ({"biases": {"qkv": True}}, ["biases.qkv", "unknown field"]),
 ])
 def test_bad_fields_are_clear_errors(fields, needles, write_spec, cli):

@@ -67,6 +67,7 @@ REGISTRIES = [
     ("layer kinds", "tfspec.layers.base", "SUBLAYERS", "tfspec/layers/", "tests/test_extending.py"),
     ("position kinds", "tfspec.positions", "KINDS", "tfspec/positions/", "tests/test_attention_stages.py"),
     ("score modifiers", "tfspec.modifiers", "MODIFIERS", "tfspec/modifiers/", "tests/test_attention_stages.py"),
+    ("norm kinds", "tfspec.norms", "NORMS", "tfspec/norms/", "tests/test_variants_layers.py"),
     ("IR ops", "tfspec.ir.ops", "OPS", "tfspec/ir/ops/", "tests/test_ops.py"),
     ("PyTorch lowerings", "tfspec.backends.torch.registry", "LOWERINGS", "backends/torch/", "tests/test_ops.py"),
     ("ONNX lowerings", "tfspec.backends.onnx.lower", "LOWERINGS", "backends/onnx/lower/", "tests/test_ops.py"),

@@ -193,9 +193,10 @@ class Builder:
 
     def batched(self, *dims: int) -> str:
         """The int64 shape (B, *dims), built once per ``dims``."""
-        if dims not in self._shapes:
-            self._shapes[dims] = self.op("Concat", self.batch, self.ints(*dims), axis=0)
-        return self._shapes[dims]
+        key = (self.batch, dims)  # a second tower has a batch of its own (``emit``)
+        if key not in self._shapes:
+            self._shapes[key] = self.op("Concat", self.batch, self.ints(*dims), axis=0)
+        return self._shapes[key]
 
     def split(self, x: str, *sizes: int) -> list[str]:
         """``x`` cut along its last axis into ``sizes``; the parts keep its layout (flat or not)."""

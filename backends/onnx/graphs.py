@@ -18,6 +18,7 @@ from tfspec.ir import Graph
 from .builder import Builder, Index
 from .lower import lowerings
 from .lower.frames import frames_input
+from .lower.patches import pixels_input
 from .variants import Variant, variant
 
 
@@ -137,12 +138,19 @@ def emit(graph: Graph, kind: str | Variant, weights: dict[str, np.ndarray], opse
     fed, targets = v.ports(graph)
     needed = graph.needed(fed, targets)
     env: dict[str, str | None] = {}
+    batches: dict[str, str] = {}  # stack -> its batch size: a tower's images need not be as many as the texts
     for node in graph.nodes():
         if node.name not in needed:
             continue
         b.scope = node.name
+        b.batch = batches.get(node.stack, batches.get("", b.batch))
         if node.op == "input":
-            env[node.name] = frames_input(e, node) if node.attrs["dtype"] == "float32" else v.tokens(e, node)
+            env[node.name] = (b.input(node.name, node.attrs["dims"]) if "dims" in node.attrs  # named axes, no mask
+                              else pixels_input(e, node) if node.attrs.get("pixels") else frames_input(e, node)
+                              if node.attrs["dtype"] == "float32" else v.tokens(e, node))
+            if node.stack in graph.towers:  # tfspec.ir.towers
+                batches.setdefault("", b.batch)
+                batches[node.stack] = b.batch = b.op("Shape", env[node.name], start=0, end=1)
         elif node.name in fed:  # computed by another graph: read through that graph's outputs
             env[node.name] = None
             v.fed(e, node)

@@ -46,6 +46,8 @@ ARCHITECTURE_TASKS = (("ForConditionalGeneration", SEQ2SEQ), ("MTModel", SEQ2SEQ
                       ("ForSequenceClassification", "text-classification"),
                       ("ForTokenClassification", "token-classification"),
                       ("ForQuestionAnswering", "question-answering"), ("ForMaskedLM", "fill-mask"),
+                      ("ForImageClassification", "image-classification"),
+                      ("ForImageClassificationWithTeacher", "image-classification"),
                       ("Model", "feature-extraction"))
 """transformers' class-name endings -> the task (pipeline) name optimum and transformers.js give them."""
 

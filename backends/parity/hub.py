@@ -1,7 +1,8 @@
 """The parity check of ``export --format optimum``'s encoder graphs (``variants/hub.py``): the
 graph fed as optimum's ``ORTModelFor*`` classes feed it (``input_ids``, ``attention_mask``,
-``token_type_ids``) against the PyTorch model, on a batch of 3 with one row padded and a pad id
-inside a real row, compared at real positions."""
+``token_type_ids``; an image model's ``pixel_values``) against the PyTorch model, on a batch of 3
+with one row padded and a pad id inside a real row, compared at real positions (images: 2 at
+the model's size); and the seq2seq pair (``variants/hub_decoder.py``)."""
 
 from __future__ import annotations
 
@@ -27,14 +28,8 @@ def check_hub_parity(path: Path, model: TorchModel, task: str, tolerance: float 
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
-    spec, ports, rng, model = model.graph.spec, model.graph.ports, np.random.default_rng(seed), model.eval()
-    port = "src" if "src" in ports else "tgt"
-    ids, keep = _tokens(rng, spec.vocab.size, 3, 11, spec.vocab.pad_id, pad_from=(1, 6))
-    feeds = {"input_ids": ids, "attention_mask": keep.astype(np.int64)}
-    theirs = {port: torch.from_numpy(ids), f"{port}_mask": torch.from_numpy(keep)}
-    if "segments" in ports:
-        feeds["token_type_ids"] = rng.integers(0, spec.segments, ids.shape)
-        theirs["segments"] = torch.from_numpy(feeds["token_type_ids"])
+    model, rng = model.eval(), np.random.default_rng(seed)
+    feeds, theirs, keep = (_pixels if "pixel_values" in model.graph.ports else _tokens_fed)(model, rng)
     names = [o.name for o in session.get_outputs()]
     wanted = OUTPUTS.get(task, {"logits": "logits"})
     with torch.no_grad():
@@ -45,9 +40,32 @@ def check_hub_parity(path: Path, model: TorchModel, task: str, tolerance: float 
         if name in ("start_logits", "end_logits"):
             expected = expected[..., 0 if name == "start_logits" else 1]
         per_token = task in PER_TOKEN or name == "last_hidden_state"  # compared at real tokens only
-        checks.append(Check(f"{name} ({task}), batch 3 with padding",
-                            _diff(value, expected, keep if per_token else np.ones(len(ids), dtype=bool)), tolerance))
+        rows = keep if per_token and keep is not None else np.ones(len(value), dtype=bool)
+        checks.append(Check(f"{name} ({task}), batch {len(value)}{'' if keep is None else ' with padding'}",
+                            _diff(value, expected, rows), tolerance))
     return checks
+
+
+def _tokens_fed(model: TorchModel, rng) -> tuple[dict, dict, np.ndarray]:
+    """(the graph's feeds, the PyTorch model's, the real tokens): a batch of 3 with one row
+    padded and a pad id inside a real row."""
+    spec, ports = model.graph.spec, model.graph.ports
+    port = "src" if "src" in ports else "tgt"
+    ids, keep = _tokens(rng, spec.vocab.size, 3, 11, spec.vocab.pad_id, pad_from=(1, 6))
+    feeds = {"input_ids": ids, "attention_mask": keep.astype(np.int64)}
+    theirs = {port: torch.from_numpy(ids), f"{port}_mask": torch.from_numpy(keep)}
+    if "segments" in ports:
+        feeds["token_type_ids"] = rng.integers(0, spec.segments, ids.shape)
+        theirs["segments"] = torch.from_numpy(feeds["token_type_ids"])
+    return feeds, theirs, keep
+
+
+def _pixels(model: TorchModel, rng) -> tuple[dict, dict, None]:
+    """(the graph's feeds, the PyTorch model's, None): random ``pixel_values`` of 2 images at the
+    model's own size."""
+    patches = model.graph.spec.patches
+    pixels = rng.standard_normal((2, patches.channels, patches.image_size, patches.image_size)).astype(np.float32)
+    return {"pixel_values": pixels}, {"pixel_values": torch.from_numpy(pixels)}, None
 
 
 STEPS = ((0, 4), (4, 5), (5, 6))

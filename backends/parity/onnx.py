@@ -36,6 +36,10 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     spec, ports = model.graph.spec, model.graph.ports
     if "frames" in ports:
         return check_frame_parity(ort_model, model, tolerance, seed)
+    if "pixel_values" in ports:
+        from tfspec.backends.parity.pixels import check_pixel_parity
+
+        return check_pixel_parity(ort_model, model, tolerance, seed)
     tolerances = {k: (tolerances or {}).get(k, tolerance) for k in ("logits", "memory", "pooled")}
     rng = np.random.default_rng(seed)
     pad = spec.vocab.pad_id

@@ -42,7 +42,10 @@ class MultiHeadAttention(OpModule):
         stage = stage_of(node)
         self.turn, self.term, self.add_output = (stage.turn, stage.logits, stage.output) if stage else (None,) * 3
         """The position stage's hooks (``backends/torch/positions``), None where it has none."""
-        self.modifiers = modifiers_of(a)
+        self.modifiers = modifiers_of(a, self)
+        self.after_mask, self.on_weights = modifiers_of(a, self, "masked"), modifiers_of(a, self, "weights")
+        self.weighting = next(iter(modifiers_of(a, self, "weighting")), None)
+        """Score modifiers after the mask (top-k), in place of the softmax (sigmoid), on the weights."""
         self.plain = kernel_for(node, self.term is not None or self.add_output is not None, "PyTorch")
         """Fused kernels apply (the core's one answer, which ``report --train`` reads too)."""
         self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
@@ -82,6 +85,9 @@ class MultiHeadAttention(OpModule):
         Lk = k.shape[2]
         q = q.view(B, Lq, h, self.d_k).transpose(1, 2)  # (B, h, Lq, d_k)
         mask, causal = ctx.attention_mask(self.layer, self.q_seq, self.kv_seq, Lq, Lk, x.device)
+        if getattr(self, "mem_k", None) is not None:  # after the cache: learned keys are never cached
+            k, v, mask = self._with_learned(ctx, k, v, mask, causal, Lq, Lk)
+            causal = False
         if self.plain:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout,
                                                scale=self.scale)
@@ -90,11 +96,31 @@ class MultiHeadAttention(OpModule):
         y = y.transpose(1, 2).reshape(B, Lq, h * d_v)  # heads concatenated
         return self._output(x, y)
 
+    def _with_learned(self, ctx, k, v, mask, causal, Lq, Lk):
+        """The m learned keys and values (g, m, d) before the (B, h, Lk, d) ones (persistent
+        memory, Sukhbaatar et al. 2019): every query sees them, so the kind's (Lq, Lk) mask, or
+        its padded (B, 1, ., Lk) one, gains m visible columns in front, built once per call."""
+        m, B = self.mem_k.shape[1], k.shape[0]
+        mem_k, mem_v = (repeat_heads(t, self.h // self.g, 0).expand(B, -1, -1, -1) for t in (self.mem_k, self.mem_v))
+        k, v = torch.cat([mem_k, k], 2), torch.cat([mem_v, v], 2)  # (B, h, m + Lk, d)
+
+        def widened():
+            shown = torch.ones(Lq, Lk, dtype=torch.bool, device=k.device).tril(Lk - Lq) if causal else mask
+            return torch.cat([shown.new_ones(*shown.shape[:-1], m), shown], -1)  # (..., Lq or 1, m + Lk)
+
+        if mask is None and not causal:  # every key visible
+            return k, v, None
+        return k, v, ctx.cached(("learned_kv", self.layer, self.q_seq, self.kv_seq, Lq, Lk, m), widened)
+
     def _output(self, x, y):
-        """W^O over the concatenated heads y (B, L, h * d_v); with ``output_gate``, y times
-        sigmoid(x W_gate) first."""
+        """W^O over the concatenated heads y (B, L, h * d_v); with ``head_scale``, each head's
+        output times its scalar first (NormFormer); with ``output_gate``, y times f(x W_gate),
+        f the layer's ``gate_function`` (sigmoid or SiLU)."""
+        if getattr(self, "head_scale", None) is not None:
+            y = (y.unflatten(-1, (self.h, self.d_v)) * self.head_scale[:, None]).flatten(-2)  # (B, L, h, d_v)
         if getattr(self, "w_gate", None) is not None:
-            y = y * torch.sigmoid(F.linear(x, self.w_gate))
+            gate = F.linear(x, self.w_gate)
+            y = y * (F.silu(gate) if self.layer.gate_function == "silu" else torch.sigmoid(gate))
         return F.linear(y, self.w_o, getattr(self, "b_o", None))
 
     def _explicit(self, ctx, q, k, v, mask, causal, dropout):
@@ -112,8 +138,15 @@ class MultiHeadAttention(OpModule):
             mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-        weights = softmax_with_sinks(scores, getattr(self, "sinks", None))
+        for modify in self.after_mask:  # explicit sparse attention's top-k
+            scores = modify(scores)
+        if self.weighting is not None:  # sigmoid attention
+            weights = self.weighting(scores)
+        else:
+            weights = softmax_with_sinks(scores, getattr(self, "sinks", None))
         weights = F.dropout(weights, dropout) if dropout else weights
+        for modify in self.on_weights:  # talking heads' mixing of the weights
+            weights = modify(weights)
         y = weights @ v
         return y if self.add_output is None else self.add_output(ctx, self, weights, y)  # Shaw et al.'s a_V
 

@@ -33,7 +33,13 @@ def check_hf(model: TorchModel, directory: str | Path, architecture: str, output
     tokens[tokens == vocab.pad_id] = (vocab.pad_id + 1) % vocab.size
     tokens[1, length // 2:] = vocab.pad_id  # a padded row
     keep = tokens != vocab.pad_id
-    if "src" in model.graph.ports and "tgt" in model.graph.ports:  # encoder-decoder: a padded source, targets
+    if "pixel_values" in model.graph.ports:  # an image model: random pixels of its training size
+        patches = spec.patches
+        pixels = torch.randn(3, patches.channels, patches.image_size, patches.image_size, generator=gen)
+        ours = model.eval().run({"pixel_values": pixels}, tuple(outputs))
+        expected = theirs(pixel_values=pixels)
+        keep = torch.ones(3, patches.prefix + patches.grid ** 2, dtype=torch.bool)
+    elif "src" in model.graph.ports and "tgt" in model.graph.ports:  # encoder-decoder: a padded source, targets
         target = torch.randint(0, vocab.tgt_size, (3, length), generator=gen)
         target[target == vocab.pad_id] = (vocab.pad_id + 1) % vocab.tgt_size
         target[:, 0] = vocab.bos_id

@@ -211,14 +211,26 @@ class FeedForward(OpModule):
     def __init__(self, node, graph):
         super().__init__(node, graph)
         self.act, self.p, self.gated = ACTIVATIONS[node.attrs["activation"]], node.attrs["dropout"], node.attrs["gated"]
+        self.norm_kind = node.attrs.get("inner_norm")  # {kind, eps}; its gain and bias: roles inner_norm(_bias)
 
     def forward(self, ctx, x):
         h = self.act(F.linear(x, self.w_1, getattr(self, "b_1", None)))
         if self.gated:
             h = h * F.linear(x, self.w_3, getattr(self, "b_3", None))
+        if self.norm_kind is not None:  # NormFormer's norm over the d_ff features
+            h = self.normed(h)
         if ctx.training and self.p > 0:
             h = F.dropout(h, self.p, True)
         return F.linear(h, self.w_2, getattr(self, "b_2", None))
+
+    def normed(self, h):
+        """``inner_norm``: LayerNorm, or RMSNorm in float32 (as the ``rms_norm`` op), over d_ff."""
+        weight, bias = getattr(self, "inner_norm", None), getattr(self, "inner_norm_bias", None)
+        eps = self.norm_kind["eps"]
+        if self.norm_kind["kind"] == "layer":
+            return F.layer_norm(h, h.shape[-1:], weight, bias, eps)
+        y = F.rms_norm(h.float(), h.shape[-1:], eps=eps).to(h.dtype)
+        return y if weight is None else weight * y
 
 
 @lowering("dense")

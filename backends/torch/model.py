@@ -21,6 +21,7 @@ from tfspec.ir.ops import definition
 from tfspec.padding import implied_mask
 from tfspec.registry import discover
 from tfspec.spec import Spec
+from tfspec.spec.audio import sinusoids
 
 from .blocks import Carried, LayerBlock, group_plan, layer_prefixes, wire
 from .frames import frame_padding
@@ -215,6 +216,14 @@ class TorchModel(nn.Module):
                 nn.init.normal_(p, 0.0, float(arg))
             elif kind == "uniform":
                 nn.init.uniform_(p, -float(arg), float(arg))
+            elif kind == "constant":  # a learned scalar's start (ScaleNorm's sqrt(d), dynamic tanh's alpha)
+                nn.init.constant_(p, float(arg))
+            elif kind == "eye":  # hyper-connections' stream-to-stream matrix starts as the identity
+                nn.init.eye_(p)
+            elif kind == "onehot":  # ... and each sub-layer reads one stream at the start
+                nn.init.zeros_(p)[int(arg)] = 1.0
+            elif kind == "sinusoids":  # Whisper's encoder position table (tfspec.spec.audio)
+                p.copy_(torch.from_numpy(sinusoids(*p.shape)))
             else:
                 nn.init.constant_(p, {"zeros": 0.0, "ones": 1.0}[kind])
 

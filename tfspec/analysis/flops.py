@@ -142,7 +142,7 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
     rows, total = [], sympy.Integer(0)
     for (stack, key), nodes in groups.items():
         node = nodes[0]
-        values = layer_values(graph.spec, node.layer) | {SYMBOLS.V: node.attrs.get("vocab", 0)}
+        values = layer_values(graph.spec_of(stack), node.layer) | {SYMBOLS.V: node.attrs.get("vocab", 0)}
         formula = sum(op_flops(node).values())
         needed = sum(op_flops(node, dense=False).values())
         rows.append(LayerFlops(stack or "output", describe(node.layer) if node.layer is not None else node.op,

@@ -50,6 +50,8 @@ def reads_mask(layer, n: int, own_sequence: bool = False) -> np.ndarray:
     else:
         i = np.arange(n, dtype=np.int64)  # offsets such as dilation x (kernel - 1) pass 2**31
         mask = np.broadcast_to(np.asarray(layer.reads(i[:, None], i[None, :]), dtype=bool), (n, n)).copy()
+    if layer.token_shift:  # its input at j holds x_j and x_{j-1}: what reads j reads j - 1 too
+        mask[:, :-1] |= mask[:, 1:].copy()
     mask.flags.writeable = False
     return mask
 

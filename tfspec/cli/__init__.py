@@ -45,12 +45,13 @@ COMMANDS = {
     "evaluate": ("train", "translate a split with beam search and score it with sacrebleu"),
     "finetune": ("finetune", "add a classification head to a pretrained encoder and train it"),
     "transcribe": ("ctc", "read the labels in an image or frame array with an exported CTC model"),
+    "classify": ("vision", "label image files with an exported image classifier (ViT, DeiT, DINOv2)"),
     "sample": ("images", "draw images from an image run and write a PNG grid"),
 }
 """Each subcommand: the module (in tfspec.cli) whose ``register`` adds it, and its line in
 ``tfspec --help``, which lists them in this order without importing any."""
 WEIGHTS = frozenset({"compile", "export", "translate", "generate", "serve", "import", "train", "average", "evaluate",
-                     "finetune", "transcribe", "sample"})
+                     "finetune", "transcribe", "classify", "sample"})
 """Subcommands that hold weights: run with huge pages where the kernel makes them opt-in (``hugepages``)."""
 
 

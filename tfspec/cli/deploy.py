@@ -94,7 +94,8 @@ _ORT_CLASSES = {"text-generation": "ORTModelForCausalLM", "text2text-generation"
                 "text-classification": "ORTModelForSequenceClassification",
                 "token-classification": "ORTModelForTokenClassification",
                 "question-answering": "ORTModelForQuestionAnswering", "fill-mask": "ORTModelForMaskedLM",
-                "feature-extraction": "ORTModelForFeatureExtraction"}
+                "feature-extraction": "ORTModelForFeatureExtraction",
+                "image-classification": "ORTModelForImageClassification"}
 """optimum's class for each task ``--format optimum`` writes."""
 
 
@@ -145,15 +146,18 @@ def _report(args, spec, home, result, started: float, quant=None) -> int:
     if result.in_place_cache:
         print(f"note: in-place cache {result.in_place_cache}; decoding uses the standard step graph")
     copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format in ("onnx", "optimum"))
+    if args.format in ("onnx", "optimum") and _copy_preprocessor(home, result.directory):
+        print("preprocessor: preprocessor_config.json (the checkpoint's image processor, which pipelines read)")
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     elif args.format == "optimum":
         from tfspec.backends.onnx.hub import CONFIG, task_of
 
         task = task_of(json.loads((result.directory / CONFIG).read_text(encoding="utf-8"))["architectures"][0])
-        print(f"tokenizer: {', '.join(copied)} (AutoTokenizer and transformers.js read them)" if copied else
-              "note: no tokenizer files beside the spec: optimum's ORTModel classes take token ids; transformers.js's "
-              "pipeline needs tokenizer.json")
+        if copied or spec.patches is None:  # an image model reads no tokens
+            print(f"tokenizer: {', '.join(copied)} (AutoTokenizer and transformers.js read them)" if copied else
+                  "note: no tokenizer files beside the spec: optimum's ORTModel classes take token ids; "
+                  "transformers.js's pipeline needs tokenizer.json")
         print(f"load: {_ORT_CLASSES[task]}.from_pretrained({str(result.directory)!r}) (optimum.onnxruntime), or "
               f"pipeline('{task}', {str(result.directory)!r}) (transformers.js)")
     elif args.format == "genai":
@@ -262,6 +266,16 @@ def _check_tokenizer(args, spec, home: Path | None) -> None:
     if pieces != size:
         raise TfspecError(f"--tokenizer: {args.tokenizer} has {pieces:,} pieces; {args.spec}'s vocabulary has {size:,}")
     tokenizer_json(Path(args.tokenizer))  # refused here, before exporting, if it cannot be converted
+
+
+def _copy_preprocessor(home: Path | None, output) -> bool:
+    """Copy the checkpoint's ``preprocessor_config.json`` an import kept beside the spec, if any."""
+    from tfspec.interop.hf.checkpoint import PREPROCESSOR_CONFIG
+
+    if home is None or not (home / PREPROCESSOR_CONFIG).is_file():
+        return False
+    shutil.copyfile(home / PREPROCESSOR_CONFIG, Path(output) / PREPROCESSOR_CONFIG)
+    return True
 
 
 def _copy_tokenizer(home: Path | None, output, model: str | None = None, convert: bool = False) -> list[str]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import count
 
 from tfspec.ir.graph import Graph
+from tfspec.norms import NORMS
 from tfspec.spec.schema import Spec, Stack
 
 SEQ = {"encoder": "S", "decoder": "T"}
@@ -57,17 +59,15 @@ class LayerBuilder:
         return (shape, init) if owner == f"{name}.{role}" else owner
 
     def norm(self, name: str, x: str, width: int | None = None, rows: tuple = ("B", None)) -> str:
-        """LayerNorm (gain and bias), or RMSNorm (gain only) with ``norm_type: rms``; without
-        the bias or the gain where the spec says (``norm_bias``, ``norm_gain``); over ``width``
-        features (d_model unless narrower embeddings are normed: ALBERT, ELECTRA) of ``rows``
-        ((B, seq) by default; (B,) for one pooled vector per sequence)."""
+        """The spec's norm kind (``norm_type``, ``tfspec/norms``: LayerNorm, RMSNorm, ...), its op and
+        parameters as the kind declares them (``norm_bias`` and ``norm_gain`` drop a bias or a gain);
+        over ``width`` features (d_model unless narrower embeddings are normed: ALBERT, ELECTRA) of
+        ``rows`` ((B, seq) by default; (B,) for one pooled vector per sequence)."""
         s, d = self.spec, width or self.spec.d_model
-        params = {"weight": ((d,), "ones")} if s.norm_gain else {}
-        if s.uses_norm_bias:
-            params["bias"] = ((d,), "zeros")
-        op = "rms_norm" if s.norm_type == "rms" else "layer_norm"
+        kind = NORMS[s.norm_type]
         rows = tuple(self.seq if r is None else r for r in rows)
-        return self.op(name, op, [x], attrs={"eps": s.norm_eps}, component="norm", params=params, shape=(*rows, d))
+        return self.op(name, kind.op, [x], attrs={"eps": s.norm_eps}, component="norm", params=kind.params(s, d),
+                       shape=(*rows, d))
 
 
 def build_graph(spec: Spec) -> Graph:
@@ -84,6 +84,10 @@ def build_graph(spec: Spec) -> Graph:
                                          params={"w_pool": ((spec.d_model, spec.d_model), "xavier_uniform"),
                                                  "b_pool": ((spec.d_model,), "zeros")},
                                          shape=("B", spec.d_model))
+        if spec.dual is not None:  # CLIP, SigLIP: the image tower and the scores (tfspec.spec.dual)
+            graph.ports |= (outputs := spec.dual.lower(b, memory))
+            graph.outputs = list(outputs)
+            return graph
     if spec.decoder is not None:
         b = LayerBuilder(graph, spec, "decoder", "T", memory=memory)
         tie = embedding if spec.tie_embeddings in ("all", "inputs") else None
@@ -91,6 +95,8 @@ def build_graph(spec: Spec) -> Graph:
         out, out_seq = _stack(b, spec.decoder, x), "T"
     if spec.head is not None:  # in place of the token projection (tfspec.spec.heads)
         graph.ports["logits"] = spec.head.lower(LayerBuilder(graph, spec, "", out_seq), out, graph.ports.get("pooled"))
+        return graph
+    if spec.patches is not None:  # an image encoder without a head (ViTModel): its outputs are memory, pooled
         return graph
     vocab = spec.vocab.tgt_size if spec.decoder is not None else spec.vocab.size
     _project(LayerBuilder(graph, spec, "", out_seq), out, vocab, embedding)
@@ -107,6 +113,10 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
     width, own = s.embed_width, getattr(b.spec, b.stack)  # own: the Stack, for its embedding options
     if s.frames is not None and stack == "encoder":
         x, embedding = s.frames.lower(b), None
+    elif s.patches is not None and stack == "encoder":  # ViT: patches, class token, positions
+        x, embedding = s.patches.lower(b), None
+    elif s.spectrogram is not None and stack == "encoder":  # Whisper: conv stem, its own positions, dropout
+        return s.spectrogram.lower(b), None
     else:
         tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
         b.graph.ports[INPUT[stack]] = tokens
@@ -147,19 +157,28 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
 
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
     """N layers as the spec's plan resolves them, then the final norm pre-norm stacks need."""
-    halting = None
+    halting, streams, sublayer_index = None, b.spec.residual_streams, count()
+    if streams is not None:  # hyper-connections: n copies of the embeddings (tfspec.spec.streams)
+        x = b.op(f"{b.stack}.streams_expand", "streams_expand", [x], attrs={"streams": streams.count},
+                 component="streams", shape=("B", b.seq, streams.count * b.spec.d_model))
     for layer in b.spec.plan(b.stack):
         prefix = f"{b.stack}.layers.{layer.index}."
         b.share = (prefix, f"{b.stack}.layers.{layer.owner}.") if layer.owner != layer.index else None
+        layer_input = x
         if stack.shared:  # a new step of a universal stack
             step_input = x = b.op(f"{prefix}timestep", "timestep", [x], attrs={
                 "step": layer.index, "positions": b.spec.positional.kind == "sinusoidal",
                 **b.spec.positional.model_dump(include={"layout", "spacing", "offset"})})
-        if layer.residual == "sequential":
+        if streams is not None:
+            for sublayer, name in zip(layer.sublayers, layer.names):
+                x = _hyper(b, sublayer, name, x, next(sublayer_index))
+        elif layer.residual == "sequential":
             for sublayer, name in zip(layer.sublayers, layer.names):
                 x = _residual(b, sublayer, name, x)
         else:
             x = _parallel(b, layer, x)
+        if stack.layer_drop:  # LayerDrop: in training, the layer's input in place of its output at rate p
+            x = b.op(f"{prefix}drop", "layer_drop", [layer_input, x], attrs={"p": stack.layer_drop}, component="drop")
         if stack.act is not None:  # the step's last sub-layer: update the halting state
             inputs = [step_input, x] + ([halting] if halting is not None else [])
             halting = b.op(f"{prefix}act", "act", inputs, component="act",
@@ -170,6 +189,9 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
     b.share = None
     if halting is not None:  # the positions' states where each halted
         x = b.op(f"{b.stack}.act_state", "act_state", [halting])
+    if streams is not None:  # the streams' sum
+        x = b.op(f"{b.stack}.streams_merge", "streams_merge", [x], attrs={"streams": streams.count},
+                 component="streams")
     if b.spec.uses_final_norm:
         x = b.norm(f"{b.stack}.norm", x)
     return x
@@ -181,12 +203,30 @@ def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
     ``input_norm`` reads x itself where pre and sandwich would normalise it."""
     norm = b.spec.norm
     h = b.norm(f"{name}_norm", x) if norm in ("pre", "sandwich") and layer.input_norm else x
-    y = layer.lower(b, name, h)
+    y = layer.lower(b, name, _shift(b, layer, name, h))
     if norm in ("sandwich", "output"):
         y = b.norm(f"{name}_{'out_' if norm == 'sandwich' else ''}norm", y)
+    y = _gain(b, name, y)
     y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
-    y = b.op(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale})
+    y = b.op(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale * layer.residual_step})
     return b.norm(f"{name}_norm", y) if norm == "post" else y
+
+
+def _hyper(b: LayerBuilder, layer, name: str, x: str, k: int) -> str:
+    """Hyper-connections around the stack's ``k``-th sub-layer (Zhu et al. 2024, §2): its
+    connections from the streams ``x``, h_0 = A_m^T x, then
+    A_r^T x + B^T Dropout(f(Norm(h_0))) (``tfspec.spec.streams``)."""
+    s, streams = b.spec, b.spec.residual_streams
+    n, width = streams.count, streams.count * b.spec.d_model
+    attrs = {"streams": n, "dynamic": streams.dynamic, "norm": {"kind": s.norm_type, "eps": s.norm_eps}}
+    weights = b.op(f"{name}_streams", "streams_weights", [x], attrs=attrs, component="streams",
+                   params=streams.weight_params(s, k), shape=("B", b.seq, n * (n + 2)))
+    h = b.op(f"{name}_read", "streams_read", [x, weights], attrs={"streams": n}, component="streams")
+    h = b.norm(f"{name}_norm", h) if layer.input_norm else h
+    y = _gain(b, name, layer.lower(b, name, _shift(b, layer, name, h)))
+    y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": s.dropout})
+    return b.op(f"{name}_write", "streams_write", [x, y, weights], component="streams", shape=("B", b.seq, width),
+                attrs={"streams": n, "scale": s.residual_scale * layer.residual_step})
 
 
 def _parallel(b: LayerBuilder, layer, x: str) -> str:
@@ -195,10 +235,29 @@ def _parallel(b: LayerBuilder, layer, x: str) -> str:
     shared = b.norm(f"{layer.names[0]}_norm", x) if layer.residual == "parallel_shared_norm" else None
     out = x
     for sublayer, name in zip(layer.sublayers, layer.names):
-        y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", x))
+        y = _gain(b, name, sublayer.lower(b, name, _shift(b, sublayer, name, shared or b.norm(f"{name}_norm", x))))
         y = b.op(f"{name}_dropout", "dropout", [y], attrs={"p": b.spec.dropout})
-        out = b.op(f"{name}_add", "add", [out, y], attrs={"scale": b.spec.residual_scale})
+        out = b.op(f"{name}_add", "add", [out, y], attrs={"scale": b.spec.residual_scale * sublayer.residual_step})
     return out
+
+
+def _shift(b: LayerBuilder, layer, name: str, h: str) -> str:
+    """mu * h_t + (1 - mu) * h_{t-1}, a learned mu per feature (``token_shift``: RWKV's token
+    shift), or ``h`` itself for a layer without one."""
+    if not layer.token_shift:
+        return h
+    return b.op(f"{name}_shift", "token_shift", [h], component="shift",
+                params={"mix": ((b.spec.d_model,), "constant:0.5")})
+
+
+def _gain(b: LayerBuilder, name: str, y: str) -> str:
+    """diag(gamma) y, a learned gain per feature on a sub-layer's output (``sublayer_gain``:
+    LayerScale, CaiT §2, DINOv2), or ``y`` itself without one."""
+    start = b.spec.sublayer_gain
+    if start is None:
+        return y
+    init = "ones" if start == 1.0 else f"constant:{start}"
+    return b.op(f"{name}_gain", "channel_gain", [y], component="gain", params={"gain": ((b.spec.d_model,), init)})
 
 
 def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None:

@@ -24,7 +24,9 @@ Shape = tuple[Dim, ...]
 class Param:
     """A trainable tensor: canonical name, concrete shape and how to initialise it.
 
-    ``init`` is ``xavier_uniform``, ``zeros``, ``ones``, ``normal:<std>`` or ``uniform:<bound>``.
+    ``init`` is ``xavier_uniform``, ``zeros``, ``ones``, ``normal:<std>``, ``uniform:<bound>``,
+    ``constant:<value>``, ``eye`` (a square identity), ``onehot:<index>`` (a vector's unit entry) or
+    ``sinusoids`` (Whisper's [sin | cos] position table, ``tfspec.spec.audio.sinusoids``).
     """
 
     name: str
@@ -75,6 +77,14 @@ class Graph:
     params: dict[str, Param] = field(default_factory=dict)
     ports: dict[str, str] = field(default_factory=dict)
     """Named endpoints: ``src``/``tgt`` inputs, ``memory`` (encoder output), ``logits``."""
+    outputs: list[str] = field(default_factory=list)
+    """Further ports the full-sequence graph outputs (a dual encoder's scores and embeddings)."""
+    towers: dict[str, Any] = field(default_factory=dict)
+    """Stack name -> the spec of a tower lowered beside ``spec`` (``tfspec.ir.towers``)."""
+
+    def spec_of(self, stack: str):
+        """The spec whose sizes the nodes of ``stack`` have: a tower's own, else ``spec``."""
+        return self.towers.get(stack, self.spec)
 
     def add_param(self, name: str, shape: tuple[int, ...], init: str) -> str:
         if name in self.params:

@@ -78,15 +78,36 @@ class AttentionCore(Sublayer):
     """A learned logit per head that joins every query's softmax as one more key with no value
     (gpt-oss's attention sinks): it takes a share of the attention weight, so the visible keys'
     weights sum to less than 1 and a head can attend to nothing. Off: weights sum to 1 (§3.2.1)."""
-    output_gate: bool = False
-    """Each head's output times sigmoid(x W_gate), elementwise, before W^O (Qwen3-Next's gated
-    attention, Qiu et al. 2025: a query-dependent gate that lets a head output nothing, without
-    an attention sink); W_gate is (h * d_v, d). Off: heads concatenated as they are (§3.2.2)."""
+    output_gate: bool | Literal["sigmoid", "silu"] = False
+    """Each head's output times f(x W_gate), elementwise, before W^O; W_gate is (h * d_v, d).
+    True or ``sigmoid``: f = sigmoid (Qwen3-Next's gated attention, Qiu et al. 2025: a
+    query-dependent gate that lets a head output nothing, without an attention sink;
+    x-transformers' attn_gate_values); ``silu``: f = SiLU, the heads' output times SiLU(x W_gate)
+    as in a SwiGLU (x-transformers' attn_swiglu_values). Off: heads concatenated as they are (§3.2.2)."""
+    head_scale: bool = False
+    """Each head's output times a learned scalar of its own, before W^O (NormFormer's head scale,
+    Shleifer et al. 2021, §2; x-transformers' attn_head_scale), starting at 1. Off: unscaled (§3.2.2)."""
+    learned_kv: Annotated[int, Field(ge=1, le=4096)] | None = None
+    """m learned keys and values per key/value head, (g, m, d_k) and (g, m, d_v), placed before
+    the sequence's keys and visible to every query whatever the kind's mask (persistent memory,
+    Sukhbaatar et al. 2019, §4; x-transformers' attn_num_mem_kv): n x (n + m) scores. They are
+    constants, so decoding caches nothing more; they carry no position, so rotary leaves them
+    unturned and kinds adding position terms to the scores are refused. None: keys are the
+    sequence's own (§3.2)."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
+
+    @property
+    def gate_function(self) -> str | None:
+        """The function of ``output_gate``'s logits: sigmoid, silu, or None where there is no gate."""
+        return "sigmoid" if self.output_gate is True else (self.output_gate or None)
     op: ClassVar[str] = "attention"
     """The IR op this kind lowers to: what score modifiers ask (``SCORE_MODIFIERS``)."""
-    table1_terms: ClassVar[tuple[str, ...]] = ("scores", "values")
+    @property
+    def table1_terms(self) -> tuple[str, ...]:
+        """The per-pair terms Table 1 counts: scores, values and those of the score modifiers set
+        (talking heads' mixing of h logits per pair)."""
+        return ("scores", "values") + tuple(m.field for m in modifiers.set_on(self) if m.per_pair)
     symbols: ClassVar[dict[str, str]] = {"h": "heads", "g": "kv_heads", "d_k": "d_k", "d_v": "d_v"}
 
     @model_validator(mode="after")
@@ -95,6 +116,9 @@ class AttentionCore(Sublayer):
             raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
                               f"{self.score}: remove scale or use score: dot")
         self._modifiers_honoured()
+        if self.learned_kv is not None and self.needs_memory:
+            raise field_error("learned_kv", f"learned_kv ({self.learned_kv}) adds keys to self-attention; "
+                              f"{self.kind} attends to the encoder's keys: remove learned_kv")
         if self.positions is not None and self.positions.definition.embedded:
             raise field_error("positions", f"a layer's own positions enter its attention (rotary, relative, "
                               f"alibi) or are none; {self.positions.kind} positions are added to the embeddings: "
@@ -108,7 +132,7 @@ class AttentionCore(Sublayer):
     def _modifiers_honoured(self) -> None:
         for field, ops in SCORE_MODIFIERS.items():
             value = getattr(self, field, None)
-            if value is None:
+            if not modifiers.MODIFIERS.get(field, modifiers.ScoreModifier).is_set(value):
                 continue
             if self.op not in ops:
                 raise field_error(field, f"{self.kind} lowers to the IR op {self.op!r}, which does not apply "
@@ -116,6 +140,9 @@ class AttentionCore(Sublayer):
                                   f"({', '.join(sorted(ops))})")
             if field in modifiers.MODIFIERS and (problem := modifiers.MODIFIERS[field].problem(self, value)):
                 raise field_error(field, problem)
+        weighting = [m.field for m in modifiers.set_on(self) if m.stage == "weighting"]
+        if len(weighting) > 1:  # each replaces the softmax: two cannot both
+            raise field_error(weighting[1], f"{' and '.join(weighting)} each replace the softmax: set one")
 
     def resolved(self, spec) -> Attention:
         """This layer with every size and its positions filled in from ``spec`` where it sets
@@ -136,6 +163,10 @@ class AttentionCore(Sublayer):
         if layer.heads % layer.kv_heads:
             return (f"heads ({layer.heads}) must be a multiple of kv_heads ({layer.kv_heads}): each key/value head "
                     "serves an equal group of query heads")
+        kind = layer.positions.definition
+        if layer.learned_kv is not None and kind.in_attention and kind.adds_to_scores:
+            return (f"learned_kv ({layer.learned_kv}): {layer.positions.kind} positions add terms to the scores of "
+                    "key positions, which learned keys have none of: use rotary or embedded positions")
         return layer.positions.definition.layer_problem(layer)
 
     def score_scale(self, d_k: int) -> float | None:
@@ -200,6 +231,8 @@ class AttentionCore(Sublayer):
         asks the kind (``PositionKind.attention_flops``)."""
         n, d, h, g, d_k, d_v = s.n, s.d, s.h, s.g, s.d_k, s.d_v
         pairs = self.computed_pairs(s) if dense else self.pairs(s)
+        if self.learned_kv is not None:  # every query scores the m learned keys too
+            pairs = pairs + s.n * self.learned_kv
         if self.needs_memory:
             terms = {"q": 2 * n * d * h * d_k, "kv": 2 * s.m * d * g * (d_k + d_v)}
         else:
@@ -209,6 +242,9 @@ class AttentionCore(Sublayer):
         terms |= {"scores": 2 * pairs * h * d_k, "values": 2 * pairs * h * d_v, "out": 2 * n * h * d_v * d}
         if self.output_gate:
             terms["gate"] = 2 * n * d * h * d_v
+        for m in modifiers.set_on(self):  # talking heads' mixing: a term named by the field
+            if (extra := m.flops(s, self, getattr(self, m.field), pairs)) != 0:
+                terms[m.field] = extra
         return terms
 
     def lower(self, b, name, x):
@@ -230,14 +266,25 @@ class AttentionCore(Sublayer):
             params["sinks"] = ((h,), "zeros")
         if layer.output_gate:
             params["w_gate"] = ((h * d_v, d), "xavier_uniform")
+        if layer.head_scale:
+            params["head_scale"] = ((h,), "ones")
+        if layer.learned_kv is not None:  # x-transformers draws them from N(0, 1)
+            params["mem_k"] = ((g, layer.learned_kv, d_k), "normal:1.0")
+            params["mem_v"] = ((g, layer.learned_kv, d_v), "normal:1.0")
         positions = layer.positions if layer.positions.in_attention else None
         params |= qk_norm_params(layer, s)
         params |= layer.positions.definition.attention_params(b, name, layer)  # relative tables, T5's, DeBERTa's
+        for m in modifiers.set_on(layer):  # talking heads' mixing matrices
+            params |= m.params(layer, getattr(layer, m.field))
         attrs = {"kind": self.kind, "heads": h, "kv_heads": g, "d_k": d_k, "d_v": d_v, "dropout": s.attention_dropout,
                  "kv_seq": b.memory_seq if self.needs_memory else b.seq, "score": self.score,
                  "scale": self.score_scale(d_k), "qk_norm": layer.qk_norm, "clip": layer.clip,
                  "positions": None if positions is None else positions.model_dump()}
         attrs |= {field: getattr(layer, field) for field in SCORE_MODIFIERS}
+        if layer.output_gate:  # the backends ask the gate's function
+            attrs["gate_function"] = layer.gate_function
+        if layer.learned_kv is not None:
+            attrs["learned_kv"] = layer.learned_kv
         if layer.qk_norm != "none" or disentangled.NORM in params:
             attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)
@@ -284,12 +331,13 @@ def fused_kernel(node) -> bool:
     nothing adds to or changes, that is no position kind adding terms (``adds_to_scores``; rotary
     only turns queries and keys), no score modifier set and no sinks. Both backends and
     ``report --train`` read this one answer: an attention spelled out keeps its L x L weights for
-    the backward pass, a fused one keeps only the log-sum-exp."""
+    the backward pass, a fused one keeps only the log-sum-exp. Learned keys (``learned_kv``) are
+    spelled out too: the kind's mask gains their columns."""
     a = node.attrs
     positions = a.get("positions")
     adds = positions is not None and positions_kinds.KINDS[positions["kind"]].adds_to_scores
     return (a.get("score", "dot") == "dot" and not adds and "sinks" not in node.params
-            and all(a.get(field) is None for field in SCORE_MODIFIERS))
+            and "mem_k" not in node.params and not modifiers.set_on(a))
 
 
 def kernel_for(node, stage_adds: bool, backend: str) -> bool:

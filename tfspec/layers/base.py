@@ -47,6 +47,13 @@ class Sublayer(SpecModel):
     input_norm: bool = True
     """With norm pre or sandwich: normalise this sub-layer's input; false: it reads the residual
     stream as it is (ModernBERT's first attention, whose input is the embeddings' norm already)."""
+    token_shift: bool = False
+    """Read its (normalised) input mixed with the previous position's, mu * x_t + (1 - mu) * x_{t-1}
+    with a learned mu per feature starting at 0.5 (RWKV's token shift, Peng et al. 2023, eqs. 11-13
+    and 14-15; x-transformers' ``shift_tokens: 1`` is mu fixed at 1 on the first half of the
+    features and 0 on the second): a convolution of length 2 before the sub-layer, which
+    connects each position with the one before (Table 1) and carries that one position while
+    decoding. Off: it reads x_t alone."""
     stem: ClassVar[str]
     """Node-name stem in the IR, e.g. ``encoder.layers.0.<stem>``."""
     component: ClassVar[str]
@@ -73,6 +80,13 @@ class Sublayer(SpecModel):
         then cannot share a batch (``Graph.masks_padding``). True unless a kind shows
         otherwise: a new kind is batched one row at a time until it says it is safe."""
         return True
+
+    @property
+    def residual_step(self) -> float:
+        """The factor on this sub-layer's output as it joins the residual stream, besides the
+        spec's ``residual_scale``: 1 unless a kind says otherwise (a feed-forward layer's half
+        step in the macaron layout, ``ffn.step``)."""
+        return 1.0
 
     def check(self, spec: Spec) -> str | None:
         """A message if this layer cannot work with the model-wide sizes of ``spec``."""

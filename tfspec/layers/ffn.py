@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from pydantic import Field
+
+from tfspec.norms import NORMS
 from tfspec.spec.bounds import Width
 
 from tfspec.layers.base import Sublayer, linear, register
@@ -28,11 +31,31 @@ class FeedForward(Sublayer):
     """Defaults to the spec's activation."""
     gated: bool | None = None
     """A gated linear unit: act(x W1) * (x W3), then W2; defaults to the spec's gated."""
+    step: float = Field(1.0, gt=0, le=1.0)
+    """The step its output takes on the residual stream, x + step * FFN(Norm(x)): 0.5 is the
+    macaron layout's half step, a block of [ffn (step 0.5), attention, ffn (step 0.5)] (Lu et
+    al. 2019, §3.2: the FFN's half steps around attention in a Strang splitting; Conformer,
+    Gulati et al. 2020; x-transformers' ``macaron``); 1: a whole step (§3.1)."""
+    inner_norm: bool = False
+    """A norm (the spec's norm_type) over the d_ff hidden features after the activation (and
+    the gate's product), before W2: NormFormer's FFN LayerNorm (Shleifer et al. 2021, §2,
+    x-transformers' ``ff_post_act_ln``), which evens out the gradients' size across layers.
+    Off: act(x W1) goes to W2 as it is (eq. 2)."""
     symbols: ClassVar[dict[str, str]] = {"d_ff": "d_ff"}
 
     @property
     def mixes_positions(self) -> bool:
         return False
+
+    def check(self, spec):
+        if self.inner_norm and not NORMS[spec.norm_type].inside_ops:
+            return (f"inner_norm normalises with the norm_type, but the feed-forward lowerings do not compute "
+                    f"norm_type {spec.norm_type}: use norm_type layer or rms, or drop inner_norm")
+        return None
+
+    @property
+    def residual_step(self) -> float:
+        return self.step
 
     def flops(self, s, dense=False):
         # Position-wise: it connects no positions, so stacking it never shortens a path.
@@ -58,4 +81,8 @@ class FeedForward(Sublayer):
             params |= linear("3", d_ff, s.d_model, bias)
         attrs = {"d_ff": d_ff, "activation": layer.activation, "dropout": s.activation_dropout,
                  "gated": layer.gated}
+        if layer.inner_norm:  # the norm kind's gain (and bias) over d_ff, under roles of their own
+            declared = NORMS[s.norm_type].params(s, d_ff)
+            params |= {{"weight": "inner_norm", "bias": "inner_norm_bias"}[role]: p for role, p in declared.items()}
+            attrs["inner_norm"] = {"kind": s.norm_type, "eps": s.norm_eps}
         return b.op(name, "ffn", [x], attrs=attrs, params=params, layer=layer)

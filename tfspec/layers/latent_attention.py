@@ -62,6 +62,10 @@ class LatentAttention(Attention):
         if self.score != "dot" or self.qk_norm != "none" or self.clip is not None:
             raise field_error("score", "latent attention scores are plain dot products: remove score, qk_norm "
                               "and clip")
+        for name in ("output_gate", "head_scale", "learned_kv"):  # its op's lowerings do not read them
+            if getattr(self, name):
+                raise field_error(name, f"latent attention's op does not apply {name}: remove it or use "
+                                  "causal_self_attention")
         return self
 
     def resolved(self, spec) -> LatentAttention:

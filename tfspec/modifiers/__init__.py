@@ -40,11 +40,41 @@ class ScoreModifier:
     saved_scores: ClassVar[int] = 1
     """How many L x L tensors its backward pass keeps beside the softmax weights (tanh keeps
     its output), which ``report --train`` counts."""
+    stage: ClassVar[str] = "logits"
+    """Where it applies (``STAGES``): ``logits`` after the position terms, before the mask (the
+    soft-cap); ``masked`` on the masked logits (top-k keeps the k largest visible ones);
+    ``weighting`` turns the masked logits into the weights in place of the softmax (sigmoid, at
+    most one per layer); ``weights`` on the weights before they multiply the values."""
+    per_pair: ClassVar[bool] = False
+    """Its FLOPs (``flops``, nonzero) grow with the scored pairs, so Table 1's complexity counts them."""
+    reads_params: ClassVar[bool] = False
+    """Its backends' ``modify`` takes the attention's PyTorch module (or the ONNX node) as its
+    last argument, to read the parameters ``params`` declares."""
 
     @classmethod
     def problem(cls, layer, value) -> str | None:
         """Why ``value`` cannot modify ``layer``'s scores (the field error's message), or None."""
         return None
+
+    @classmethod
+    def is_set(cls, value) -> bool:
+        """Whether ``value`` turns it on (None and False leave the scores as they are)."""
+        return value is not None and value is not False
+
+    @classmethod
+    def params(cls, layer, value) -> dict:
+        """IR parameters it adds to the attention node, role -> (shape, init), for a resolved layer."""
+        return {}
+
+    @classmethod
+    def flops(cls, s, layer, value, pairs):
+        """Forward FLOPs it adds (matrix products, 2 per multiply-add) in the symbols ``s``, over
+        ``pairs`` scored query-key pairs: the layer's term named by the field, or 0 for none."""
+        return 0
+
+
+STAGES = ("logits", "masked", "weighting", "weights")
+"""The stages of ``ScoreModifier.stage``, in the order the backends apply them."""
 
 
 def register(modifier: type[ScoreModifier]) -> type[ScoreModifier]:
@@ -57,6 +87,12 @@ def ordered() -> list[type[ScoreModifier]]:
     never depends on which module was scanned first)."""
     discover(__name__)
     return sorted(MODIFIERS.values(), key=lambda m: (m.order, m.field))
+
+
+def set_on(values) -> list[type[ScoreModifier]]:
+    """The modifiers that ``values`` (an attention layer, or an IR node's attrs dict) turn on, in order."""
+    get = values.get if isinstance(values, dict) else lambda field: getattr(values, field, None)
+    return [m for m in ordered() if m.is_set(get(m.field))]
 
 
 def fields() -> dict[str, tuple[Any, Any]]:

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from tfspec.spec.base import SpecModel
 from tfspec.spec.bounds import MAX_VOCAB, TokenId
+from tfspec.spec.image_heads import ImageClassificationHead
 
 if TYPE_CHECKING:
     from tfspec.ir.build import LayerBuilder
@@ -182,6 +183,6 @@ class CtcHead(SpecModel):
         return logits
 
 
-Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead, AnswerSpanHead, CtcHead],
-                 Field(discriminator="kind")]
+Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead, AnswerSpanHead, CtcHead,
+                       ImageClassificationHead], Field(discriminator="kind")]
 """Every head kind, told apart by ``kind``."""

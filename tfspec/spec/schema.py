@@ -15,15 +15,22 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from tfspec.layers import SUBLAYERS
 from tfspec.layers.ffn import Activation
+from tfspec.norms import NORMS
+from tfspec.norms import description as norm_description
+from tfspec.norms import names as norm_names
 from tfspec.positions import rotary
 from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, MIN_VOCAB, Channels, Epsilon, Heads, Layers, Positions,
                                 Segments, Steps, Text, TokenId, VocabSize, Width)
+from tfspec.spec.dual import DualEncoder
 from tfspec.spec.embed_projection import EmbedProjection
 from tfspec.spec.frames import Frames
+from tfspec.spec.patches import Patches
+from tfspec.spec.audio import Spectrogram
 from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
 from tfspec.spec.sharing import LayerSharing
+from tfspec.spec.streams import ResidualStreams
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
@@ -178,6 +185,11 @@ class Stack(SpecModel):
     act: Act | None = None
     """With ``shared``: adaptive computation time per position; ``layers`` is then the most
     steps any position takes (the fixed depth of exported graphs)."""
+    layer_drop: Probability = 0.0
+    """LayerDrop (Fan et al. 2019, §3; stochastic depth over whole layers): in training each layer
+    of the stack is skipped with this probability, the same for the whole batch, its input
+    passed on unchanged and nothing rescaled; evaluation, decoding and exported graphs run every
+    layer. x-transformers' ``layer_dropout`` skips each sub-layer on its own. 0: none."""
     share_layers: LayerSharing | None = None
     """Cross-layer parameter sharing without a timestep signal (ALBERT): runs of layers applying
     a few layers' weights in turn (``tfspec.spec.sharing``); None: every layer has its own."""
@@ -201,6 +213,9 @@ class Stack(SpecModel):
             raise field_error("shared", "a shared (universal) stack repeats one block: use layers + block")
         if self.act is not None and not self.shared:
             raise field_error("act", "adaptive computation time halts a repeated layer: set shared: true")
+        if self.layer_drop and self.act is not None:
+            raise field_error("layer_drop", "layer_drop skips whole steps, but adaptive computation time counts "
+                              "every step's halting probability: drop layer_drop or act")
         if self.num_layers > MAX_LAYERS:
             raise field_error("groups", f"the groups add up to {self.num_layers:,} layers; a stack holds at most "
                               f"{MAX_LAYERS:,}")
@@ -253,7 +268,8 @@ class Stack(SpecModel):
             else:
                 groups.append({"layers": group.layers, "block": block})
         return {"groups": groups, "shared": self.shared, "act": None if self.act is None else self.act.model_dump(),
-                "share_layers": None if self.share_layers is None else self.share_layers.model_dump()}
+                "share_layers": None if self.share_layers is None else self.share_layers.model_dump(),
+                "layer_drop": self.layer_drop}
 
     def entries(self):
         """(field path, layer kind) of each block entry as written, e.g. ``block.0``."""
@@ -338,9 +354,13 @@ class Spec(SpecModel):
     FFN(Norm2(x)) (GPT-NeoX, Pythia); parallel_shared_norm: both read one norm of it,
     x + Attn(Norm(x)) + FFN(Norm(x)) (GPT-J, Phi-2, Falcon). Parallel layers need norm: pre
     and a block of two sub-layers."""
-    norm_type: Literal["layer", "rms"] = "layer"
-    """layer: LayerNorm with gain and bias (the paper); rms: RMSNorm (Zhang & Sennrich 2019),
-    x / sqrt(mean(x^2) + eps) times a gain, no mean subtracted and no bias (Llama)."""
+    residual_streams: ResidualStreams | None = None
+    """Hyper-connections (Zhu et al. 2024): the residual stream widened to n streams joined by
+    learned (and, dynamic, input-dependent) connections, ``tfspec.spec.streams``; None: the one
+    stream of x + f(x)."""
+    norm_type: Literal[norm_names()] = Field("layer", description=norm_description())
+    """What every norm computes, one module per kind in ``tfspec/norms`` (layer: LayerNorm with
+    gain and bias, the paper's; rms: RMSNorm, Llama's; l2: ScaleNorm; tanh: dynamic tanh)."""
     norm_bias: bool | None = None
     """LayerNorm's bias; false: a gain only (Cohere, GPT-NeoX-style models trained without
     one). Defaults to true for LayerNorm; RMSNorm has none."""
@@ -361,6 +381,10 @@ class Spec(SpecModel):
     residual_scale: float = Field(1.0, gt=0, le=1e6)
     """Factor on each sub-layer's output before it joins the residual stream, x + s * f(x)
     (Granite's residual_multiplier: 0.22)."""
+    sublayer_gain: float | None = Field(None, gt=0, le=1e6)
+    """A learned gain per feature on each sub-layer's output before it joins the residual stream,
+    x + diag(gamma) f(x), gamma starting at this value (LayerScale: Touvron et al. 2021, CaiT §2,
+    1e-5 to 0.1; DINOv2's layerscale_value 1.0); None: no gain."""
     embed_norm: bool = False
     """LayerNorm on embeddings + positions, before dropout (BERT)."""
     embed_projection: EmbedProjection | None = None
@@ -391,10 +415,19 @@ class Spec(SpecModel):
     embeddings in place of ``positional`` (which must then be kind none)."""
     frames: Frames | None = None
     """Feature vectors per frame as the encoder's input instead of token ids (needs a ``head``)."""
+    patches: Patches | None = None
+    """Pixel values (batch, channels, height, width) cut into patches as the encoder's input instead
+    of token ids, with their class token and learned positions (ViT; ``tfspec.spec.patches``)."""
+    spectrogram: Spectrogram | None = None
+    """A log-mel spectrogram (batch, mels, frames) as the encoder's input instead of source tokens,
+    through a convolution stem and a stored position table (Whisper; ``tfspec.spec.audio``)."""
     head: Head | None = None
     """An output head in place of the pre-softmax token projection (encoder-only specs):
     sequence_classification (logits (B, classes)), token_classification (B, S, classes) or ctc
     (per-frame log-probabilities of labels and a blank)."""
+    dual: DualEncoder | None = None
+    """A dual encoder (CLIP, SigLIP): this spec is the text tower, ``dual.vision`` the image
+    tower, joined by pooling, projections and scaled cosine scores (``tfspec.spec.dual``)."""
     encoder: Stack | None = None
     decoder: Stack | None = None
     reference: Reference | None = None
@@ -456,12 +489,27 @@ class Spec(SpecModel):
                               "each key/value head serves an equal group of query heads; pick kv_heads dividing heads")
 
     def _check_norm(self) -> None:
-        if self.norm_bias and self.norm_type == "rms":
-            raise field_error("norm_bias", "RMSNorm has no bias (it subtracts no mean): drop norm_bias or use "
-                              "norm_type: layer")
+        kind = NORMS[self.norm_type]
+        if problem := kind.problem(self):
+            raise field_error(*problem)
+        if kind.inside_ops:
+            return
+        for name, stack in self.stacks:  # qk_norm and DeBERTa's table norm apply the spec's norm_type
+            for path, layer in stack.entries():
+                own, qk_norm = getattr(layer, "positions", None), getattr(layer, "qk_norm", "none")
+                table = f"{name}.{path}.positions" if own is not None else "positional"
+                table_norm = getattr(own or self.positional, "table_norm", None)
+                uses = ((f"{name}.{path}.qk_norm", qk_norm not in ("none", "l2"), "qk_norm: l2"),
+                        (f"{table}.table_norm", table_norm, "table_norm: false"))
+                for field, used, fix in uses:
+                    if used:
+                        raise field_error(field, f"{field.rsplit('.', 1)[1]} normalises with the norm_type, but the "
+                                          f"attention lowerings do not compute norm_type {self.norm_type}: set "
+                                          f"{fix}, or norm_type layer or rms")
 
     def _check_parts(self) -> None:
-        for part in (self.frames, self.head, self.embed_projection):
+        for part in (self.frames, self.patches, self.spectrogram, self.head, self.embed_projection,
+                     self.residual_streams, self.dual):
             if part is not None and (problem := part.check(self)):
                 raise field_error(*problem)
 
@@ -471,7 +519,7 @@ class Spec(SpecModel):
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
 
     def _check_vocab(self) -> None:
-        if self.frames is None:  # token ids in: ids 0-3 are the special tokens', checks draw others from 4 up
+        if self.frames is None and self.patches is None:  # token ids in: ids 0-3 are the special tokens'
             for key, size in (("size", self.vocab.size), ("target_size", self.vocab.tgt_size)):
                 if size < MIN_VOCAB:
                     raise field_error(f"vocab.{key}", f"a vocabulary of {size} tokens has no room for ordinary "
@@ -630,7 +678,7 @@ class Spec(SpecModel):
     @property
     def uses_norm_bias(self) -> bool:
         """The norms have a bias: ``norm_bias``, else LayerNorm's default (true)."""
-        return self.norm_type == "layer" if self.norm_bias is None else self.norm_bias
+        return NORMS[self.norm_type].bias_default if self.norm_bias is None else self.norm_bias
 
     @property
     def ties_output(self) -> bool:
@@ -640,3 +688,7 @@ class Spec(SpecModel):
     @property
     def uses_final_norm(self) -> bool:
         return self.norm != "post" if self.final_norm is None else self.final_norm
+
+
+DualEncoder.model_rebuild(_types_namespace={"Spec": Spec})  # its image tower is a whole spec
+Spec.model_rebuild()

@@ -56,7 +56,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     (carried between steps as g), each serving h/g query heads."""
     b, a = e.b, node.attrs
     h, g, d_k, d_v = a["heads"], a["kv_heads"], a["d_k"], a["d_v"]
-    stage, modifiers = stage_of(node), modifiers_of(a)
+    stage, modifiers = stage_of(node), modifiers_of(a, node)
     plain = _plain(node, stage)
     variant = e.variant
     if node.layer.needs_memory:
@@ -84,6 +84,8 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     else:
         q = split_heads(b, q, h, d_k)  # (B, h, Lq, d_k)
     mask = e.mask(node.layer, node.shape[1], a["kv_seq"], q, k)
+    if "mem_k" in node.params:  # after the cache: learned keys are never carried
+        k, v, mask = _with_learned(e, node, k, v, mask)
     if plain:
         y = attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
     else:
@@ -94,13 +96,40 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
     return _output(b, node, x, y)
 
 
+def _with_learned(e, node: Node, k: str, v: str, mask: str | None) -> tuple[str, str, str | None]:
+    """The m learned keys and values (g, m, d) before the (N, g, Lk, d) ones (persistent memory,
+    the PyTorch backend's ``_with_learned``); the additive mask gains m zero (visible) columns in
+    front, once per mask."""
+    b, a = e.b, node.attrs
+    m = a["learned_kv"]
+
+    def joined(t: str, role: str, size: int) -> str:
+        rows = b.op("Concat", b.op("Shape", t, start=0, end=1), b.ints(a["kv_heads"], m, size), axis=0)
+        memory = b.op("Expand", b.op("Unsqueeze", b.param(node.params[role]), b.ints(0)), rows)  # (N, g, m, d)
+        return b.op("Concat", memory, t, axis=2)
+
+    k, v = joined(k, "mem_k", a["d_k"]), joined(v, "mem_v", a["d_v"])
+    if mask is not None:
+        mask = e.cached(("learned_kv", mask, m), lambda: b.op("Pad", mask, b.ints(m, 0), None, b.ints(-1)))
+    return k, v, mask
+
+
 def _output(b, node: Node, x: str, y: str) -> str:
-    """W^O over the concatenated heads y (B * L, h * d_v); with ``output_gate``, y times
-    sigmoid(x W_gate) first (the PyTorch backend's ``_output``)."""
-    p = node.params
+    """W^O over the concatenated heads y (B * L, h * d_v); with ``head_scale``, each head's
+    output times its scalar first; with ``output_gate``, y times f(x W_gate), f sigmoid or SiLU
+    (the PyTorch backend's ``_output``)."""
+    p, a = node.params, node.attrs
+    if "head_scale" in p:  # (h,) -> (h, d_v) -> (h * d_v,): each head's scalar over its features
+        h, d_v = a["heads"], a["d_v"]
+        scale = b.op("Expand", b.op("Reshape", b.param(p["head_scale"]), b.ints(h, 1)), b.ints(h, d_v))
+        y = b.op("Mul", y, b.op("Reshape", scale, b.ints(h * d_v)))
+        b.flat.add(y)
     if "w_gate" in p:
         gate = b.rows(b.linear(x, p["w_gate"]), b.shape(p["w_gate"])[0])
-        y = b.op("Mul", y, b.op("Sigmoid", gate))
+        weight = b.op("Sigmoid", gate)
+        if a.get("gate_function") == "silu":  # SiLU(g) = g sigmoid(g)
+            weight = b.op("Mul", gate, weight)
+        y = b.op("Mul", y, weight)
         b.flat.add(y)
     return b.linear(y, p["w_o"], p.get("b_o"))
 
@@ -176,7 +205,12 @@ def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: st
         scores = modify(b, scores)
     if mask is not None:
         scores = b.op("Add", scores, mask)
-    weights = _softmax_with_sinks(b, scores, p.get("sinks"), h)
+    for modify in modifiers_of(a, node, "masked"):  # explicit sparse attention's top-k
+        scores = modify(b, scores)
+    weighting = modifiers_of(a, node, "weighting")  # sigmoid attention
+    weights = weighting[0](b, scores) if weighting else _softmax_with_sinks(b, scores, p.get("sinks"), h)
+    for modify in modifiers_of(a, node, "weights"):  # talking heads' mixing of the weights
+        weights = modify(b, weights)
     y = b.op("MatMul", weights, v)
     return y if stage is None or stage.output is None else stage.output(e, weights, y)  # Shaw et al.'s a_V
 

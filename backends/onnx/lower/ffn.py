@@ -8,6 +8,7 @@ import math
 from tfspec.ir import Node
 
 from . import lowering
+from .norms import normalize
 
 
 def activation(b, x: str, kind: str) -> str:
@@ -38,4 +39,7 @@ def ffn(e, node: Node, x: str) -> str:
     h = activation(e.b, e.b.linear(x, p["w_1"], p.get("b_1")), node.attrs["activation"])
     if node.attrs["gated"]:
         h = e.b.op("Mul", h, e.b.linear(x, p["w_3"], p.get("b_3")))
+    if norm := node.attrs.get("inner_norm"):  # NormFormer's norm over the d_ff features
+        h = normalize(e.b, h, norm["kind"], norm["eps"], p.get("inner_norm"), p.get("inner_norm_bias"),
+                      size=node.attrs["d_ff"])
     return e.b.linear(h, p["w_2"], p.get("b_2"))

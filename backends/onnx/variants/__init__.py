@@ -80,7 +80,8 @@ class Variant:
         it computes for its outputs."""
         ports = graph.ports
         fed = {ports[p] for p in ("src", "tgt", "segments", "frames") if p in ports}
-        return fed, [ports[p] for p in ("logits", "pooled", "log_probs") if p in ports]
+        outputs = ("logits", "pooled", "log_probs") if "logits" in ports else ("memory", "pooled")  # ViTModel
+        return fed, [ports[p] for p in outputs if p in ports] + [ports[p] for p in graph.outputs]
 
     def declare(self, e) -> None:
         """Inputs declared before any node is lowered (the shortlist's candidates)."""
@@ -155,6 +156,12 @@ class Variant:
                 shape = graph.node(ports[port]).shape
                 value = b.sequence(env[ports[port]], shape[-1]) if len(shape) == 3 else env[ports[port]]
                 b.output(port, value, [names.get(d, d) for d in shape])
+        if "logits" not in ports:  # an image encoder without a head: its last hidden states
+            b.output("memory", b.sequence(env[ports["memory"]], graph.spec.d_model), ["batch", "src_len",
+                                                                                      graph.spec.d_model])
+        for port in graph.outputs:  # a dual encoder's scores and embeddings: (texts or images, ...)
+            shape = graph.node(ports[port]).shape
+            b.output(port, env[ports[port]], [{"B": "batch", "N": "images"}.get(d, d) for d in shape])
         pooled(e, env)
 
 

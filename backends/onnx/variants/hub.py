@@ -2,8 +2,9 @@
 ``ORTModelForSequenceClassification``, ``...ForTokenClassification``, ``...ForQuestionAnswering``,
 ``...ForMaskedLM`` and ``...ForFeatureExtraction`` and transformers.js's pipelines read::
 
-    input_ids, attention_mask (batch, sequence_length) int64; token_type_ids where the model has segments
-    -> logits                         text-classification (batch, labels), token-classification
+    input_ids, attention_mask (batch, sequence_length) int64; token_type_ids where the model has segments;
+    or pixel_values (batch, channels, height, width) for an image model
+    -> logits                         text- and image-classification (batch, labels), token-classification
                                       (batch, sequence_length, labels), fill-mask (..., vocab)
     -> start_logits, end_logits       question-answering (batch, sequence_length)
     -> last_hidden_state              feature-extraction (batch, sequence_length, d_model), with
@@ -20,7 +21,8 @@ from onnx import TensorProto
 from . import Variant, mask_name, padding
 from .model import Model
 
-TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask", "feature-extraction")
+TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask", "feature-extraction",
+         "image-classification")
 NAMES = {"src": "input_ids", "tgt": "input_ids", "segments": "token_type_ids"}
 """tfspec's token inputs -> transformers' names."""
 
@@ -38,7 +40,7 @@ class HubEncoder(Model):
 
     def ports(self, graph):
         ports = graph.ports
-        fed = {ports[p] for p in ("src", "tgt", "segments") if p in ports}
+        fed = {ports[p] for p in ("src", "tgt", "segments", "pixel_values") if p in ports}
         wanted = ("memory", "pooled") if self.task == "feature-extraction" else ("logits",)
         return fed, [ports[p] for p in wanted if p in ports]
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from functools import partial
 from typing import Callable
 
-from tfspec.layers.attention import SCORE_MODIFIERS as ORDER
+from tfspec import modifiers
 from tfspec.registry import registrar
 
 SCORE_MODIFIERS: dict[str, Callable] = {}
@@ -25,9 +26,20 @@ score_modifier = registrar(SCORE_MODIFIERS, "PyTorch score modifiers for field")
 """Decorator registering the modifier of an attention field."""
 
 
-def modifiers_of(attrs: dict) -> list[Callable]:
-    """The modifiers an attention node's ``attrs`` set, in the order they apply."""
-    return [SCORE_MODIFIERS[field](attrs[field]) for field in ORDER if attrs.get(field) is not None]
+def modifiers_of(attrs: dict, module=None, stage: str = "logits") -> list[Callable]:
+    """The modifiers an attention node's ``attrs`` set at ``stage`` (``tfspec.modifiers.STAGES``),
+    in the order they apply, each as ``modify(scores)``: one that reads parameters
+    (``reads_params``) is handed ``module`` too."""
+    found = []
+    for m in modifiers.set_on(attrs):
+        if m.stage == stage:
+            modify = SCORE_MODIFIERS[m.field](attrs[m.field])
+            found.append(partial(_with, modify, module) if m.reads_params else modify)
+    return found
+
+
+def _with(modify: Callable, module, *args):
+    return modify(*args, module)
 
 
 for _module in pkgutil.iter_modules(__path__):

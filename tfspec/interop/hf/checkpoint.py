@@ -25,8 +25,11 @@ from tfspec.tensors import Entry, read_header, read_pickled, read_tensor
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
-"""The checkpoint's generation defaults (forced end ids, beams, lengths): data, kept beside an
-import so that exports hand them on (``export --format optimum``)."""
+PREPROCESSOR_CONFIG = "preprocessor_config.json"
+KEPT = (GENERATION_CONFIG, PREPROCESSOR_CONFIG)
+"""The checkpoint's JSON that is neither weights nor tokenizer: its generation defaults (forced
+end ids, beams, lengths) and its image processor's settings, kept beside an import so that
+exports hand them on (``export --format optimum``: pipelines read them)."""
 WEIGHT_FILES = (("model.safetensors", "model.safetensors.index.json"),
                 ("pytorch_model.bin", "pytorch_model.bin.index.json"))
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt", "vocab.json",

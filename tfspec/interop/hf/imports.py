@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from tfspec.errors import TfspecError
-from tfspec.interop.hf.checkpoint import (CONFIG, GENERATION_CONFIG, Checkpoint, check_writable, open_checkpoint,
+from tfspec.interop.hf.checkpoint import (CONFIG, KEPT, Checkpoint, check_writable, open_checkpoint,
                                           read_vocabulary, staged_directory)
 from tfspec.interop.hf.family import FAMILIES, Family, Rule, Source
 from tfspec.interop.hf.quantized import dequantized
@@ -67,7 +67,7 @@ def import_checkpoint(directory: str | Path, output: str | Path, name: str | Non
         _write_spec(staging / SPEC_FILE, read.data, directory, result.architecture, result.ignored)
         if plan is not None:
             _write_weights(staging / WEIGHTS_FILE, read.graph, plan, checkpoint, dtype, progress, directory)
-        for path in checkpoint.tokenizer_files() + [p for p in [directory / GENERATION_CONFIG] if p.is_file()]:
+        for path in checkpoint.tokenizer_files() + [p for p in map(directory.joinpath, KEPT) if p.is_file()]:
             shutil.copyfile(path, staging / path.name)
         result.files = sorted(p.name for p in staging.iterdir())
     return result
@@ -172,7 +172,8 @@ def _spec(family: Family, source: Source, name: str, directory: Path) -> tuple[S
     layers = stack.get("layers") or sum(group["layers"] for group in stack["groups"])
     description = (f"{family.title} ({source.architecture}) imported from Hugging Face, "
                    f"{layers} layers, d_model {data['d_model']}, {data['heads']} heads, "
-                   f"{data['vocab']['size']}-token vocabulary.")
+                   + (f"{data['patches']['image_size']}-pixel images in {data['patches']['patch_size']}-pixel "
+                      "patches." if "patches" in data else f"{data['vocab']['size']}-token vocabulary."))
     version = source.config.get("transformers_version")
     reference = {"source": f"Hugging Face checkpoint {name} ({source.architecture}"
                            f"{f', transformers {version}' if version else ''}), imported from {directory}",

@@ -155,7 +155,7 @@ class Qwen3Next(Qwen2Moe):
         for layer in spec.plan("decoder"):
             mixer = layer.sublayers[0]
             if len(layer.sublayers) != 2 or not (mixer.kind == "gated_deltanet" or (
-                    mixer.kind == "causal_self_attention" and mixer.output_gate and mixer.qk_norm == "head")):
+                    mixer.kind == "causal_self_attention" and mixer.gate_function == "sigmoid" and mixer.qk_norm == "head")):
                 return (f"{self.title}'s layers are a gated DeltaNet or a gated causal attention with per-head q/k "
                         "norms, then a feed-forward layer or mixture of experts")
         return None

@@ -25,6 +25,7 @@ class Attention(LayerOp):
         each score modifier keeps beside them."""
         a = node.attrs
         queries, keys = sizes[node.shape[1]], sizes[a.get("kv_seq", node.shape[1])]
+        keys += a.get("learned_kv") or 0  # learned keys join every call's keys (and weights)
         h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
         rows_q, rows_k = sizes["B"] * queries, sizes["B"] * keys
         fused = fused_kernel(node)
@@ -43,9 +44,14 @@ class Attention(LayerOp):
         saved[f"{node.name}#kv"] = rows_k * h * (d_k + d_v) * 4
         saved[f"{node.name}#heads"] = rows_q * h * d_v * 4
         saved[f"{node.name}#lse"] = rows_q * h * 4
+        # head_scale and output_gate each keep the heads' output they multiply; the gate also keeps
+        # sigmoid's output, or SiLU's logits and output.
+        copies = ("head_scale" in node.params) + {None: 0, "sigmoid": 2, "silu": 3}[a.get("gate_function")]
+        if copies:
+            saved[f"{node.name}#gated"] = copies * rows_q * h * d_v * 4
         if not fused:
-            copies = 1 + sum(m.saved_scores for m in modifiers.ordered() if a.get(m.field) is not None)
-            saved[f"{node.name}#weights"] = copies * rows_q * h * keys * 4
+            copies = 1 + sum(m.saved_scores for m in modifiers.set_on(a))  # a bool mask: a quarter
+            saved[f"{node.name}#weights"] = int(copies * rows_q * h * keys * 4)
         return saved
 
     @classmethod

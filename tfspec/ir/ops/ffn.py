@@ -11,7 +11,12 @@ def _ffn(graph, node, sizes, out, tokens=None):
     a = node.attrs
     hidden = (tokens if tokens is not None else rows(node, sizes)) * a.get("d_ff", node.shape[-1]) * 4
     count = 4 if a.get("gated") else (1 if a.get("activation") == "relu" else 2)
-    return {node.inputs[0]: out(node.inputs[0]), f"{node.name}#hidden": count * hidden}
+    saved = {node.inputs[0]: out(node.inputs[0]), f"{node.name}#hidden": count * hidden}
+    if norm := a.get("inner_norm"):  # W2 reads the normalised hidden (RMSNorm's gain: its copy before the gain too)
+        copies = 2 if norm["kind"] == "rms" and "inner_norm" in node.params else 1
+        stats = 2 if norm["kind"] == "layer" else 1
+        saved[f"{node.name}#inner_norm"] = copies * hidden + stats * (hidden // a.get("d_ff", node.shape[-1]))
+    return saved
 
 
 @register

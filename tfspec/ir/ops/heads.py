@@ -54,7 +54,8 @@ class Classifier(Op):
     @staticmethod
     def flops(node, s, dense=False):
         positions = s.n if len(node.shape) == 3 else 1
-        return {"classifier": 2 * positions * s.d * node.attrs["classes"]}
+        parts = node.attrs.get("parts", 1)  # d-wide vectors side by side: DINOv2's class token and patch mean, 2
+        return {"classifier": 2 * positions * parts * s.d * node.attrs["classes"]}
 
 
 @register
