@@ -184,6 +184,19 @@ def test_beam_search_gives_the_same_tokens_in_both_backends(tmp_path):
     assert all(len(out) <= 8 + (row != 0).sum() for out, row in zip(ours, src))
 
 
+def test_a_decoder_whose_layers_carry_no_state_decodes_as_pytorch(write_spec, tmp_path):
+    """A decoder-only stack of feed-forward layers has no pasts, so its step graph has no
+    ``beam_rows`` (the runtime bound it anyway): it exports and greedy-decodes as PyTorch does."""
+    spec = load_spec(write_spec("name: ffns\nfamily: decoder-only\nvocab: {size: 100}\nd_model: 32\nheads: 4\n"
+                                "d_ff: 64\ndecoder: {layers: 2, block: [{kind: ffn}]}\n"))
+    model, result = _export(spec, tmp_path)
+    assert result.ok, [str(c) for c in result.checks if not c.ok]
+    prefix = np.random.default_rng(4).integers(4, 100, (3, 5))
+    options = SearchOptions(beam=1, max_extra=6, max_length=11)
+    ours = search(OnnxModel(tmp_path / "onnx", device="cpu").decoder(), None, options, prefix)
+    assert ours == search(TorchDecoder(model), None, options, prefix)
+
+
 def test_a_pad_started_target_keeps_its_start_token(write_spec, tmp_path):
     """T5's decoder starts from the padding id: the full-sequence graph must not hide that first
     token as padding (export's parity check feeds random targets, never the start token). Its

@@ -110,7 +110,8 @@ class OnnxDecoder:
         b = self.binding
         b.bind_cpu_input("tgt", np.ascontiguousarray(tokens, np.int64))
         b.bind_cpu_input("top_k", self._k(k))
-        b.bind_cpu_input("beam_rows", state.rows)
+        if "beam_rows" in self.inputs:  # absent where no layer carries state (a decoder of FFNs alone)
+            b.bind_cpu_input("beam_rows", state.rows)
         if "offset" in self.inputs:
             b.bind_cpu_input("offset", np.array(state.offset, np.int64))
         key_mask = self._bind_masks(state, tokens, mask)
