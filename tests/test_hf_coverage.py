@@ -70,6 +70,8 @@ def test_text_rule_sets_multimodal_types_apart(types):
 def test_page_sorts_rows_into_sections(coverage):
     rows = [coverage.Row("b", "exact", "B", 10, 10), coverage.Row("a", "refused", "A", 5, note="x | y"),
             coverage.Row("c", "not built", "C", note="ImportError: needs z")]
-    page = coverage.render(rows, {"v": "takes images, video or audio"}, "cmd", 1.0)
-    assert "**1 imported exactly, 0 imported with a different count, 1 refused" in page
+    modal = [coverage.Row("vit", "exact", "ViTForImageClassification", 7, 7)]
+    page = coverage.render(rows, modal, {"v": "takes images, video or audio"}, "cmd", 1.0)
+    assert "**text model types: 1 imported exactly, 0 imported with a different count, 1 refused" in page
+    assert "**vision and audio model types: 1 imported exactly" in page and "| vit | ViTForImageClassification | 7 |" in page
     assert "| b | B | 10 |" in page and "| a | A | x \\| y |" in page and "| c | C | ImportError: needs z |" in page

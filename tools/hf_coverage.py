@@ -1,6 +1,8 @@
 """Which transformers architectures `tfspec import` takes, checked by counting parameters.
 
-For every text model type transformers registers (CONFIG_MAPPING), this builds the default
+For every text model type transformers registers (CONFIG_MAPPING), and every image or audio
+encoder type (``modal_types``: image and audio classifiers, zero-shot image classifiers,
+speech-to-text, CTC), this builds the default
 configuration, picks the class to count (seq2seq LM, causal LM, masked LM, else the base model;
 among them the first one tfspec's family imports), counts its parameters on the meta device,
 writes that configuration as config.json (``architectures`` set to the class) and imports it
@@ -82,6 +84,32 @@ def text_types() -> tuple[dict[str, list[str]], dict[str, str]]:
             base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
             text[model_type] = list(dict.fromkeys(c for c in [*classes, base] if isinstance(c, str)))
     return text, apart
+
+
+MODAL_TASKS = ("IMAGE_CLASSIFICATION", "ZERO_SHOT_IMAGE_CLASSIFICATION", "SPEECH_SEQ_2_SEQ", "CTC",
+               "AUDIO_CLASSIFICATION")
+"""The mappings naming the vision and audio classes counted (issue 56's families), in order of
+preference; the base model comes last."""
+GENERATIVE = re.compile(r"TEXT_TO_TEXT|VISION_2_SEQ|MULTIMODAL_LM|IMAGE_TEXT|VIDEO|TEXT_TO_SPECTROGRAM|TEXT_TO_WAVEFORM")
+"""Mappings of models that generate text from images or speech from text: set apart still."""
+
+
+def modal_types(apart: dict[str, str]) -> dict[str, list[str]]:
+    """The vision and audio types among those ``text_types`` set apart (an image or audio
+    classifier, a zero-shot image classifier, speech-to-text, CTC) -> candidate classes."""
+    from transformers.models.auto import modeling_auto
+
+    mappings = {n[len("MODEL_FOR_"):-len("_MAPPING_NAMES")]: getattr(modeling_auto, n) for n in dir(modeling_auto)
+                if n.startswith("MODEL_FOR_") and n.endswith("_MAPPING_NAMES")}
+    found = {}
+    for model_type in apart:
+        if any(GENERATIVE.search(task) and model_type in names for task, names in mappings.items()):
+            continue
+        classes = [mappings[task][model_type] for task in MODAL_TASKS if model_type in mappings.get(task, {})]
+        if classes:
+            base = modeling_auto.MODEL_MAPPING_NAMES.get(model_type)
+            found[model_type] = list(dict.fromkeys(c for c in [*classes, base] if isinstance(c, str)))
+    return found
 
 
 class Timeout(Exception):
@@ -230,35 +258,24 @@ SECTIONS = [("exact", "Imported exactly", ("model type", "class", "parameters"))
             ("not built", "Not built by transformers", ("model type", "class", "exception"))]
 
 
-def render(rows: list[Row], apart: dict[str, str], command: str, seconds: float) -> str:
+def render(rows: list[Row], modal: list[Row], apart: dict[str, str], command: str, seconds: float) -> str:
     import transformers
 
-    by = {status: sorted((r for r in rows if r.status == status), key=lambda r: r.model_type)
-          for status, _, _ in SECTIONS}
-    no_family = [r for r in by["refused"] if r.note.startswith("model_type ")]
-    by["refused"] = [r for r in by["refused"] if r not in no_family]
     lines = ["# Hugging Face architectures and `tfspec import`", "",
-             "Every text model type transformers registers, built from its default configuration and imported",
+             "Every text model type transformers registers, and its image and audio encoders (classifiers,",
+             "zero-shot image classifiers, speech-to-text, CTC), built from its default configuration and imported",
              "config-only (`config.json` alone, `architectures` naming the class counted); the parameter counts",
              "are compared with transformers' own (`sum(p.numel() for p in model.parameters())` on the meta",
              "device). Generated; do not edit by hand:", "", f"    {command}", "",
              f"transformers {transformers.__version__}, {datetime.date.today().isoformat()}, "
-             f"{len(rows)} text model types checked in {seconds / 60:.1f} min.", "",
-             f"**{len(by['exact'])} imported exactly, {len(by['differ'])} imported with a different count, "
-             f"{len(by['refused']) + len(no_family)} refused ({len(no_family)} for want of a tfspec family)"
-             + (f", {len(by['failed'])} failed" if by["failed"] else "")
-             + f"; {len(by['not built'])} not built by transformers; {len(apart)} other types set apart.**"]
-    cells = {"exact": lambda r: (r.model_type, r.cls, f"{r.theirs:,}"),
-             "differ": lambda r: (r.model_type, r.cls, f"{r.theirs:,}", f"{r.ours:,}", r.note)}
-    for status, title, header in SECTIONS:
-        if by[status]:
-            lines += ["", f"## {title} ({len(by[status])})", "", _row(header), _row(["---"] * len(header))]
-            lines += [_row(cells.get(status, lambda r: (r.model_type, r.cls, r.note))(r)) for r in by[status]]
-    if no_family:
-        lines += ["", f"## No tfspec family ({len(no_family)})", "", ", ".join(r.model_type for r in no_family)]
+             f"{len(rows) + len(modal)} model types checked in {seconds / 60:.1f} min.", ""]
+    lines += _sections(rows, "text model types", "##", f"; {len(apart)} other types set apart")
+    lines += ["", f"## Vision and audio ({len(modal)} model types)", ""]
+    lines += _sections(modal, "vision and audio model types", "###", "")
     lines += ["", f"## Set apart, not built ({len(apart)})", "",
-              "Not text: a mapping whose models take images, video or audio names them, their configuration",
-              "holds a vision or audio sub-configuration, or transformers has no language-model class for them."]
+              "Neither text nor an image or audio encoder: a mapping whose models generate text from images or",
+              "video, or speech from text, names them, their configuration holds a vision or audio",
+              "sub-configuration, or transformers has no language-model class for them."]
     for why in sorted(set(apart.values())):
         names = sorted(t for t, w in apart.items() if w == why)
         lines += ["", f"**{why[0].upper() + why[1:]} ({len(names)}):** {', '.join(names)}"]
@@ -267,6 +284,27 @@ def render(rows: list[Row], apart: dict[str, str], command: str, seconds: float)
     if texts := sorted(t for t in apart if t in FAMILIES):
         lines += ["", f"Of these, `tfspec import` takes the text model of: {', '.join(texts)} (docs/interop.md)."]
     return "\n".join(lines) + "\n"
+
+
+def _sections(rows: list[Row], what: str, level: str, tail: str) -> list[str]:
+    """The summary line of ``rows`` and a table per status, headed at ``level``."""
+    by = {status: sorted((r for r in rows if r.status == status), key=lambda r: r.model_type)
+          for status, _, _ in SECTIONS}
+    no_family = [r for r in by["refused"] if r.note.startswith("model_type ")]
+    by["refused"] = [r for r in by["refused"] if r not in no_family]
+    lines = [f"**{what}: {len(by['exact'])} imported exactly, {len(by['differ'])} imported with a different "
+             f"count, {len(by['refused']) + len(no_family)} refused ({len(no_family)} for want of a tfspec family)"
+             + (f", {len(by['failed'])} failed" if by["failed"] else "")
+             + f"; {len(by['not built'])} not built by transformers{tail}.**"]
+    cells = {"exact": lambda r: (r.model_type, r.cls, f"{r.theirs:,}"),
+             "differ": lambda r: (r.model_type, r.cls, f"{r.theirs:,}", f"{r.ours:,}", r.note)}
+    for status, title, header in SECTIONS:
+        if by[status]:
+            lines += ["", f"{level} {title} ({len(by[status])})", "", _row(header), _row(["---"] * len(header))]
+            lines += [_row(cells.get(status, lambda r: (r.model_type, r.cls, r.note))(r)) for r in by[status]]
+    if no_family:
+        lines += ["", f"{level} No tfspec family ({len(no_family)})", "", ", ".join(r.model_type for r in no_family)]
+    return lines
 
 
 def _row(cells) -> str:
@@ -291,21 +329,25 @@ def main(argv: list[str] | None = None) -> int:
     for module in ("transformers.modeling_utils", "tfspec.interop.hf.imports"):
         importlib.import_module(module)
     text, apart = text_types()
+    modal = modal_types(apart)
+    apart = {t: w for t, w in apart.items() if t not in modal}
     if args.only:
         wanted = args.only.split(",")
-        if unknown := [t for t in wanted if t not in text and t not in apart]:
+        if unknown := [t for t in wanted if t not in text and t not in modal and t not in apart]:
             parser.error(f"--only: transformers registers no model type {', '.join(unknown)}")
-        text = {t: c for t, c in text.items() if t in wanted}
+        text, modal = ({t: c for t, c in kind.items() if t in wanted} for kind in (text, modal))
         apart = {t: w for t, w in apart.items() if t in wanted}
-    start, rows = time.perf_counter(), []
-    for i, (model_type, classes) in enumerate(sorted(text.items()), 1):
+    start, rows = time.perf_counter(), {}
+    every = sorted(text.items()) + sorted(modal.items())
+    for i, (model_type, classes) in enumerate(every, 1):
         began = time.perf_counter()
-        rows.append(check(model_type, classes))
+        rows[model_type] = check(model_type, classes)
         if not args.quiet:
-            print(f"[{i}/{len(text)}] {model_type}: {rows[-1].status} ({time.perf_counter() - began:.1f} s)",
+            print(f"[{i}/{len(every)}] {model_type}: {rows[model_type].status} ({time.perf_counter() - began:.1f} s)",
                   file=sys.stderr, flush=True)
     script = "tools/hf_coverage.py" + (f" --only {args.only}" if args.only else "")
-    page = render(rows, apart, f"nice -n 10 .venv/bin/python {script}", time.perf_counter() - start)
+    page = render([rows[t] for t in text], [rows[t] for t in modal], apart,
+                  f"nice -n 10 .venv/bin/python {script}", time.perf_counter() - start)
     out = args.out or (None if args.only else "docs/architectures.md")
     if out is None or out == "-":
         sys.stdout.write(page)
