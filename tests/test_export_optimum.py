@@ -63,6 +63,26 @@ DECODERS = {"llama": lambda: transformers.LlamaConfig(**DECODER_SHAPE),
 """Small checkpoints of the decoder families issue 53 names."""
 
 
+def require_transformers_js() -> None:
+    """Skip where node or clients/node's transformers.js is missing (fail under TFSPEC_REQUIRE_JS=1, as CI sets)."""
+    reason = ("node is not installed" if shutil.which("node") is None else
+              None if (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir() else
+              "clients/node/node_modules has no @huggingface/transformers: (cd clients/node && npm ci --ignore-scripts)")
+    if reason and os.environ.get("TFSPEC_REQUIRE_JS") == "1":
+        pytest.fail(f"TFSPEC_REQUIRE_JS=1 but {reason}")
+    if reason:
+        pytest.skip(reason)
+
+
+def run_js(script: str, *args: str):
+    """``script`` run by node in clients/node (where transformers.js is installed) with ``args``:
+    the JSON its last line prints."""
+    done = subprocess.run(["node", "--input-type=module", "-e", script, *map(str, args)], cwd=CLIENT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
 @pytest.fixture(scope="module", params=list(DECODERS))
 def exported(request, tmp_path_factory):
     """A random checkpoint of the family as `save_pretrained` writes it, and its optimum-layout export."""
@@ -128,23 +148,15 @@ console.log(JSON.stringify(out.tolist().map(row => row.map(Number))));
 
 
 def test_transformers_js_generates_transformers_greedy_tokens(exported):
-    reason = ("node is not installed" if shutil.which("node") is None else
-              None if (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir() else
-              "clients/node/node_modules has no @huggingface/transformers: (cd clients/node && npm ci --ignore-scripts)")
-    if reason:
-        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
-            pytest.fail(f"TFSPEC_REQUIRE_JS=1 but {reason}")
-        pytest.skip(reason)
+    require_transformers_js()
     checkpoint, out = exported
     prompts = [[5, 6, 7, 8, 9], [10, 11, 12, 13, 14]]
-    done = subprocess.run(["node", "--input-type=module", "-e", GENERATE_JS, str(out), json.dumps(prompts)],
-                          cwd=CLIENT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    answer = run_js(GENERATE_JS, str(out), json.dumps(prompts))
     reference = transformers.AutoModelForCausalLM.from_pretrained(checkpoint).eval()
     with torch.no_grad():
         theirs = reference.generate(torch.tensor(prompts), attention_mask=torch.ones(2, 5, dtype=torch.long),
                                     max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
-    assert json.loads(done.stdout.splitlines()[-1]) == theirs
+    assert answer == theirs
 
 
 ENCODER_CHECK = """\
@@ -316,19 +328,14 @@ console.log(JSON.stringify(out.tolist().map(row => row.map(Number))));
 
 
 def test_transformers_js_translates_as_transformers(seq2seq):
-    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
-        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
-            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
-        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    require_transformers_js()
     checkpoint, out = seq2seq
-    done = subprocess.run(["node", "--input-type=module", "-e", SEQ2SEQ_JS, str(out), json.dumps(SEQ2SEQ_IDS),
-                           json.dumps(SEQ2SEQ_KEEP)], cwd=CLIENT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    answer = run_js(SEQ2SEQ_JS, str(out), json.dumps(SEQ2SEQ_IDS), json.dumps(SEQ2SEQ_KEEP))
     reference = transformers.AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()
     with torch.no_grad():
         theirs = reference.generate(torch.tensor(SEQ2SEQ_IDS), attention_mask=torch.tensor(SEQ2SEQ_KEEP),
                                     max_new_tokens=8, do_sample=False).tolist()
-    assert json.loads(done.stdout.splitlines()[-1]) == theirs
+    assert answer == theirs
 
 
 CLASSIFY_JS = """\
@@ -349,10 +356,7 @@ console.log(JSON.stringify(logits.tolist()));
 
 @pytest.mark.parametrize("architecture", ["BertForSequenceClassification", "BertForTokenClassification"])
 def test_transformers_js_classifies_as_transformers_does(architecture, tmp_path):
-    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
-        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
-            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
-        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    require_transformers_js()
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=211, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                      intermediate_size=96, max_position_embeddings=64, num_labels=3)
@@ -364,12 +368,10 @@ def test_transformers_js_classifies_as_transformers_does(architecture, tmp_path)
     ids = [[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 1, 1]]
     keep = [[1] * 6, [1, 1, 1, 1, 0, 0]]
     kind = "token" if "Token" in architecture else "sequence"
-    done = subprocess.run(["node", "--input-type=module", "-e", CLASSIFY_JS, str(tmp_path / "out"), kind,
-                           json.dumps(ids), json.dumps(keep)], cwd=CLIENT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    answer = run_js(CLASSIFY_JS, str(tmp_path / "out"), kind, json.dumps(ids), json.dumps(keep))
     with torch.no_grad():
         theirs = reference(input_ids=torch.tensor(ids), attention_mask=torch.tensor(keep)).logits
-    ours = torch.tensor(json.loads(done.stdout.splitlines()[-1]))
+    ours = torch.tensor(answer)
     real = torch.tensor(keep, dtype=torch.bool) if kind == "token" else torch.ones(2, dtype=torch.bool)
     assert float((ours - theirs)[real].abs().max()) < 1e-4
 
@@ -389,10 +391,7 @@ console.log(JSON.stringify(out.generated_text));
 def test_transformers_js_pipeline_generates_text_from_the_checkpoints_tokenizer(tmp_path):
     """The whole path a web developer takes: a checkpoint with its tokenizer, `--format optimum`,
     then transformers.js's `pipeline("text-generation", dir)` on text: transformers' words."""
-    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
-        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
-            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
-        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    require_transformers_js()
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import WhitespaceSplit
@@ -413,14 +412,12 @@ def test_transformers_js_pipeline_generates_text_from_the_checkpoints_tokenizer(
 
     assert main(["export", str(tmp_path / "llama"), "--format", "optimum", "-o", str(tmp_path / "web")]) == 0
     prompt = "w5 w6 w7"
-    done = subprocess.run(["node", "--input-type=module", "-e", PIPELINE_JS, str(tmp_path / "web"), prompt],
-                          cwd=CLIENT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    answer = run_js(PIPELINE_JS, str(tmp_path / "web"), prompt)
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         theirs = reference.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1]:]
     words = tokenizer.decode(theirs).split()
-    assert len(words) == 6 and json.loads(done.stdout.splitlines()[-1]).split() == words
+    assert len(words) == 6 and answer.split() == words
 
 
 QUANTISED_JS = """\
@@ -441,10 +438,7 @@ console.log(JSON.stringify(logits.tolist()));
 def test_transformers_js_opens_the_quantised_graph_its_dtype_names(flag, dtype, name, tmp_path):
     """`--int8`/`--int4` add the graph transformers.js's `dtype: 'q8'`/`'q4'` loads: its logits are
     the checkpoint's within the quantisation's error (relative RMS), and not the float graph's."""
-    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
-        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
-            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
-        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    require_transformers_js()
     torch.manual_seed(0)
     reference = transformers.LlamaForCausalLM(DECODERS["llama"]()).eval()
     reference.save_pretrained(tmp_path / "llama")
@@ -455,10 +449,7 @@ def test_transformers_js_opens_the_quantised_graph_its_dtype_names(flag, dtype, 
     ids = [[5, 6, 7, 8, 9, 10]]
     runs = {}
     for form in (dtype, "fp32"):
-        done = subprocess.run(["node", "--input-type=module", "-e", QUANTISED_JS, str(tmp_path / "out"), form,
-                               json.dumps(ids)], cwd=CLIENT, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
-        runs[form] = torch.tensor(json.loads(done.stdout.splitlines()[-1]))
+        runs[form] = torch.tensor(run_js(QUANTISED_JS, tmp_path / "out", form, json.dumps(ids)))
     with torch.no_grad():
         theirs = reference(torch.tensor(ids)).logits
     assert float((runs["fp32"] - theirs).abs().max()) < 1e-4
@@ -530,10 +521,7 @@ console.log(JSON.stringify(await classify(image, { top_k: 3 })));
 def test_transformers_js_classifies_a_real_image_as_transformers_pipeline(tmp_path):
     """scikit-image's cat, at the model's 32 x 32 (so no resampler differs): transformers.js's
     `pipeline('image-classification')` on the export gives transformers' pipeline's labels and scores."""
-    if shutil.which("node") is None or not (CLIENT / "node_modules" / "@huggingface" / "transformers").is_dir():
-        if os.environ.get("TFSPEC_REQUIRE_JS") == "1":
-            pytest.fail("TFSPEC_REQUIRE_JS=1 but node or clients/node's @huggingface/transformers is missing")
-        pytest.skip("node or clients/node's @huggingface/transformers is missing")
+    require_transformers_js()
     from PIL import Image
     from skimage import data
 
@@ -542,10 +530,7 @@ def test_transformers_js_classifies_a_real_image_as_transformers_pipeline(tmp_pa
     from tfspec.cli import main
 
     assert main(["export", str(tmp_path / "hf"), "--format", "optimum", "-o", str(tmp_path / "out")]) == 0
-    done = subprocess.run(["node", "--input-type=module", "-e", IMAGE_JS, str(tmp_path / "out"),
-                           str(tmp_path / "cat.png")], cwd=CLIENT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    ours = json.loads(done.stdout.splitlines()[-1])
+    ours = run_js(IMAGE_JS, tmp_path / "out", tmp_path / "cat.png")
     theirs = transformers.pipeline("image-classification", model=str(tmp_path / "hf"))(str(tmp_path / "cat.png"),
                                                                                         top_k=3)
     assert [o["label"] for o in ours] == [t["label"] for t in theirs]

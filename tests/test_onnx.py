@@ -197,6 +197,19 @@ def test_a_decoder_whose_layers_carry_no_state_decodes_as_pytorch(write_spec, tm
     assert ours == search(TorchDecoder(model), None, options, prefix)
 
 
+def test_decoding_opens_only_the_step_graphs_and_scoring_opens_the_full_graph_when_run(tmp_path):
+    """The full-sequence graph holds every weight again: loading an export for decoding opens the
+    encoder and step graph alone, and the full graph opens on its first run, giving PyTorch's logits."""
+    model, result = _export(load_spec("tiny"), tmp_path, parity=False)
+    onnx_model = OnnxModel(tmp_path / "onnx", device="cpu")
+    assert sorted(onnx_model.sessions) == ["decoder", "encoder"]
+    src, tgt = np.random.default_rng(5).integers(4, 1000, (2, 6)), np.random.default_rng(6).integers(4, 1000, (2, 5))
+    with torch.no_grad():
+        want = model.eval()(torch.from_numpy(src), torch.from_numpy(tgt)).numpy()
+    np.testing.assert_allclose(onnx_model.logits(src=src, tgt=tgt), want, atol=1e-4)
+    assert "model" in onnx_model.sessions
+
+
 def test_a_pad_started_target_keeps_its_start_token(write_spec, tmp_path):
     """T5's decoder starts from the padding id: the full-sequence graph must not hide that first
     token as padding (export's parity check feeds random targets, never the start token). Its

@@ -113,9 +113,9 @@ class OnnxModel:
         for kind in self.manifest["graphs"]:
             if not variant(kind).opened_at_load(wanted[0]):
                 continue  # opened when asked for (static_session, generate_session, decoder(shortlist=True)), or never
-            if kind == "model" and "decoder" in self.manifest["graphs"] and "weights" in self.manifest:
-                continue  # a streamed export's full-sequence graph: opened when run (``_Sessions``), so that
-                # decoding holds one session's copy of the weights, not two
+            if kind == "model" and "decoder" in self.manifest["graphs"]:
+                continue  # the full-sequence graph: opened when run (``_Sessions``), so that decoding holds
+                # one session's copy of the weights, not two
             self._open(kind, capture=variant(kind).captured and cuda_graphs)
         self.provider = next(iter(self.sessions.values())).get_providers()[0]
         self.fallback = wanted[0] == "CUDAExecutionProvider" and self.provider != wanted[0]
