@@ -57,6 +57,13 @@ def test_classify_refuses_what_is_not_an_image_or_not_a_classifier(exported, cli
     (tmp_path / "notes.txt").write_text("not an image", encoding="utf-8")
     code, out, err = cli("classify", tmp_path / "notes.txt", "--model", root / "onnx")
     assert code == 2 and err.startswith("error:") and "notes.txt" in err and len(err.splitlines()) == 1, err
+    import shutil
+
+    shutil.copytree(root / "onnx", tmp_path / "broken")
+    for garbage in ("[1, 2]", "{not json", "\udcff"):
+        (tmp_path / "broken" / "preprocessor_config.json").write_text(garbage, encoding="utf-8", errors="surrogateescape")
+        code, out, err = cli("classify", images[0], "--model", tmp_path / "broken")
+        assert code == 2 and "preprocessor_config.json" in err and len(err.splitlines()) == 1, err
     assert cli("export", "tiny", "-o", tmp_path / "text", "--no-check")[0] == 0
     code, out, err = cli("classify", images[0], "--model", tmp_path / "text")
     assert code == 2 and "not an image classifier" in err and len(err.splitlines()) == 1, err

@@ -535,3 +535,50 @@ def test_transformers_js_classifies_a_real_image_as_transformers_pipeline(tmp_pa
                                                                                         top_k=3)
     assert [o["label"] for o in ours] == [t["label"] for t in theirs]
     assert max(abs(o["score"] - t["score"]) for o, t in zip(ours, theirs)) < 1e-4, (ours, theirs)
+
+
+ZERO_SHOT_CHECK = """\
+import json, sys
+import numpy as np, torch
+from optimum.onnxruntime import ORTModelForZeroShotImageClassification
+import transformers
+export, checkpoint, hf_class = sys.argv[1:4]
+ours = ORTModelForZeroShotImageClassification.from_pretrained(export)
+ref = getattr(transformers, hf_class).from_pretrained(checkpoint).eval()
+ids = torch.tensor([[5, 6, 7, 98], [8, 9, 98, 1]])
+mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+pixels = torch.tensor(np.random.default_rng(0).standard_normal((3, 3, 32, 32)), dtype=torch.float32)
+with torch.no_grad():
+    a, b = ours(input_ids=ids, attention_mask=mask, pixel_values=pixels), \\
+        ref(input_ids=ids, attention_mask=mask, pixel_values=pixels)
+names = ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds")
+print(json.dumps({"class": type(ours).__name__, "diffs": {n: float((a[n] - getattr(b, n)).abs().max()) for n in names}}))
+"""
+
+
+@pytest.mark.skipif(not OPTIMUM.is_file(), reason=f"no optimum-onnx environment at {OPTIMUM} (README: References)")
+@pytest.mark.parametrize("family", ["CLIP", "Siglip"])
+def test_optimum_zero_shot_classifier_opens_dual_encoder_exports(family, tmp_path):
+    """CLIPModel and SiglipModel exported --format optimum: ORTModelForZeroShotImageClassification's
+    scores and embeddings for 2 texts (one padded) against 3 images equal transformers'."""
+    torch.manual_seed(0)
+    text = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+                max_position_embeddings=20, pad_token_id=1)
+    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                  num_attention_heads=4)
+    config = (transformers.CLIPConfig(text_config=text | dict(eos_token_id=98, bos_token_id=97), vision_config=vision,
+                                      projection_dim=16) if family == "CLIP" else
+              transformers.SiglipConfig(text_config=text | dict(projection_size=32), vision_config=vision))
+    model = getattr(transformers, f"{family}Model")(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    model.save_pretrained(tmp_path / "hf")
+    from tfspec.cli import main
+
+    assert main(["export", str(tmp_path / "hf"), "--format", "optimum", "-o", str(tmp_path / "out")]) == 0
+    done = subprocess.run([str(OPTIMUM), "-c", ZERO_SHOT_CHECK, str(tmp_path / "out"), str(tmp_path / "hf"),
+                           f"{family}Model"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["class"] == "ORTModelForZeroShotImageClassification" and max(result["diffs"].values()) < 1e-4, result

@@ -19,6 +19,9 @@ from tfspec.interop.hf.layouts import (Concat, Interleave, Layout, PerGroup, Per
                                        Stack, Transpose)
 from tfspec.interop.hf.llama4 import ExpertColumns, PairedQKV
 from tfspec.interop.hf.qwen3_next import GatedQuery
+from tfspec.interop.hf.clip import Vector
+from tfspec.interop.hf.siglip import Probe, Scalar
+from tfspec.interop.hf.vit import BatchedRows
 
 QKV = ("q", "k", "v")
 CASES = {
@@ -46,6 +49,10 @@ CASES = {
                        (Rule("w3", ("a",), ExpertColumns((3, 3), 1)), (2, 3, 5)),
                        (Rule("w2", ("c",), ExpertColumns()), (2, 5, 3))],
     "llama4-qkv": [(Rule("w", QKV, PairedQKV((8, 4, 4), block=4)), (16, 3))],
+    "clip-vector": [(Rule("c", ("a",), Vector()), (1, 5))],
+    "siglip-scalar": [(Rule("s", ("a",), Scalar()), ())],
+    "siglip-probe": [(Rule("p", ("a",), Probe()), (5,))],
+    "vit-batched-rows": [(Rule("t", ("cls", "dist", "pos"), BatchedRows((1, 1, 4))), (6, 5))],
     "qwen3-next-gated": [(Rule("w", QKV, GatedQuery(2, (4, 2, 2))), (8, 3)),
                          (Rule("gate", ("q",), GatedQuery(2, part=1)), (4, 3))],
 }

@@ -1,4 +1,4 @@
-"""Options: the configurations that are not specs (serving, search, sampling), validated as the spec is.
+"""Options: the configurations that are not specs (serving, search, training, export), validated as the spec is.
 
 Each is a frozen pydantic dataclass under ``SpecModel``'s rules (unknown keys refused with the
 closest known one, no NaN or infinity, field descriptions from attribute docstrings), its bounds
@@ -130,5 +130,14 @@ def _reworded(model: type, error: dict) -> str:
     return in_words(error, field_type(known[error["loc"][0]]))
 
 
-options = dataclass(frozen=True, config=RULES)
-"""The decorator of an ``Options`` subclass (pydantic dataclasses are not inherited)."""
+def options(cls: type) -> type:
+    """The decorator of an ``Options`` subclass (pydantic dataclasses are not inherited): a
+    field that a subclass inherits, or redeclares without a docstring, keeps its base's
+    description (pydantic reads attribute docstrings from the class's own source only)."""
+    model = dataclass(frozen=True, config=RULES)(cls)
+    for base in cls.__mro__[1:]:
+        for name, inherited in getattr(base, "__pydantic_fields__", {}).items():
+            info = model.__pydantic_fields__.get(name)
+            if info is not None and info.description is None:
+                info.description = inherited.description
+    return model

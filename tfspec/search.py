@@ -148,10 +148,10 @@ class _Prompted:
 def output_limits(decoder, src, prefix, options, src_mask=None, prefix_mask=None) -> np.ndarray:
     """Maximum output tokens per sentence: a source's real tokens (``src_mask``) + max_extra,
     within what the model's positions leave after each row's prefix (``Positional.room``)."""
-    if src is not None:
+    if src is not None and src.dtype.kind != "f":  # a float source (a spectrogram) has no token count
         limits = np.asarray(implied_mask(src, decoder.pad) if src_mask is None else src_mask).sum(1) + options.max_extra
     else:
-        limits = np.full(len(prefix), options.max_extra)
+        limits = np.full(len(prefix), options.max_extra)  # decoder-only, or a float source: max_extra
     if options.max_length is not None:
         limits = np.minimum(limits, options.max_length)
     limits = np.maximum(limits, max(options.min_length, 1))

@@ -52,6 +52,20 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES):
     return parse_json(path.read_text(encoding="utf-8"))
 
 
+def json_object(path: Path, what: str) -> dict:
+    """The JSON object in the file ``path`` (``what`` it holds, for the message): anything else
+    (unreadable, too large, not JSON, not an object) is one error naming the file."""
+    from tfspec.errors import TfspecError
+
+    try:
+        found = read_json(Path(path))
+    except (OSError, ValueError) as e:
+        raise TfspecError(f"{path}: not a readable JSON file ({e})") from None
+    if not isinstance(found, dict):
+        raise TfspecError(f"{path}: expected a JSON object of {what}")
+    return found
+
+
 def file_sha256(path: Path) -> str:
     """The SHA-256 of a file, read in blocks (checkpoint shards run to gigabytes)."""
     import hashlib

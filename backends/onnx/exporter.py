@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
+from pydantic import ValidationError
 
 from tfspec import __version__
 from tfspec.checks import Check
 from tfspec.errors import TfspecError
+from tfspec.export_options import ExportOptions
 from tfspec.search import SearchOptions, search
 from tfspec.shortlist import FILE as SHORTLIST, Shortlist, save as save_shortlist
 from tfspec.spec import spec_from_data
@@ -74,14 +76,12 @@ def graph_kinds(graph, static: bool = False, shortlist: bool = False, fused: boo
 
 
 def refuse_conflicts(fp16: bool, int8: bool, fused: bool, generate: bool) -> None:
-    """The options no export combines (the in-memory and the streamed routes alike)."""
-    if int8 and fp16:
-        raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
-    if fused and fp16:
-        raise TfspecError("--fused emits onnxruntime's fused CPU operators into float32 graphs: leave out --fp16")
-    if fused and generate:
-        raise TfspecError("--fused: generate.onnx is standard ONNX operators only, for every runtime: leave out "
-                          "--generate (or export it separately)")
+    """The options no export combines (the in-memory and the streamed routes alike):
+    ``ExportOptions``' checks, in the words ``tfspec export`` refuses them in."""
+    try:
+        ExportOptions(fp16=fp16, int8=int8, fused=fused, generate=generate)
+    except ValidationError as e:
+        raise TfspecError(e.errors()[0]["msg"]) from None
 
 
 def export(model: TorchModel, directory: str | Path, opset: int = 18, fp16: bool = False,

@@ -18,6 +18,8 @@ from tfspec.checks import Check
 from .onnx import _diff, _ids, _tokens
 
 OUTPUTS = {"feature-extraction": {"last_hidden_state": "memory", "pooler_output": "pooled"},
+           "zero-shot-image-classification": {n: n for n in ("logits_per_image", "logits_per_text", "text_embeds",
+                                                              "image_embeds")},
            "question-answering": {"start_logits": "logits", "end_logits": "logits"}}
 """Task -> the graph's outputs and the PyTorch model's outputs they come from (default: logits)."""
 PER_TOKEN = ("token-classification", "question-answering", "fill-mask")
@@ -29,7 +31,9 @@ def check_hub_parity(path: Path, model: TorchModel, task: str, tolerance: float 
 
     session = ort.InferenceSession(str(path), session_options(), providers=["CPUExecutionProvider"])
     model, rng = model.eval(), np.random.default_rng(seed)
-    feeds, theirs, keep = (_pixels if "pixel_values" in model.graph.ports else _tokens_fed)(model, rng)
+    ports = model.graph.ports
+    fed = _both if "src" in ports and "pixel_values" in ports else _pixels if "pixel_values" in ports else _tokens_fed
+    feeds, theirs, keep = fed(model, rng)
     names = [o.name for o in session.get_outputs()]
     wanted = OUTPUTS.get(task, {"logits": "logits"})
     with torch.no_grad():
@@ -60,12 +64,28 @@ def _tokens_fed(model: TorchModel, rng) -> tuple[dict, dict, np.ndarray]:
     return feeds, theirs, keep
 
 
-def _pixels(model: TorchModel, rng) -> tuple[dict, dict, None]:
-    """(the graph's feeds, the PyTorch model's, None): random ``pixel_values`` of 2 images at the
-    model's own size."""
-    patches = model.graph.spec.patches
-    pixels = rng.standard_normal((2, patches.channels, patches.image_size, patches.image_size)).astype(np.float32)
+def _pixels(model: TorchModel, rng, images: int = 2) -> tuple[dict, dict, None]:
+    """(the graph's feeds, the PyTorch model's, None): random ``pixel_values`` of ``images`` at the
+    model's own size (a dual encoder's vision tower's)."""
+    spec = model.graph.spec
+    patches = spec.patches or spec.dual.vision.patches
+    pixels = rng.standard_normal((images, patches.channels, patches.image_size, patches.image_size))
+    pixels = pixels.astype(np.float32)
     return {"pixel_values": pixels}, {"pixel_values": torch.from_numpy(pixels)}, None
+
+
+def _both(model: TorchModel, rng) -> tuple[dict, dict, None]:
+    """A dual encoder's feeds: 3 right-padded texts (each ending in its eos id: CLIP pools there)
+    and 2 images; every output compared whole."""
+    spec = model.graph.spec
+    length = min(9, spec.positional.max_len or 9)
+    ids = rng.integers(4, spec.vocab.size, (3, length))
+    keep = np.arange(length)[None] < np.array([[length], [length - 3], [2]])
+    ids[np.arange(3), keep.sum(1) - 1] = spec.vocab.eos_id
+    feeds, theirs, _ = _pixels(model, rng)
+    feeds |= {"input_ids": ids, "attention_mask": keep.astype(np.int64)}
+    theirs |= {"src": torch.from_numpy(ids), "src_mask": torch.from_numpy(keep)}
+    return feeds, theirs, None
 
 
 STEPS = ((0, 4), (4, 5), (5, 6))

@@ -36,10 +36,22 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
     spec, ports = model.graph.spec, model.graph.ports
     if "frames" in ports:
         return check_frame_parity(ort_model, model, tolerance, seed)
+    if spec.dual is not None:  # a text and an image tower
+        from tfspec.backends.parity.dual import check_dual_parity
+
+        return check_dual_parity(ort_model, model, tolerance, seed)
     if "pixel_values" in ports:
         from tfspec.backends.parity.pixels import check_pixel_parity
 
         return check_pixel_parity(ort_model, model, tolerance, seed)
+    if "input_values" in ports:  # a waveform encoder (wav2vec 2.0, HuBERT)
+        from tfspec.backends.parity.waveform import check_waveform_parity
+
+        return check_waveform_parity(ort_model, model, tolerance, seed)
+    if "input_features" in ports:
+        from tfspec.backends.parity.audio import check_audio_parity
+
+        return check_audio_parity(ort_model, model, tolerance, seed)
     tolerances = {k: (tolerances or {}).get(k, tolerance) for k in ("logits", "memory", "pooled")}
     rng = np.random.default_rng(seed)
     pad = spec.vocab.pad_id

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tfspec.layers.attention import block_plan, fused_bias, kernel_for, use_blocks
 from tfspec.registry import registrar
 
+from . import crosslayer
 from .modifiers import modifiers_of
 from .positions import stage_of
 from .projection import normed, project, project_memory, project_queries
@@ -42,11 +43,14 @@ class MultiHeadAttention(OpModule):
         stage = stage_of(node)
         self.turn, self.term, self.add_output = (stage.turn, stage.logits, stage.output) if stage else (None,) * 3
         """The position stage's hooks (``backends/torch/positions``), None where it has none."""
+        self.from_input, self.on_masked = (stage.from_input, stage.masked) if stage else (None, None)
+        """Its terms from the layer's input (forgetting attention) and from the masked logits (CoPE)."""
         self.modifiers = modifiers_of(a, self)
         self.after_mask, self.on_weights = modifiers_of(a, self, "masked"), modifiers_of(a, self, "weights")
         self.weighting = next(iter(modifiers_of(a, self, "weighting")), None)
         """Score modifiers after the mask (top-k), in place of the softmax (sigmoid), on the weights."""
-        self.plain = kernel_for(node, self.term is not None or self.add_output is not None, "PyTorch")
+        self.plain = kernel_for(node, any(hook is not None for hook in (self.term, self.add_output, self.from_input,
+                                                                        self.on_masked)), "PyTorch")
         """Fused kernels apply (the core's one answer, which ``report --train`` reads too)."""
         self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
 
@@ -57,6 +61,7 @@ class MultiHeadAttention(OpModule):
         dropout = self.p if ctx.training else 0.0
         if memory is None:
             q, k, v = project(self, x)  # (B, Lq, heads, d)
+            v = crosslayer.values(self, ctx, x, v)  # value residual: mixed with the first layer's
             if self.qk_norm != "none":
                 q, k = normed(self, q, "q"), normed(self, k, "k")
             if self.turn is not None:  # rotary positions
@@ -92,7 +97,7 @@ class MultiHeadAttention(OpModule):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout,
                                                scale=self.scale)
         else:
-            y = self._explicit(ctx, q, k, v, mask, causal, dropout)
+            y = self._explicit(ctx, q, k, v, mask, causal, dropout, x)
         y = y.transpose(1, 2).reshape(B, Lq, h * d_v)  # heads concatenated
         return self._output(x, y)
 
@@ -123,21 +128,28 @@ class MultiHeadAttention(OpModule):
             y = y * (F.silu(gate) if self.layer.gate_function == "silu" else torch.sigmoid(gate))
         return F.linear(y, self.w_o, getattr(self, "b_o", None))
 
-    def _explicit(self, ctx, q, k, v, mask, causal, dropout):
-        """Attention with additive scores, position terms or score modifiers, spelled out (B, h, L, d)."""
+    def _explicit(self, ctx, q, k, v, mask, causal, dropout, x=None):
+        """Attention with additive scores, position terms or score modifiers, spelled out (B, h, L, d);
+        ``x`` is the layer's input, which forgetting attention's gates read."""
         Lq, Lk = q.shape[2], k.shape[2]
         if self.score == "additive":  # w_h · tanh(q_i + k_j) for each head h
             scores = torch.einsum("bhqkd,hd->bhqk", torch.tanh(q[:, :, :, None] + k[:, :, None]), self.w_score)
         else:
             scores = q @ k.transpose(-1, -2) * self.scale
+        scores = crosslayer.add_scores(self, ctx, scores)  # residual attention: the previous layer's logits
         if self.term is not None:  # the position kind's logit term (relative, T5's bias, ALiBi, DeBERTa)
             scores = scores + self.term(ctx, self, q, k)
+        if self.from_input is not None:  # forgetting attention's summed log gates
+            scores = scores + self.from_input(ctx, self, x)
         for modify in self.modifiers:  # Gemma 2's softcap
             scores = modify(scores)
         if causal:
             mask = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(Lk - Lq)
         if mask is not None:
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        if self.on_masked is not None:  # CoPE: positions counted over the visible keys' gates
+            scores = scores + self.on_masked(ctx, self, q, scores)
+        crosslayer.publish_scores(self, ctx, scores)
         for modify in self.after_mask:  # explicit sparse attention's top-k
             scores = modify(scores)
         if self.weighting is not None:  # sigmoid attention

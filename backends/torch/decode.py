@@ -24,9 +24,13 @@ class TorchDecoder:
 
     @torch.inference_mode()
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DecodeState:
-        """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (default: ``implied_mask``)."""
+        """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (default: ``implied_mask``); a
+        float ``src`` is a spectrogram's features (B, mels, frames)."""
         if src is None:
             return DecodeState()
+        if src.dtype.kind == "f":  # a spectrogram's features (B, mels, frames): no padding (Whisper)
+            features = torch.from_numpy(src).to(self.device)
+            return DecodeState(memory=self.model.run({"input_features": features}, ("memory",))["memory"])
         keep = torch.from_numpy(implied_mask(src, self.pad) if mask is None else np.asarray(mask, bool))
         src, keep = torch.from_numpy(src).to(self.device), keep.to(self.device)
         memory = self.model.run({"src": src, "src_mask": keep}, ("memory",))["memory"]

@@ -14,7 +14,6 @@ special tokens and padding ignored, as in transformers' token classification) fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -22,30 +21,12 @@ import torch
 import torch.nn.functional as F
 
 from tfspec.errors import TfspecError
+from tfspec.train_options import FinetuneConfig
 
 from .model import TorchModel
 from .training.tasks import named
 from .training.process import stop_requests
 from .training.trainer import Trainer
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    epochs: int = 3
-    batch: int = 32
-    """Sentences per step (BERT: 16 or 32)."""
-    lr: float = 5e-5
-    """Peak learning rate (BERT: 2e-5 to 5e-5 for a large pretrained body; small ones take more)."""
-    warmup: float = 0.1
-    """Share of the steps over which the rate rises to ``lr``."""
-    weight_decay: float = 0.01
-    clip: float = 1.0
-    seed: int = 0
-    save_every: int = 500
-    keep: int = 2
-    log_every: int = 20
-    max_minutes: float = 0.0
-    """Stop (with a checkpoint) after this much wall time; 0: no limit."""
 
 
 def head_parameters(model: TorchModel) -> set[str]:

@@ -33,12 +33,26 @@ def check_hf(model: TorchModel, directory: str | Path, architecture: str, output
     tokens[tokens == vocab.pad_id] = (vocab.pad_id + 1) % vocab.size
     tokens[1, length // 2:] = vocab.pad_id  # a padded row
     keep = tokens != vocab.pad_id
-    if "pixel_values" in model.graph.ports:  # an image model: random pixels of its training size
+    if spec.dual is not None:  # a dual encoder (CLIP, SigLIP): the padded texts against two images
+        patches = spec.dual.vision.patches
+        pixels = torch.randn(2, patches.channels, patches.image_size, patches.image_size, generator=gen)
+        ours = model.eval().run({"src": tokens, "src_mask": keep.long(), "pixel_values": pixels}, tuple(outputs))
+        expected = theirs(input_ids=tokens, attention_mask=keep.long(), pixel_values=pixels)
+    elif "pixel_values" in model.graph.ports:  # an image model: random pixels of its training size
         patches = spec.patches
         pixels = torch.randn(3, patches.channels, patches.image_size, patches.image_size, generator=gen)
         ours = model.eval().run({"pixel_values": pixels}, tuple(outputs))
         expected = theirs(pixel_values=pixels)
         keep = torch.ones(3, patches.prefix + patches.grid ** 2, dtype=torch.bool)
+    elif "input_features" in model.graph.ports:  # a spectrogram encoder-decoder (Whisper): random features, targets
+        audio = spec.spectrogram
+        features = torch.randn(3, audio.mels, audio.frames, generator=gen)
+        target = torch.randint(0, vocab.tgt_size, (3, length), generator=gen)
+        target[target == vocab.pad_id] = (vocab.pad_id + 1) % vocab.tgt_size
+        target[:, 0] = vocab.bos_id
+        ours = model.eval().run({"input_features": features, "tgt": target}, tuple(outputs))
+        expected = theirs(input_features=features, decoder_input_ids=target)
+        keep = torch.ones(3, length if "logits" in outputs else audio.positions, dtype=torch.bool)
     elif "src" in model.graph.ports and "tgt" in model.graph.ports:  # encoder-decoder: a padded source, targets
         target = torch.randint(0, vocab.tgt_size, (3, length), generator=gen)
         target[target == vocab.pad_id] = (vocab.pad_id + 1) % vocab.tgt_size

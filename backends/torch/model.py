@@ -98,6 +98,10 @@ class RunContext:
     positions: dict[str, torch.Tensor] = field(default_factory=dict)
     """Sequence symbol -> int64 (B, L) positions of each row's vectors, where rows differ (a
     left-padded batch); absent: 0.. (or the state's offset..) for every row."""
+    published: dict = field(default_factory=dict)
+    """(node name, what) -> a tensor an op hands to later ops of the call beyond its output (the
+    first self-attention's values for value residual learning, a layer's logits for residual
+    attention: ``backends/torch/crosslayer.py``)."""
     _masks: dict = field(default_factory=dict)
 
     def start(self, seq: str) -> int:
@@ -247,6 +251,7 @@ class TorchModel(nn.Module):
         positions whose keys, values and hidden states the state caches, and the state is
         updated in place. Decoding feeds no target padding (finished rows keep emitting).
         ``frames`` come with ``lengths`` (B,) int64: how many of each row's frames are real.
+        ``input_values`` (a waveform) may come with ``attention_mask`` (B, samples), 1 at real samples.
         ``src_mask``/``tgt_mask`` (B, L), true or 1 at real tokens, say where padding is (every
         tfspec batcher passes them); a port fed without one gets ``tfspec.padding.implied_mask``.
         A row padded on the left (prompts of different lengths) counts its positions from its
@@ -257,6 +262,8 @@ class TorchModel(nn.Module):
         if "frames" in feeds:
             padding["S"] = frame_padding(feeds["lengths"], feeds["frames"].shape[1])
             feeds = {k: v for k, v in feeds.items() if k != "lengths"}
+        if "input_values" in feeds and "attention_mask" in feeds:  # real samples (backends/torch/waveform.py)
+            padding["samples"] = ~feeds["attention_mask"].bool()
         masks = {seq: feeds[f"{port}_mask"].bool() for port, seq in (("src", "S"), ("tgt", "T"))
                  if f"{port}_mask" in feeds}
         feeds = {k: v for k, v in feeds.items() if not k.endswith("_mask")}

@@ -17,7 +17,8 @@ class PatchEmbedding(OpModule):
 
     def forward(self, ctx, pixels: torch.Tensor) -> torch.Tensor:
         p = self.weight.shape[-1]
-        return F.conv2d(pixels.to(self.weight.dtype), self.weight, getattr(self, "bias", None), stride=p).flatten(2).transpose(1, 2)
+        bias = getattr(self, "bias", None)  # CLIP's convolution has none
+        return F.conv2d(pixels.to(self.weight.dtype), self.weight, bias, stride=p).flatten(2).transpose(1, 2)
 
 
 @lowering("learned_tokens")

@@ -76,6 +76,8 @@ class TrainMemory:
 def estimate(graph: Graph, setup: Setup) -> TrainMemory:
     """The peak of one training step of ``graph`` under ``setup``, per rank."""
     sizes = {"B": setup.rows, "S": setup.length, "T": setup.length}
+    for tower in graph.towers.values():  # a dual encoder: as many images as texts, each its patches long
+        sizes |= {"N": setup.rows, "V": tower.patches.prefix + tower.patches.grid ** 2}
     units = layer_units(graph)
     params = graph.num_params
     n = setup.ranks if setup.shard == "fsdp" else 1
@@ -91,7 +93,7 @@ def estimate(graph: Graph, setup: Setup) -> TrainMemory:
     else:
         gathered = 4 * params if setup.shard == "ddp" and setup.ranks > 1 else 0
     activations, recompute = _activations(graph, units, sizes, setup.checkpoint)
-    logits = numel(graph.node(graph.ports["logits"]).shape, sizes) * 4
+    logits = numel(graph.node(graph.ports[graph.outputs[0] if graph.outputs else "logits"]).shape, sizes) * 4
     uses: dict[str, int] = {}
     for node in graph.nodes():
         for p in node.params.values():

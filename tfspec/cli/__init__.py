@@ -44,7 +44,7 @@ COMMANDS = {
     "average": ("train", "average the last k checkpoints of a run (§6.1)"),
     "evaluate": ("train", "translate a split with beam search and score it with sacrebleu"),
     "finetune": ("finetune", "add a classification head to a pretrained encoder and train it"),
-    "transcribe": ("ctc", "read the labels in an image or frame array with an exported CTC model"),
+    "transcribe": ("ctc", "read speech (Whisper, wav2vec 2.0), an image or frames with an exported model"),
     "classify": ("vision", "label image files with an exported image classifier (ViT, DeiT, DINOv2)"),
     "sample": ("images", "draw images from an image run and write a PNG grid"),
 }

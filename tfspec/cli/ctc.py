@@ -9,9 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tfspec.cli.fields import from_args
 from tfspec.cli.tables import render
 from tfspec.cli.types import BEAM, POSITIVE, SEED, integer
 from tfspec.errors import TfspecError
+from tfspec.train_options import LinesConfig
 
 
 def cmd_digit_lines(args) -> int:
@@ -31,15 +33,12 @@ def train_on_lines(spec, args, data: Path | None) -> int:
     --max-minutes (--resume continues both from their newest checkpoints); the CTC model
     exported to RUN/onnx; all of them scored on the dev and the held-out test lines."""
     from tfspec.backends.onnx import OnnxModel, export
-    from tfspec.backends.torch.training.ctc import LinesConfig
     from tfspec.backends.torch.training.tasks.ctc import TRAINED, read_lines, score, train_with_baseline, \
         write_results
     from tfspec.backends.torch.training.process import write_config
 
     run, started = Path(args.out), time.perf_counter()
-    config = LinesConfig(steps=args.steps or LinesConfig.steps, warmup=args.warmup or LinesConfig.warmup,
-                         lr_scale=args.lr_scale, seed=args.seed, max_minutes=args.max_minutes / 2,
-                         save_every=args.save_every, keep=args.keep)
+    config = from_args(LinesConfig, args, max_minutes=args.max_minutes / 2)  # --steps, --warmup left out: its own
     splits = read_lines(spec, data)
     train = splits.pop("train")
     write_config(run, spec, config, {"data": str(data.resolve()), "objectives": list(TRAINED)})
@@ -150,12 +149,51 @@ def cmd_transcribe(args) -> int:
 
     model = OnnxModel(args.model, device="cpu", threads=args.threads)
     spec = model.spec
-    if spec.frames is None or getattr(spec.head, "kind", None) != "ctc" or "log_probs" not in {
-            o.name for o in model.sessions["model"].get_outputs()}:
-        raise TfspecError(f"{args.model}: {spec.name} is not a CTC model reading frames; transcribe takes the "
-                          "export of a spec with frames and a ctc head")
+    if spec.spectrogram is not None:  # Whisper: a WAV file through its encoder and decoder
+        print(decode_speech(model, Path(args.input), args.max_new))
+        return 0
+    if (spec.frames is None and spec.waveform is None) or getattr(spec.head, "kind", None) != "ctc" or \
+            "log_probs" not in {o.name for o in model.sessions["model"].get_outputs()}:
+        raise TfspecError(f"{args.model}: {spec.name} is not a CTC model reading frames or a waveform; transcribe "
+                          "takes the export of a spec with frames or a waveform and a ctc head")
+    if spec.waveform is not None:  # wav2vec 2.0, HuBERT: a WAV file
+        print(decode_waveform(model, Path(args.input), args.beam))
+        return 0
     print(decode(model, read_frames(Path(args.input), spec.frames.features, spec.positional.table_rows), args.beam))
     return 0
+
+
+def decode_waveform(model, path: Path, beam: int) -> str:
+    """The text an exported waveform CTC model reads in a WAV file: its samples averaged to mono,
+    resampled to 16 kHz and normalised as Wav2Vec2FeatureExtractor's defaults do (tfspec.data.waveform)."""
+    from tfspec.ctc import greedy, prefix_beam_search
+    from tfspec.data.audio import read_wav
+    from tfspec.data.waveform import Normalisation
+
+    values, mask = Normalisation().batch([read_wav(path)])
+    log_probs = model.run("model", ["log_probs"], {"input_values": values.astype(model.dtype),
+                                                   "attention_mask": mask})[0][0]
+    head = model.spec.head
+    ids = greedy(log_probs, head.blank) if beam == 1 else prefix_beam_search(log_probs, beam, head.blank)
+    return "".join(head.symbols[i] for i in ids)
+
+
+def decode_speech(model, path: Path, max_new: int) -> str:
+    """What an exported Whisper-style model hears in a WAV file: its samples at the feature
+    extractor's rate (``preprocessor_config.json``), the log-mel features of the first window,
+    then greedy decoding after the prompt its ``generation_config.json`` forces
+    (``tfspec.transcription``); the export's tokenizer's text, else the token ids."""
+    from tfspec.data.audio import FrontEnd, log_mel, read_wav
+    from tfspec.data.codecs import open_codec
+    from tfspec.transcription import Prompt, transcribe
+
+    front = FrontEnd.read(model.directory)
+    samples = read_wav(path, front.sampling_rate)
+    features = log_mel(samples, front)[None].astype(model.dtype)  # (1, mels, frames)
+    prompt = Prompt.read(model.directory, model.spec.vocab.bos_id)
+    ids = transcribe(model.decoder(), features, prompt, max_new)[0]
+    codec = open_codec(model.directory, model.spec.vocab)
+    return codec.decode(ids) if codec is not None else " ".join(map(str, ids))
 
 
 def register_data(action) -> None:
@@ -181,8 +219,15 @@ def register(command) -> None:
                 "`tfspec train` on digit lines) on INPUT and print the decoded text: a .npy array of (frames, "
                 "features) numbers (loaded without pickle), or a greyscale image as high as the model's features, "
                 "read column by column with intensities / 255 (ink bright, as the training lines). Best path "
-                "decoding, or prefix beam search with --beam N > 1.")
+                "decoding, or prefix beam search with --beam N > 1. A waveform model (wav2vec 2.0, HuBERT) reads "
+                "a PCM WAV file instead, averaged to mono, resampled to 16 kHz and normalised to zero mean and unit "
+                "variance; a Whisper export reads one too (its first 30 s: log-mel features as the checkpoint's "
+                "feature extractor computes them, greedy decoding after the prompt its generation_config.json "
+                "forces, the text in the export's tokenizer, else token ids).")
     c.add_argument("model", metavar="EXPORT_DIR")
-    c.add_argument("input", metavar="INPUT", help="a .npy array or an image file (PNG)")
+    c.add_argument("input", metavar="INPUT",
+                   help="a .npy array or an image file (PNG); a WAV file for a waveform or Whisper model")
     c.add_argument("--beam", type=BEAM, default=1, help="prefix beam width (default 1: best path)")
+    c.add_argument("--max-new", type=integer(1, 448), default=128,
+                   help="Whisper: most tokens decoded after the prompt (default 128; the decoder holds 448)")
     c.add_argument("--threads", type=POSITIVE, help="onnxruntime threads")

@@ -8,22 +8,24 @@ import sys
 import time
 from pathlib import Path
 
+from tfspec.cli.fields import add_fields, from_args
 from tfspec.cli.models import model_to_export
 from tfspec.cli.types import ALPHA, BEAM, SEED, THREADS, integer, out_dir
 from tfspec.data.codecs import open_codec, shipped_codec
 from tfspec.errors import TfspecError
 from tfspec.evaluate import decode_all
+from tfspec.export_options import DEFAULT_OPSET, ExportOptions
 from tfspec.ir import build_graph
 from tfspec.search import SearchOptions
 from tfspec.spec import load_spec, resolve
 
-DEFAULT_OPSET = 18
 MAX_LINE = 100_000  # characters in one input line: ~100 sentences; models take a few hundred tokens
 
 
 def cmd_export(args) -> int:
     from tfspec.cli.models import imported_for
 
+    from_args(ExportOptions, args)  # flags no export combines: refused before a checkpoint is read
     if args.format != "hf":  # before a checkpoint directory is imported: that can take minutes
         _check_replaceable(Path(args.output))
     with imported_for(args, Path(args.output).resolve().parent):
@@ -35,22 +37,10 @@ def _export(args) -> int:
     if args.tokenizer is not None:
         _check_tokenizer(args, spec, home)
     if args.format == "hf":
-        if args.opset is not None or args.int8 or args.int4 or args.static_cache or args.generate or args.fused:
-            flag = ("--opset" if args.opset is not None else "--int8" if args.int8 else "--int4" if args.int4 else
-                    "--static-cache" if args.static_cache else "--generate" if args.generate else "--fused")
-            raise TfspecError(f"{flag} applies to --format onnx; a Hugging Face checkpoint keeps float weights "
-                              "and has no graphs")
         from tfspec.cli.interop import export_hf
 
         return export_hf(args)
     one_graph = args.format in ("genai", "optimum")
-    if one_graph and (args.static_cache or args.generate or args.fused or (args.int8 and args.format == "genai")):
-        flag = ("--static-cache" if args.static_cache else "--generate" if args.generate else
-                "--fused" if args.fused else "--int8")
-        raise TfspecError(f"{flag} applies to --format onnx; --format {args.format} writes the graphs "
-                          f"{'onnxruntime-genai' if args.format == 'genai' else 'optimum and transformers.js'} drive")
-    if args.format == "optimum" and args.int8 and args.fp16:
-        raise TfspecError("--int8 quantises the float32 graphs' weights: leave out --fp16")
     args.opset = args.opset or DEFAULT_OPSET
     _check_replaceable(args.output)
     from tfspec.backends.onnx import export
@@ -95,7 +85,8 @@ _ORT_CLASSES = {"text-generation": "ORTModelForCausalLM", "text2text-generation"
                 "token-classification": "ORTModelForTokenClassification",
                 "question-answering": "ORTModelForQuestionAnswering", "fill-mask": "ORTModelForMaskedLM",
                 "feature-extraction": "ORTModelForFeatureExtraction",
-                "image-classification": "ORTModelForImageClassification"}
+                "image-classification": "ORTModelForImageClassification",
+                "zero-shot-image-classification": "ORTModelForZeroShotImageClassification"}
 """optimum's class for each task ``--format optimum`` writes."""
 
 
@@ -103,7 +94,6 @@ def _hub_config(spec) -> tuple[dict, str]:
     """transformers' ``config.json`` for ``spec`` (``--format optimum``), its family's as ``--format
     hf`` writes it, and the task its architecture names; a spec no family computes, or of a task
     the layout does not hold yet, is refused with the reason."""
-    from tfspec.backends.onnx.hub import task_of
     from tfspec.interop.hf.export import family_form, fitting_family
 
     try:
@@ -112,11 +102,22 @@ def _hub_config(spec) -> tuple[dict, str]:
         raise TfspecError(f"--format optimum needs the config.json of a transformers family: {e}") from None
     config = family.config(family_form(spec))
     architecture = config["architectures"][0]
-    if (task := task_of(architecture)) is None:
+    if getattr(spec.head, "kind", None) == "embedding" and spec.dual is None:
+        raise TfspecError(f"{spec.name} is {architecture}, one tower of a dual encoder: optimum has no task for it "
+                          "alone; export the CLIPModel or SiglipModel, or use --format onnx")
+    if (task := _hub_task(spec, architecture)) is None:
         raise TfspecError(f"{spec.name} is {architecture}: --format optimum writes generators (decoder-only and "
                           "seq2seq) and encoders (classification, token classification, question answering, "
                           "fill-mask, feature extraction); use --format onnx")
     return config, task
+
+
+def _hub_task(spec, architecture: str) -> str | None:
+    """The pipeline task of ``spec`` exported as ``architecture``: a dual encoder's is zero-shot image
+    classification (``CLIPModel`` would read as feature extraction), any other's its class name's."""
+    from tfspec.backends.onnx.hub import task_of
+
+    return "zero-shot-image-classification" if spec.dual is not None else task_of(architecture)
 
 
 def _generation_config(home: Path | None) -> dict | None:
@@ -127,13 +128,9 @@ def _generation_config(home: Path | None) -> dict | None:
     path = home / GENERATION_CONFIG if home is not None else None
     if path is None or not path.is_file():
         return None
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TfspecError(f"{path}: not a generation config ({e})") from None
-    if not isinstance(found, dict):
-        raise TfspecError(f"{path}: not a generation config (a JSON object)")
-    return found
+    from tfspec.untrusted import json_object
+
+    return json_object(path, "generation settings")
 
 
 def _report(args, spec, home, result, started: float, quant=None) -> int:
@@ -146,14 +143,15 @@ def _report(args, spec, home, result, started: float, quant=None) -> int:
     if result.in_place_cache:
         print(f"note: in-place cache {result.in_place_cache}; decoding uses the standard step graph")
     copied = _copy_tokenizer(home, result.directory, args.tokenizer, convert=args.format in ("onnx", "optimum"))
-    if args.format in ("onnx", "optimum") and _copy_preprocessor(home, result.directory):
-        print("preprocessor: preprocessor_config.json (the checkpoint's image processor, which pipelines read)")
+    if args.format in ("onnx", "optimum") and (kept := _copy_kept(home, result.directory, args.format)):
+        print(f"kept: {', '.join(kept)} (the checkpoint's processor and generation settings, which pipelines and "
+              "`tfspec transcribe` read)")
     if args.format == "onnx" and copied:
         print(f"tokenizer: {', '.join(copied)} (translate reads and writes text)")
     elif args.format == "optimum":
-        from tfspec.backends.onnx.hub import CONFIG, task_of
+        from tfspec.backends.onnx.hub import CONFIG
 
-        task = task_of(json.loads((result.directory / CONFIG).read_text(encoding="utf-8"))["architectures"][0])
+        task = _hub_task(spec, json.loads((result.directory / CONFIG).read_text(encoding="utf-8"))["architectures"][0])
         if copied or spec.patches is None:  # an image model reads no tokens
             print(f"tokenizer: {', '.join(copied)} (AutoTokenizer and transformers.js read them)" if copied else
                   "note: no tokenizer files beside the spec: optimum's ORTModel classes take token ids; "
@@ -209,8 +207,6 @@ def _shortlist(args, spec, home: Path | None):
     from tfspec.data.corpus import load_manifest
     from tfspec.shortlist import build
 
-    if args.format != "onnx":
-        raise TfspecError(f"--shortlist applies to --format onnx, not {args.format}")
     if spec.family != "encoder-decoder":
         raise TfspecError(f"--shortlist: {spec.name} does not translate sources (family {spec.family}); a shortlist "
                           "maps source tokens to target candidates")
@@ -258,8 +254,6 @@ def _check_tokenizer(args, spec, home: Path | None) -> None:
     from tfspec.data.tokenizer_json import tokenizer_json
     from tfspec.interop.hf.checkpoint import tokenizer_files
 
-    if args.format != "onnx":
-        raise TfspecError(f"--tokenizer applies to --format onnx, not {args.format}")
     if home is not None and (own := tokenizer_files(home)):
         raise TfspecError(f"--tokenizer: {args.spec} has its own tokenizer ({own[0].name}), which export copies")
     pieces, size = load_tokenizer(args.tokenizer).get_piece_size(), spec.vocab.size
@@ -268,14 +262,16 @@ def _check_tokenizer(args, spec, home: Path | None) -> None:
     tokenizer_json(Path(args.tokenizer))  # refused here, before exporting, if it cannot be converted
 
 
-def _copy_preprocessor(home: Path | None, output) -> bool:
-    """Copy the checkpoint's ``preprocessor_config.json`` an import kept beside the spec, if any."""
-    from tfspec.interop.hf.checkpoint import PREPROCESSOR_CONFIG
+def _copy_kept(home: Path | None, output, form: str) -> list[str]:
+    """Copy the checkpoint's JSON an import kept beside the spec (``KEPT``: its processor's and
+    generation settings; an optimum export writes its generation config itself); the names copied."""
+    from tfspec.interop.hf.checkpoint import GENERATION_CONFIG, KEPT
 
-    if home is None or not (home / PREPROCESSOR_CONFIG).is_file():
-        return False
-    shutil.copyfile(home / PREPROCESSOR_CONFIG, Path(output) / PREPROCESSOR_CONFIG)
-    return True
+    names = [n for n in KEPT if home is not None and (home / n).is_file() and not (
+        form == "optimum" and n == GENERATION_CONFIG)]
+    for name in names:
+        shutil.copyfile(home / name, Path(output) / name)
+    return names
 
 
 def _copy_tokenizer(home: Path | None, output, model: str | None = None, convert: bool = False) -> list[str]:
@@ -405,29 +401,7 @@ def register(command) -> None:
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: SPEC/model.safetensors "
                    "when SPEC is a directory holding one, as `tfspec import` writes; else random init)")
-    c.add_argument("--format", choices=["onnx", "hf", "genai", "optimum"], default="onnx",
-                   help="onnx: ONNX graphs for onnxruntime (default); hf: config.json + model.safetensors that "
-                        "transformers loads with from_pretrained (specs that are exactly GPT-2, BERT, Llama, "
-                        "Mistral, Qwen2, Marian, BART or T5); genai: model.onnx + genai_config.json for "
-                        "onnxruntime-genai (decoder-only specs); optimum: config.json, generation_config.json, the "
-                        "tokenizer and onnx/model.onnx (seq2seq: onnx/encoder_model.onnx and decoder_model_merged.onnx), the "
-                        "layout optimum's ORTModelFor* classes and transformers.js open unchanged (specs of a "
-                        "transformers family: generators, seq2seq models and encoders)")
-    c.add_argument("--opset", type=int, default=None, choices=range(17, 24), metavar="N",
-                   help=f"ONNX opset, 17-23 (default {DEFAULT_OPSET}); 23 emits the fused Attention op")
-    c.add_argument("--fp16", action="store_true", help="float16 weights (and, in ONNX, activations; for GPUs)")
-    c.add_argument("--int8", action="store_true",
-                   help="ONNX: int8 weights for every matrix product (dynamic quantisation per output channel; "
-                        "1/4 of the bytes read per step, so faster where decoding is bound by memory: BENCHMARKS.md), "
-                        "quantised tensor by tensor while streaming; checked against PyTorch holding the same int8 "
-                        "weights and against float32 (with --shortlist: in memory, float32 parity checked first, "
-                        "then greedy agreement with float32 reported); optimum: adds *_quantized.onnx, what "
-                        "transformers.js loads with dtype 'q8'")
-    c.add_argument("--int4", action="store_true",
-                   help="ONNX, genai and optimum (adds *_q4.onnx: transformers.js's dtype 'q4'): 4-bit weights for every projection (onnxruntime's MatMulNBits, blocks along "
-                        "the input dimension; 1/8 of float32's bytes, so faster where decoding is bound by memory), "
-                        "quantised tensor by tensor while streaming (a bf16 checkpoint never becomes float32 in "
-                        "full); checked against PyTorch holding the same int4 weights and against float32")
+    add_fields(c, ExportOptions, only=("format", "opset", "fp16", "int8", "int4"))
     c.add_argument("--int4-block", type=int, choices=[32, 64, 128], default=32, metavar="N",
                    help="with --int4: values per scale, 32, 64 or 128 (default 32: smallest error)")
     c.add_argument("--int4-zero-points", action="store_true",
@@ -438,26 +412,7 @@ def register(command) -> None:
     c.add_argument("--int4-calibrate", type=Path, metavar="FILE",
                    help="with --int4: activation-aware scales (AWQ-style) from the model run on FILE's lines of "
                         "text, instead of rounding to nearest (models whose float32 form fits in memory)")
-    c.add_argument("--stream", action="store_true",
-                   help="ONNX and genai: write the weights one tensor at a time from SPEC's safetensors into one "
-                        "external data file (model.onnx.data), never the whole model in memory; chosen by itself "
-                        "with --int4 and --int8 and when the float32 model would not fit")
-    c.add_argument("--static-cache", action="store_true",
-                   help="ONNX: also write decoder_static.onnx, a decoding step over a preallocated cache whose shapes "
-                        "never change, which onnxruntime's CUDA provider captures as CUDA graphs (one launch per step "
-                        "instead of one per node); translate uses it on CUDA; checked token for token "
-                        "against the growing-cache step graph. On CPU the growing cache stays faster")
-    c.add_argument("--generate", action="store_true",
-                   help="ONNX: also write generate.onnx, the encoder and the whole search (greedy or beam, length "
-                        "penalty, end of sentence) in one graph of standard ONNX operators: input_ids, max_length, "
-                        "num_beams, length_penalty in; sequences, sequences_scores out (docs/export-onnx.md); "
-                        "checked token for token against the Python search")
-    c.add_argument("--fused", action="store_true",
-                   help="ONNX: onnxruntime's fused CPU operators (MultiHeadAttention, "
-                        "SkipSimplifiedLayerNormalization) in place of the standard-op patterns, and "
-                        "decoder_inplace.onnx, a step whose GroupQueryAttention extends the key/value cache in "
-                        "place instead of copying it: fewer nodes and copies per step, faster decoding on CPU; "
-                        "runs on onnxruntime only (docs/export-onnx.md)")
+    add_fields(c, ExportOptions, only=("stream", "static_cache", "generate", "fused"))
     c.add_argument("--shortlist", type=Path, metavar="CORPUS_DIR",
                    help="ONNX, encoder-decoders: also write shortlist.safetensors, the target tokens each source "
                         "token's translations use in CORPUS_DIR's training pairs (a `tfspec data fetch` or `prepare` "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import functools
 import typing
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
@@ -46,14 +47,28 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_fields(parser: argparse.ArgumentParser, model: type, unset: bool = False) -> None:
-    """One flag per field of ``model`` that has a default (``max_queue``: ``--max-queue``).
-    ``unset``: a flag not given is None (the help still shows the field's default), for
-    commands that ask which were given."""
-    for name, info in model.__pydantic_fields__.items():
-        if not info.is_required():
-            parser.add_argument(flag(name), type=field_argument(model, name), default=None if unset else info.default,
-                                metavar=_choices(field_type(info)), help=_help(info))
+def add_fields(parser: argparse.ArgumentParser, model: type, unset: bool = False, only: Iterable[str] | None = None,
+               flags: Mapping[str, str] | None = None, defaults: Mapping[str, str] | None = None) -> None:
+    """One flag per field of ``model`` that has a default (``max_queue``: ``--max-queue``), its
+    value kept under the field's name; a boolean whose default is False is a switch
+    (``store_true``). ``unset``: a flag not given is None (the help still shows the field's
+    default), for commands that ask which were given. ``only``: these fields alone, in this
+    order (the others are not the command's to set). ``flags``: a field's established flag
+    where it is not its name (``{"sharded": "--sharded-checkpoints"}``). ``defaults``: the words
+    of a default that depends on other flags (``{"steps": "1000; 100000 with --max-minutes"}``):
+    that flag is None when not given, and the command decides."""
+    known, flags, defaults = model.__pydantic_fields__, flags or {}, defaults or {}
+    for name in known if only is None else only:
+        info = known[name]
+        if info.is_required():
+            continue
+        option, help_ = flags.get(name, flag(name)), _help(info, defaults.get(name))
+        if info.default is False and field_type(info) is bool:
+            parser.add_argument(option, dest=name, action="store_true", help=help_)
+        else:
+            default = None if unset or name in defaults else info.default
+            parser.add_argument(option, dest=name, type=field_argument(model, name), default=default,
+                                metavar=_choices(field_type(info)), help=help_)
 
 
 def from_args(model: type, args: argparse.Namespace, **given):
@@ -82,13 +97,18 @@ def _choices(kind: Any) -> str | None:
     return "{" + ",".join(typing.get_args(inner)) + "}" if typing.get_origin(inner) is Literal else None
 
 
-def _help(info) -> str:
+def _help(info, default_words: str | None = None) -> str:
     """The description's first paragraph on one line, as a clause (lower-case first letter, no
-    full stop), with the default where there is one (None: the description says what it means)."""
+    full stop), with the default where there is one (None: the description says what it means;
+    False: a switch, off unless given), or ``default_words`` where the command decides it; '%'
+    escaped for argparse's formatting."""
     text = " ".join((info.description or "").split("\n\n")[0].split()).rstrip(".")
     if text[:2].istitle():
         text = text[0].lower() + text[1:]
-    if info.default is None:
+    text = text.replace("%", "%%")
+    if default_words is not None:
+        return f"{text} (default {default_words})"
+    if info.default is None or info.default is False:
         return text
     default = f"{info.default:g}" if isinstance(info.default, float) else info.default
     return f"{text} (default {default})"

@@ -22,12 +22,14 @@ from pathlib import Path
 
 import yaml
 
-from tfspec.cli.types import SEED, THREADS, integer, number, out_dir
+from tfspec.cli.fields import add_fields, from_args
+from tfspec.cli.types import THREADS, number, out_dir
 from tfspec.data.codecs import HF_TOKENIZER, TOKENIZER, open_codec
 from tfspec.data.corpus import SPLITS
 from tfspec.data.labelled import TASKS, task_of
 from tfspec.errors import TfspecError
 from tfspec.spec import Spec, load_spec, spec_from_data
+from tfspec.train_options import FinetuneConfig
 
 TOKENIZERS = (HF_TOKENIZER, TOKENIZER)  # what open_codec reads, in its order (Marian's translate, not classify)
 
@@ -85,7 +87,7 @@ def cmd_finetune(args) -> int:
 
     from tfspec.backends.torch import build_module
     from tfspec.backends.torch.checkpoint import read_weights, save_weights
-    from tfspec.backends.torch.finetune import FinetuneConfig, accuracy, finetune, load_body
+    from tfspec.backends.torch.finetune import accuracy, finetune, load_body
     from tfspec.backends.torch.training.tasks.classification import examples, read_splits
 
     data, run = Path(args.data), Path(args.out)
@@ -105,8 +107,7 @@ def cmd_finetune(args) -> int:
               + (f"; not used: {', '.join(unused)}" if unused else ""), file=sys.stderr)
     limit = spec.positional.max_len if spec.positional.kind != "none" else 10**9
     encoded = {s: examples(codec, task, splits[s][0], classes[s], limit, data / f"{s}.txt") for s in SPLITS}
-    config = FinetuneConfig(epochs=args.epochs, batch=args.batch, lr=args.lr, warmup=args.warmup, seed=args.seed,
-                            max_minutes=args.max_minutes)
+    config = from_args(FinetuneConfig, args)
     _write_setup(run, spec, names, args, tokenizer)
     started = time.perf_counter()
     state = finetune(model, encoded["train"], encoded["dev"], run, config, progress=not args.quiet,
@@ -173,13 +174,7 @@ def register(command) -> None:
                    help="sequence task: first: BERT's pooler on the first position (needs pooler: true); mean: the "
                         "mean of the outputs (default: first when the spec has a pooler, else mean)")
     c.add_argument("--dropout", type=number(0, 0.99), help="dropout before the classifier (default: the spec's)")
-    c.add_argument("--epochs", type=integer(1, 10**4), default=3, help="passes over train (default 3)")
-    c.add_argument("--batch", type=integer(1, 65536), default=32, help="texts per step (default 32)")
-    c.add_argument("--lr", type=number(0, 1, low_open=True), default=5e-5,
-                   help="peak learning rate (default 5e-5, BERT's; a small encoder takes ~1e-3)")
-    c.add_argument("--warmup", type=number(0, 1), default=0.1, help="share of steps spent warming up (default 0.1)")
-    c.add_argument("--seed", type=SEED, default=0)
-    c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long")
+    add_fields(c, FinetuneConfig)
     c.add_argument("--resume", action="store_true",
                    help="continue RUN from its newest intact checkpoint (after Ctrl-C, SIGTERM or --max-minutes), "
                         "with the same PRETRAINED, DATA and options")

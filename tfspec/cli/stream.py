@@ -22,8 +22,8 @@ GiB = 1 << 30
 
 
 def quant_options(args):
-    """``--int4`` and its settings as ``int4.Int4``, ``--int8`` as ``int8.Int8``, or None;
-    conflicting flags refused."""
+    """``--int4`` and its settings as ``int4.Int4``, ``--int8`` as ``int8.Int8``, or None; its
+    settings without it refused (what int4 does not combine with: ``ExportOptions``)."""
     if not args.int4:
         for flag, value in (("--int4-block", args.int4_block != 32), ("--int4-zero-points", args.int4_zero_points),
                             ("--int4-embeddings", args.int4_embeddings != "int8"),
@@ -33,10 +33,6 @@ def quant_options(args):
         from tfspec.backends.onnx.passes.int8 import Int8
 
         return Int8() if args.int8 else None
-    for flag, value in (("--int8", args.int8), ("--fp16", args.fp16), ("--fused", args.fused),
-                        ("--shortlist", args.shortlist is not None), ("--static-cache", args.static_cache)):
-        if value:
-            raise TfspecError(f"--int4 writes float32 graphs whose projections are MatMulNBits: leave out {flag}")
     from tfspec.backends.onnx.passes.int4 import Int4
 
     return Int4(args.int4_block, not args.int4_zero_points, 4 if args.int4_embeddings == "int4" else 8)

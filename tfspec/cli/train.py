@@ -15,12 +15,18 @@ from pathlib import Path
 
 from tfspec.cli import ctc, images
 from tfspec.cli.models import run_spec, run_weights, torch_device
-from tfspec.cli.types import ALPHA, BEAM, POSITIVE, SEED, THREADS, integer, number, out_dir
+from tfspec.cli.fields import add_fields, from_args
+from tfspec.cli.types import ALPHA, BEAM, POSITIVE, THREADS, integer, out_dir
 from tfspec.data.codecs import TOKENIZER
 from tfspec.errors import TfspecError
 from tfspec.spec import load_spec
-from tfspec.spec.bounds import MAX_STEPS
+from tfspec.train_options import TrainConfig
 from tfspec.untrusted import read_json
+
+TRAIN_FLAGS = ("steps", "batch_tokens", "accum", "shard", "checkpoint_activations", "compile", "warmup", "lr_scale",
+               "seed", "save_every", "keep", "log_every", "max_minutes", "sharded")
+"""The fields of ``TrainConfig`` that are ``tfspec train``'s flags, in its help's order (``clip``:
+the paper does not clip, and no task on token sequences asks to)."""
 
 
 def cmd_train(args) -> int:
@@ -52,15 +58,10 @@ def cmd_train(args) -> int:
     return 0
 
 
-def train_config(args):
-    """The options of ``tfspec train`` for the tasks on token sequences (text and images)."""
-    from tfspec.backends.torch.training import TrainConfig
-
-    return TrainConfig(steps=args.steps or (100_000 if args.max_minutes else 1000), batch_tokens=args.batch_tokens,
-                       accum=args.accum, warmup=args.warmup or 4000, lr_scale=args.lr_scale, seed=args.seed,
-                       save_every=args.save_every, keep=args.keep, log_every=args.log_every,
-                       max_minutes=args.max_minutes, shard=args.shard, checkpoint_activations=args.checkpoint_activations,
-                       compile=args.compile, sharded=args.sharded_checkpoints)
+def train_config(args) -> TrainConfig:
+    """The options of ``tfspec train`` for the tasks on token sequences (text and images):
+    --steps left out is 1000, or 100000 when --max-minutes is what ends the run."""
+    return from_args(TrainConfig, args, **({"steps": 100_000} if args.steps is None and args.max_minutes else {}))
 
 
 def cmd_average(args) -> int:
@@ -228,38 +229,13 @@ def register(command) -> None:
     c.add_argument("--out", required=True, metavar="RUN", type=out_dir, help="run directory")
     c.add_argument("--src", default="en", help="source language suffix (default en)")
     c.add_argument("--tgt", default="de", help="target language suffix (default de)")
-    c.add_argument("--steps", type=integer(1, MAX_STEPS), help="optimizer steps (default 1000; 100000 with --max-minutes, which then "
-                   "ends the run)")
-    c.add_argument("--batch-tokens", type=integer(8, 2**24), default=4096, help="tokens per batch incl. padding (default 4096)")
-    c.add_argument("--accum", type=integer(1, 4096), default=1, help="batches per optimizer step and process (default 1): "
-                   "gradients are reduced across processes once, after the last")
-    c.add_argument("--shard", choices=["ddp", "fsdp"], default="ddp",
-                   help="under torchrun, how processes hold the model: ddp (default) keeps all of it, its gradients and "
-                        "Adam moments on every process; fsdp (PyTorch's FSDP2) shards them, each layer of the spec "
-                        "gathered only while it runs, so memory per process falls with their number (bf16 weights "
-                        "and reductions on CUDA, fp32 on CPU). `tfspec report SPEC --train` predicts both")
-    c.add_argument("--checkpoint-activations", action="store_true",
-                   help="keep only each layer's input and recompute the rest during the backward pass: less memory "
-                        "(`tfspec report --train` says how much) for about one more forward pass of time")
-    c.add_argument("--compile", action="store_true",
-                   help="torch.compile each layer (before sharding) for faster steps after a first slow one; "
-                        "needs a C++ compiler on CPU")
-    c.add_argument("--warmup", type=integer(1, MAX_STEPS), help="warm-up steps of eq. 3 (default 4000; 400 on digit "
-                   "lines)")
-    c.add_argument("--lr-scale", type=number(0, 1e3, low_open=True), default=1.0, help="multiplies eq. 3's rate (default 1)")
-    c.add_argument("--seed", type=SEED, default=0)
-    c.add_argument("--save-every", type=integer(1, MAX_STEPS), default=500, help="steps between checkpoints (default 500)")
-    c.add_argument("--keep", type=integer(1, 10**6), default=5, help="checkpoints kept (default 5)")
-    c.add_argument("--log-every", type=integer(1, MAX_STEPS), default=10, help="steps between metrics lines (default 10)")
-    c.add_argument("--max-minutes", type=number(0, 1e7), default=0, help="stop with a checkpoint after this long (default: no limit)")
+    add_fields(c, TrainConfig, only=TRAIN_FLAGS, flags={"sharded": "--sharded-checkpoints"},
+               defaults={"steps": "1000; 100000 with --max-minutes, which then ends the run",
+                         "warmup": "4000; 400 on digit lines"})
     c.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     c.add_argument("--threads", type=THREADS, help="torch CPU threads")
     c.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in RUN (either format, "
                    "at any number of processes)")
-    c.add_argument("--sharded-checkpoints", action="store_true",
-                   help="each process writes its own part of every checkpoint (torch.distributed.checkpoint), so no "
-                        "process gathers the whole model and optimizer; --resume reshards them to any number of "
-                        "processes. RUN must then be one directory every process reads and writes (docs/training.md)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c = command("average", cmd_average)
     c.add_argument("run", metavar="RUN")

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tfspec.errors import TfspecError
+from tfspec.untrusted import json_object
 
 PREPROCESSOR = "preprocessor_config.json"
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -70,7 +71,7 @@ class Preprocessing:
         path = Path(directory) / PREPROCESSOR
         if not path.is_file():
             raise TfspecError(f"{directory}: no {PREPROCESSOR}: say how images are prepared for this model")
-        return cls.from_config(json.loads(path.read_text(encoding="utf-8")), str(path))
+        return cls.from_config(json_object(path, "image processor settings"), str(path))
 
     def __call__(self, image) -> np.ndarray:
         """(height, width, channels) uint8 (or a PIL image) -> (channels, H, W) float32 pixel values."""

@@ -96,7 +96,7 @@ def build_graph(spec: Spec) -> Graph:
     if spec.head is not None:  # in place of the token projection (tfspec.spec.heads)
         graph.ports["logits"] = spec.head.lower(LayerBuilder(graph, spec, "", out_seq), out, graph.ports.get("pooled"))
         return graph
-    if spec.patches is not None:  # an image encoder without a head (ViTModel): its outputs are memory, pooled
+    if spec.patches is not None or spec.waveform is not None:  # no head (ViTModel, Wav2Vec2Model): memory out
         return graph
     vocab = spec.vocab.tgt_size if spec.decoder is not None else spec.vocab.size
     _project(LayerBuilder(graph, spec, "", out_seq), out, vocab, embedding)
@@ -117,6 +117,8 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
         x, embedding = s.patches.lower(b), None
     elif s.spectrogram is not None and stack == "encoder":  # Whisper: conv stem, its own positions, dropout
         return s.spectrogram.lower(b), None
+    elif s.waveform is not None and stack == "encoder":  # wav2vec 2.0: feature encoder, position convolution
+        return s.waveform.lower(b), None
     else:
         tokens = b.op(INPUT[stack], "input", [], attrs={"dtype": "int64", "vocab": vocab}, shape=("B", b.seq))
         b.graph.ports[INPUT[stack]] = tokens

@@ -16,9 +16,9 @@ SEQ = "V"
 
 @dataclass
 class TowerBuilder(LayerBuilder):
-    """A ``LayerBuilder`` whose ops and parameters are named under ``prefix`` and whose nodes
-    belong to stack ``tower``; the layer kinds lower through it unchanged (they see ``encoder``,
-    the stack of the tower's own spec)."""
+    """A ``LayerBuilder`` whose ops and parameters are named under ``<tower>.``, whose nodes belong
+    to stack ``tower`` with a batch ``N`` of their own; the layer kinds lower through it unchanged
+    (they see ``encoder``, the stack of the tower's own spec)."""
 
     tower: str = "vision"
     ports: dict[str, str] = field(default_factory=dict)
@@ -26,6 +26,8 @@ class TowerBuilder(LayerBuilder):
 
     def op(self, name: str, op: str, inputs: list[str], **kwargs) -> str:
         prefix, share, stack = f"{self.tower}.", self.share, self.stack
+        shape = kwargs.pop("shape", None) or ("B", self.seq, self.spec.d_model)
+        kwargs["shape"] = ("N", *shape[1:]) if shape[0] == "B" else shape  # N images, apart from the B texts
         if share is not None:  # a shared layer's parameters tie to the owner's, under the prefix too
             self.share = (prefix + share[0], prefix + share[1])
         self.stack = self.tower

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, create_model, model_validator
+from pydantic import Field, PrivateAttr, create_model, model_validator
 
 from tfspec.layers.base import Sublayer, linear, register
 from tfspec import modifiers
 from tfspec import positions as positions_kinds
-from tfspec.layers import disentangled
+from tfspec.layers import crosslayer, disentangled
 from tfspec.spec.base import field_error
 from tfspec.spec.bounds import Heads, Width
 from tfspec.spec.positions import Positional
@@ -96,6 +96,9 @@ class AttentionCore(Sublayer):
     sequence's own (§3.2)."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
+    _links: dict | None = PrivateAttr(None)
+    """What the IR node reads from earlier layers and publishes (``crosslayer.links``), set on
+    the layer the node holds, for its FLOPs."""
 
     @property
     def gate_function(self) -> str | None:
@@ -245,7 +248,7 @@ class AttentionCore(Sublayer):
         for m in modifiers.set_on(self):  # talking heads' mixing: a term named by the field
             if (extra := m.flops(s, self, getattr(self, m.field), pairs)) != 0:
                 terms[m.field] = extra
-        return terms
+        return terms | crosslayer.flops(s, self)  # value residual's learned mix
 
     def lower(self, b, name, x):
         s, layer = b.spec, self.resolved(b.spec)
@@ -287,12 +290,17 @@ class AttentionCore(Sublayer):
             attrs["learned_kv"] = layer.learned_kv
         if layer.qk_norm != "none" or disentangled.NORM in params:
             attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
+        if link := crosslayer.links(s.plan(b.stack), name) if not self.needs_memory else {}:
+            params |= crosslayer.params(layer, link, d)  # value residual, residual attention
+            attrs |= link
+            layer = layer.model_copy()
+            layer._links = link
         return b.op(name, "attention", inputs, attrs=attrs, params=params, layer=layer)
 
 
 
 Attention = create_model("Attention", __base__=AttentionCore, __module__=__name__, __doc__=AttentionCore.__doc__,
-                         **modifiers.fields())
+                         **modifiers.fields(), **crosslayer.fields())
 """Attention with a field per registered score modifier (``tfspec/modifiers``), after the core's
 fields: every attention kind subclasses this."""
 def qk_norm_params(layer: AttentionCore, spec) -> dict:
@@ -337,7 +345,7 @@ def fused_kernel(node) -> bool:
     positions = a.get("positions")
     adds = positions is not None and positions_kinds.KINDS[positions["kind"]].adds_to_scores
     return (a.get("score", "dot") == "dot" and not adds and "sinks" not in node.params
-            and "mem_k" not in node.params and not modifiers.set_on(a))
+            and "mem_k" not in node.params and not modifiers.set_on(a) and not crosslayer.unfused(a))
 
 
 def kernel_for(node, stage_adds: bool, backend: str) -> bool:

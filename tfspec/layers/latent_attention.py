@@ -86,6 +86,8 @@ class LatentAttention(Attention):
         if positions.kind == "rotary" and (positions.fraction != 1.0 or self.qk_rope_head_dim % 2):
             return (f"latent attention rotates all qk_rope_head_dim ({self.qk_rope_head_dim}) features in pairs: it "
                     "must be even and the rotary fraction 1")
+        if positions.kind == "rotary" and positions.decay_length is not None:
+            return "latent attention rotates its keys' shared rotary part without decay: remove decay_length"
         return rotary.scaling_problem(positions, self.qk_rope_head_dim) if positions.kind == "rotary" else None
 
     def visible(self, q, k):

@@ -87,6 +87,25 @@ class PositionKind:
         return 0
 
     @classmethod
+    def saved_by_layer(cls, graph, node, queries: int, keys: int) -> int:
+        """Bytes a training step's backward keeps for the kind in the attention ``node`` itself,
+        beside the shared tables (a layer's own position MLP); none unless it says."""
+        return 0
+
+    @classmethod
+    def saved_per_row(cls, node, queries: int, keys: int) -> int:
+        """Bytes the backward keeps for the kind in the attention ``node`` per batch row of a call
+        (forgetting attention's gates, computed from each row's input); none unless it says."""
+        return 0
+
+    @classmethod
+    def cached_per_key(cls, node) -> int:
+        """Values the kind adds to each cached key of the attention ``node``: state a decoding
+        step reads for every earlier key (forgetting attention's log gate per head); none unless
+        it says."""
+        return 0
+
+    @classmethod
     def embedding_params(cls, positional, width: int) -> dict:
         """IR parameters of the ``positional`` op of an ``embedded`` kind (a learned table)."""
         return {}

@@ -21,6 +21,7 @@ from pydantic import Field
 
 from tfspec.spec.base import SpecModel
 from tfspec.spec.bounds import MAX_VOCAB, TokenId
+from tfspec.spec.embedding_heads import EmbeddingHead
 from tfspec.spec.image_heads import ImageClassificationHead
 
 if TYPE_CHECKING:
@@ -184,5 +185,5 @@ class CtcHead(SpecModel):
 
 
 Head = Annotated[Union[SequenceClassificationHead, TokenClassificationHead, AnswerSpanHead, CtcHead,
-                       ImageClassificationHead], Field(discriminator="kind")]
+                       ImageClassificationHead, EmbeddingHead], Field(discriminator="kind")]
 """Every head kind, told apart by ``kind``."""

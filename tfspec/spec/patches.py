@@ -103,7 +103,8 @@ class Patches(SpecModel):
         b.graph.ports["pixel_values"] = pixels
         x = b.op(f"{stack}.patch_embed", "patch_embedding", [pixels], component="embedding",
                  attrs={"patch_size": p, "channels": c, "prefix": self.prefix},
-                 params={"weight": ((d, c, p, p), "xavier_uniform")} | ({"bias": ((d,), "zeros")} if self.bias else {})
+                 params={"weight": ((d, c, p, p), "xavier_uniform")}
+                 | ({"bias": ((d,), "zeros")} if self.bias else {})
                  | ({"mask_token": ((d,), "zeros")} if self.mask_token else {}))
         if self.positioned:
             x = b.op(f"{stack}.tokens", "learned_tokens", [x], component="embedding",

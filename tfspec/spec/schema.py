@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from tfspec.layers import SUBLAYERS
+from tfspec.layers import SUBLAYERS, crosslayer
 from tfspec.layers.ffn import Activation
 from tfspec.norms import NORMS
 from tfspec.norms import description as norm_description
@@ -27,6 +27,7 @@ from tfspec.spec.embed_projection import EmbedProjection
 from tfspec.spec.frames import Frames
 from tfspec.spec.patches import Patches
 from tfspec.spec.audio import Spectrogram
+from tfspec.spec.waveform import Waveform
 from tfspec.spec.heads import Head
 from tfspec.spec.positions import Positional
 from tfspec.spec.sharing import LayerSharing
@@ -421,6 +422,9 @@ class Spec(SpecModel):
     spectrogram: Spectrogram | None = None
     """A log-mel spectrogram (batch, mels, frames) as the encoder's input instead of source tokens,
     through a convolution stem and a stored position table (Whisper; ``tfspec.spec.audio``)."""
+    waveform: Waveform | None = None
+    """Raw audio samples (batch, samples) as the encoder's input instead of token ids, through a
+    convolutional feature encoder and a position convolution (wav2vec 2.0, HuBERT; ``tfspec.spec.waveform``)."""
     head: Head | None = None
     """An output head in place of the pre-softmax token projection (encoder-only specs):
     sequence_classification (logits (B, classes)), token_classification (B, S, classes) or ctc
@@ -508,7 +512,7 @@ class Spec(SpecModel):
                                           f"{fix}, or norm_type layer or rms")
 
     def _check_parts(self) -> None:
-        for part in (self.frames, self.patches, self.spectrogram, self.head, self.embed_projection,
+        for part in (self.frames, self.patches, self.spectrogram, self.waveform, self.head, self.embed_projection,
                      self.residual_streams, self.dual):
             if part is not None and (problem := part.check(self)):
                 raise field_error(*problem)
@@ -519,7 +523,7 @@ class Spec(SpecModel):
                 raise field_error(field, f"{field} belong to the encoder (BERT): family {self.family} has none")
 
     def _check_vocab(self) -> None:
-        if self.frames is None and self.patches is None:  # token ids in: ids 0-3 are the special tokens'
+        if self.frames is None and self.patches is None and self.waveform is None:  # token ids in: ids 0-3 are the special tokens'
             for key, size in (("size", self.vocab.size), ("target_size", self.vocab.tgt_size)):
                 if size < MIN_VOCAB:
                     raise field_error(f"vocab.{key}", f"a vocabulary of {size} tokens has no room for ordinary "
@@ -613,6 +617,8 @@ class Spec(SpecModel):
             if problem := layer.check(self):
                 raise field_error(field, problem)
         self._check_shared_tables(stack, spec)
+        if problem := crosslayer.stack_problem(self, stack):  # value residual, residual attention
+            raise field_error(*problem)
 
     def _check_shared_tables(self, stack: str, spec) -> None:
         """Layers of a stack that set a shared table's positions of their own (``layers_share``)

@@ -22,7 +22,7 @@ from tfspec.layers.attention import block_plan, kernel_for
 from tfspec.registry import registrar
 
 from ..builder import Index
-from . import lowering
+from . import crosslayer, lowering
 from .modifiers import modifiers_of
 from .positions import PositionStage, stage_of
 from .projection import normed, project, project_kv, project_queries, split_heads
@@ -68,6 +68,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
             k, v = project_kv(b, node, memory)
     else:
         q, k, v = project(b, node, x)
+        v = crosslayer.values(e, node, x, v)  # value residual: mixed with the first layer's
         if a["qk_norm"] != "none":
             q, k = normed(b, node, q, "q"), normed(b, node, k, "k")
         if stage is not None and stage.turn is not None:  # rotary positions
@@ -90,7 +91,7 @@ def attention(e, node: Node, x: str, memory: str | None = None) -> str:
         y = attend(b, q, k, v, mask, node)  # (B, h, Lq, d_v)
     else:
         k, v = repeat_heads(b, k, h, g, d_k), repeat_heads(b, v, h, g, d_v)
-        y = _explicit(e, node, stage, modifiers, q, k, v, mask)
+        y = _explicit(e, node, stage, modifiers, q, k, v, mask, x)
     y = b.op("Reshape", b.op("Transpose", y, perm=[0, 2, 1, 3]), b.ints(-1, h * d_v))  # (B * Lq, h*d_v)
     b.flat.add(y)
     return _output(b, node, x, y)
@@ -184,13 +185,15 @@ def _dot_scores(b, q: str, k: str, scale: float) -> str:
 def _plain(node: Node, stage: PositionStage | None) -> bool:
     """Whether the fused and blocked paths apply: the core's one answer (``fused_kernel``), which
     the position kind's ONNX stage must agree with."""
-    return kernel_for(node, stage is not None and (stage.logits is not None or stage.output is not None), "ONNX")
+    hooks = () if stage is None else (stage.logits, stage.output, stage.from_input, stage.masked)
+    return kernel_for(node, any(hook is not None for hook in hooks), "ONNX")
 
 
 def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: str, k: str, v: str,
-              mask: str | None) -> str:
+              mask: str | None, x: str | None = None) -> str:
     """Additive scores, position terms or score modifiers, spelled out on (B, h, L, d);
-    mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend."""
+    mirrors ``MultiHeadAttention._explicit`` of the PyTorch backend (``x``: the layer's input,
+    which forgetting attention's gates read)."""
     b, a, p = e.b, node.attrs, node.params
     h, d_k = a["heads"], a["d_k"]
     if a["score"] == "additive":  # w_h · tanh(q_i + k_j): (B, h, Lq, Lk, d) x (1, h, 1, d, 1)
@@ -199,12 +202,18 @@ def _explicit(e, node: Node, stage: PositionStage | None, modifiers: list, q: st
         scores = b.op("Squeeze", b.op("MatMul", summed, w), b.ints(4))
     else:
         scores = _dot_scores(b, q, k, a["scale"])
+    scores = crosslayer.add_scores(e, node, scores)  # residual attention: the previous layer's logits
     if stage is not None and stage.logits is not None:  # the position kind's logit term
         scores = b.op("Add", scores, stage.logits(e, q, k))
+    if stage is not None and stage.from_input is not None:  # forgetting attention's summed log gates
+        scores = b.op("Add", scores, stage.from_input(e, x))
     for modify in modifiers:  # Gemma 2's softcap
         scores = modify(b, scores)
     if mask is not None:
         scores = b.op("Add", scores, mask)
+    if stage is not None and stage.masked is not None:  # CoPE: positions over the visible keys' gates
+        scores = b.op("Add", scores, stage.masked(e, q, k, scores))
+    crosslayer.publish_scores(e, node, scores)
     for modify in modifiers_of(a, node, "masked"):  # explicit sparse attention's top-k
         scores = modify(b, scores)
     weighting = modifiers_of(a, node, "weighting")  # sigmoid attention

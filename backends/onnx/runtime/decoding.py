@@ -76,9 +76,12 @@ class OnnxDecoder:
         self._helpers: dict[tuple, tuple] = {}  # (kind, names) -> (session, binding) of a small graph (``_apply``)
 
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
-        """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (``OnnxModel.feeds``)."""
+        """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (``OnnxModel.feeds``). A float
+        ``src`` is a spectrogram's features (B, mels, frames), without a mask (Whisper's)."""
         values = {}
-        if src is not None:
+        if src is not None and src.dtype.kind == "f":
+            values |= self.model.run_on_device("encoder", self.shared, {"input_features": src.astype(self.dtype)})
+        elif src is not None:
             feeds = {"src": src.astype(np.int64)} | ({} if mask is None else {"attention_mask": mask})
             values |= self.model.run_on_device("encoder", self.shared, feeds)
         batch = len(src) if src is not None else 1

@@ -79,6 +79,9 @@ def emit_generate(graph: Graph, weights: dict[str, np.ndarray], opset: int = 18,
     ports, spec = graph.ports, graph.spec
     if "tgt" not in ports or "frames" in ports:
         raise TfspecError(f"--generate: {spec.name} has no decoder that generates tokens (family {spec.family})")
+    if "input_features" in ports:
+        raise TfspecError(f"--generate: {spec.name}'s encoder reads a spectrogram, and generate.onnx takes source "
+                          "token ids; decode with encoder.onnx and decoder.onnx (tfspec.transcription)")
     encoder = emit(graph, "encoder", weights, opset, dtype).graph if "src" in ports else None
     return compose(spec, encoder, emit(graph, "decoder", weights, opset, dtype).graph, opset, metadata)
 

@@ -7,6 +7,9 @@
     -> logits                         text- and image-classification (batch, labels), token-classification
                                       (batch, sequence_length, labels), fill-mask (..., vocab)
     -> start_logits, end_logits       question-answering (batch, sequence_length)
+    -> logits_per_image, logits_per_text, text_embeds, image_embeds
+                                      zero-shot-image-classification: a dual encoder's (CLIP, SigLIP)
+                                      texts against its images (pixel_values (images, ...))
     -> last_hidden_state              feature-extraction (batch, sequence_length, d_model), with
        (pooler_output)                the pooler's (batch, d_model) where the model has one
 
@@ -22,7 +25,7 @@ from . import Variant, mask_name, padding
 from .model import Model
 
 TASKS = ("text-classification", "token-classification", "question-answering", "fill-mask", "feature-extraction",
-         "image-classification")
+         "image-classification", "zero-shot-image-classification")
 NAMES = {"src": "input_ids", "tgt": "input_ids", "segments": "token_type_ids"}
 """tfspec's token inputs -> transformers' names."""
 
@@ -41,8 +44,8 @@ class HubEncoder(Model):
     def ports(self, graph):
         ports = graph.ports
         fed = {ports[p] for p in ("src", "tgt", "segments", "pixel_values") if p in ports}
-        wanted = ("memory", "pooled") if self.task == "feature-extraction" else ("logits",)
-        return fed, [ports[p] for p in wanted if p in ports]
+        wanted = {"feature-extraction": ("memory", "pooled"), "zero-shot-image-classification": graph.outputs}
+        return fed, [ports[p] for p in wanted.get(self.task, ("logits",)) if p in ports]
 
     def tokens(self, e, node) -> str:
         b, seq = e.b, node.shape[1]
@@ -57,6 +60,11 @@ class HubEncoder(Model):
     def outputs(self, e, env: dict) -> None:
         b, graph, ports = e.b, e.graph, e.graph.ports
         d = graph.spec.d_model
+        if self.task == "zero-shot-image-classification":  # optimum's names are the ports' own
+            for port in graph.outputs:
+                shape = graph.node(ports[port]).shape
+                b.output(port, env[ports[port]], [{"B": "batch", "N": "images"}.get(d, d) for d in shape])
+            return
         if self.task == "feature-extraction":
             b.output("last_hidden_state", b.sequence(env[ports["memory"]], d), ["batch", "sequence_length", d])
             if "pooled" in ports:

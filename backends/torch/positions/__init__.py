@@ -40,6 +40,13 @@ class PositionStage:
     turn: Callable | None = None
     logits: Callable | None = None
     output: Callable | None = None
+    from_input: Callable | None = None
+    """``from_input(ctx, module, x)``: the layer's (B, Lq, d_model) input of one call (after the
+    cache's keys are joined) -> an additive (B, h, Lq, Lk) logit term computed from the input
+    (forgetting attention's gates), keeping in ``ctx.state`` what later steps read."""
+    masked: Callable | None = None
+    """``masked(ctx, module, q, scores)``: the (B, h, Lq, d) queries and the (B, h, Lq, Lk)
+    logits after the mask -> an additive term (CoPE's positions, counted over the visible keys)."""
 
 
 POSITION_STAGES: dict[str, Callable] = {}

@@ -4,10 +4,12 @@ Fused kernels still apply: the stage adds nothing to the scores."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from tfspec.ir.positions import rotary_frequencies
 from tfspec.ir.rope_scaling import attention_factor, length_dependent
+from tfspec.positions.rotary import decay_bases, decay_centre
 
 from . import PositionStage, position_stage
 
@@ -15,12 +17,44 @@ from . import PositionStage, position_stage
 @position_stage("rotary")
 class Rotary(PositionStage):
     def __init__(self, node):
-        self.seq, self.rotation = node.shape[1], Rotation(node.attrs["d_k"], node.attrs["positions"])
+        positions = node.attrs["positions"]
+        self.seq, self.rotation = node.shape[1], Rotation(node.attrs["d_k"], positions)
+        self.decay = None if positions.get("decay_length") is None else Decay(node.attrs["d_k"], positions)
 
     def turn(self, ctx, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, L, h, d) queries and (B, L, g, d) keys, each rotated by its position."""
+        """(B, L, h, d) queries and (B, L, g, d) keys, each rotated by its position (and with
+        ``decay_length``, xPos: queries' pairs times zeta^(n / length), keys' over it)."""
         cos, sin = self.rotation(ctx, self.seq, q.shape[1], q)  # one rotation table per call, for every layer
-        return rotate(q, cos, sin), rotate(k, cos, sin)
+        if self.decay is None:
+            return rotate(q, cos, sin), rotate(k, cos, sin)
+        q_cos, q_sin, k_cos, k_sin = self.decay(ctx, self.seq, q.shape[1], cos, sin)
+        return rotate(q, q_cos, q_sin), rotate(k, k_cos, k_sin)
+
+
+class Decay:
+    """xPos (Sun et al. 2022, §3.2) on one layer's rotation in a call: its cos and sin, (L, 1,
+    r/2) or (B, L, 1, r/2) at each row's positions, times the queries' scale zeta_i^((n - c) /
+    decay_length) per rotated pair i, and over it for the keys; c the fixed ``decay_centre``
+    (it cancels in q_n k_m). The scale is computed in float64, as the angles; layers alike share
+    the four tables per call."""
+
+    def __init__(self, d: int, positions: dict):
+        rotated = int(d * positions["fraction"])
+        self.rate = torch.from_numpy(np.log(decay_bases(rotated)) / positions["decay_length"])
+        self.centre = decay_centre(positions["max_len"])
+
+    def __call__(self, ctx, seq: str, length: int, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        offset, rows = ctx.start(seq), ctx.positions.get(seq)
+
+        def build():
+            if rows is not None:
+                at = rows.to(cos.device, torch.float64)
+            else:
+                at = torch.arange(offset, offset + length, dtype=torch.float64, device=cos.device)
+            scale = torch.exp((at[..., None] - self.centre) * self.rate.to(cos.device))[..., None, :]
+            return tuple((t * f).to(cos.dtype) for f in (scale, 1 / scale) for t in (cos.double(), sin.double()))
+        # cos is this call's own table (cached by ``Rotation``), so its id tells the rotations apart
+        return ctx.cached(("decay", id(cos), self.rate.numpy().tobytes(), self.centre), build)
 
 
 class Rotation:

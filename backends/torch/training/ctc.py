@@ -10,7 +10,6 @@ collapsing the most probable frame labels, as a CTC output is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tfspec.ctc import greedy, prefix_beam_search
+from tfspec.train_options import LinesConfig
 
 from .tasks import named
 from .process import stop_requests
@@ -25,21 +25,6 @@ from .trainer import Trainer
 
 IGNORE = -100
 """Frame target of padding (cross-entropy's ignore_index)."""
-
-
-@dataclass(frozen=True)
-class LinesConfig:
-    steps: int = 4000
-    """Optimizer steps (--max-minutes may end the run sooner)."""
-    batch: int = 16
-    """Lines per step."""
-    warmup: int = 400
-    lr_scale: float = 1.0
-    seed: int = 0
-    max_minutes: float = 0.0
-    """Wall-time limit of this objective's training; 0: none."""
-    save_every: int = 1000
-    keep: int = 2
 
 
 def make_batch(lines, symbols: list[str]) -> dict[str, torch.Tensor]:

@@ -18,52 +18,18 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from tfspec.errors import TfspecError
+from tfspec.train_options import Loop
 
 from .. import build_module
 from . import checkpoint, sharding
 from .process import Distributed, forget_metrics_after, progress_bar, restore_rng, stop_requests
 from .schedule import adam, rate
-
-
-@dataclass(frozen=True)
-class Loop:
-    """What the loop itself is told, whatever the task. A task's options either extend this
-    (``TrainConfig``) or are read by name (``Loop.of``), leaving the fields they lack at their
-    defaults here."""
-
-    steps: int
-    """Optimizer steps to reach (a resumed run continues up to this)."""
-    seed: int = 0
-    save_every: int = 500
-    keep: int = 5
-    """Checkpoints kept (average needs the last k)."""
-    log_every: int = 10
-    max_minutes: float = 0.0
-    """Stop (with a checkpoint) after this much wall time in this process; 0: no limit."""
-    clip: float = 0.0
-    """Gradient-norm clipping; 0 disables (the paper does not clip)."""
-    accum: int = 1
-    """Batches accumulated per optimizer step and process."""
-    shard: str = "ddp"
-    """How ranks hold the model (``sharding.parallelize``): ddp (whole, replicated) or fsdp."""
-    checkpoint_activations: bool = False
-    """Recompute each layer's activations in the backward pass instead of keeping them."""
-    compile: bool = False
-    """``torch.compile`` each layer before sharding."""
-    sharded: bool = False
-    """Checkpoints in format 2: each rank writes its part with torch.distributed.checkpoint (no
-    rank gathers the whole model), read back at any number of ranks; format 1 otherwise."""
-
-    @classmethod
-    def of(cls, config, **given) -> Loop:
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls) if hasattr(config, f.name)} | given)
 
 
 class Task:

@@ -40,6 +40,8 @@ class Attention(LayerOp):
                 saved[f"{node.name}#out"] = sizes["B"] * queries * h * d_v * 4
         if (positions := a.get("positions")) is not None:  # one table per call, shared by the layers
             saved[f"positions#{positions['kind']}"] = KINDS[positions["kind"]].saved_tables(positions, d_k, queries)
+            saved[f"{node.name}#positions"] = KINDS[positions["kind"]].saved_by_layer(graph, node, queries, keys) + \
+                sizes["B"] * KINDS[positions["kind"]].saved_per_row(node, queries, keys)
         saved[f"{node.name}#q"] = rows_q * h * d_k * 4
         saved[f"{node.name}#kv"] = rows_k * h * (d_k + d_v) * 4
         saved[f"{node.name}#heads"] = rows_q * h * d_v * 4
@@ -49,6 +51,10 @@ class Attention(LayerOp):
         copies = ("head_scale" in node.params) + {None: 0, "sigmoid": 2, "silu": 3}[a.get("gate_function")]
         if copies:
             saved[f"{node.name}#gated"] = copies * rows_q * h * d_v * 4
+        if "values_from" in a:  # value residual: the learned lam (rows, g) and the v - v_1 it multiplies;
+            g = a["kv_heads"]   # with g = h the kernel reads the mixed values, a tensor of their own
+            mixed = (g == h) + ("w_mix" in node.params) * (1 + 1 / d_v)
+            saved[f"{node.name}#value_mix"] = int(rows_q * g * d_v * mixed * 4)
         if not fused:
             copies = 1 + sum(m.saved_scores for m in modifiers.set_on(a))  # a bool mask: a quarter
             saved[f"{node.name}#weights"] = int(copies * rows_q * h * keys * 4)
@@ -57,7 +63,9 @@ class Attention(LayerOp):
     @classmethod
     def cached(cls, node) -> int:
         a = node.attrs
-        return a["kv_heads"] * (a["d_k"] + a["d_v"])
+        positions = a.get("positions")  # a kind's per-key state (forgetting attention's log gates)
+        extra = KINDS[positions["kind"]].cached_per_key(node) if positions else 0
+        return a["kv_heads"] * (a["d_k"] + a["d_v"]) + extra
 
 
 @register

@@ -1,6 +1,6 @@
-"""The ops that join a dual encoder's towers (``tfspec.spec.dual``: CLIP, SigLIP): the text's
-pooled position, the image's attention probe, the projections into the shared space, unit
-vectors and the scaled cosine scores.
+"""The ops of embedding heads and dual encoders (``tfspec.spec.embedding_heads``,
+``tfspec.spec.dual``: CLIP, SigLIP): the text's pooled position, the image's attention probe, the
+projections into the shared space, unit vectors and the scaled cosine scores.
 
 Their rows of ``tfspec report`` (Table 1's measures for what is not a layer kind): picking a
 position and normalising are gathers and elementwise work (no products, O(1) sequential
@@ -11,6 +11,8 @@ text and an image, a (texts x images) matrix product in all.
 """
 
 from __future__ import annotations
+
+from sympy import Integer
 
 from . import Op, keeps_inputs, keeps_inputs_and_output, keeps_nothing, no_products, register
 
@@ -47,7 +49,7 @@ class PooledProjection(Op):
 
     @staticmethod
     def flops(node, s, dense=False):
-        return {"projection": 2 * node.attrs["inputs"] * node.shape[-1]}
+        return {"projection": Integer(2 * node.attrs["inputs"] * node.shape[-1])}
 
 
 @register
@@ -66,4 +68,4 @@ class PairLogits(Op):
 
     @staticmethod
     def flops(node, s, dense=False):
-        return {"scores": 2 * node.attrs["width"]}
+        return {"scores": Integer(2 * node.attrs["width"])}

@@ -35,6 +35,13 @@ class PositionStage:
     turn: Callable | None = None
     logits: Callable | None = None
     output: Callable | None = None
+    from_input: Callable | None = None
+    """``from_input(e, x)``: the layer's input (B * L, d_model) or (B, L, d_model) -> an additive
+    (B, h, Lq, Lk) logit term computed from it (forgetting attention's gates; carried state
+    through ``e.variant.append``)."""
+    masked: Callable | None = None
+    """``masked(e, q, k, scores)``: (B, h, Lq, d) queries and keys and the (B, h, Lq, Lk) logits
+    after the mask -> an additive term (CoPE's positions, counted over the visible keys)."""
 
     def __init__(self, node: Node):
         self.node = node

@@ -11,6 +11,7 @@ from onnx import TensorProto
 
 from tfspec.ir.positions import rotary_frequencies
 from tfspec.ir.rope_scaling import attention_factor, length_dependent, long_attention_factor, ntk_exponents
+from tfspec.positions.rotary import decay_bases, decay_centre
 
 from . import PositionStage, position_stage
 
@@ -23,7 +24,28 @@ class Rotary(PositionStage):
         d, positions = a["d_k"], a["positions"]
         cos, sin = rotation(e, self.node.shape[1], q, d, positions)
         rotated = int(d * positions["fraction"])
-        return rotate(e.b, q, cos, sin, a["heads"], d, rotated), rotate(e.b, k, cos, sin, a["kv_heads"], d, rotated)
+        k_cos, k_sin = cos, sin
+        if positions.get("decay_length") is not None:  # xPos: queries times zeta^(n / length), keys over it
+            cos, sin, k_cos, k_sin = decayed(e, self.node.shape[1], q, d, positions, cos, sin)
+        return (rotate(e.b, q, cos, sin, a["heads"], d, rotated),
+                rotate(e.b, k, k_cos, k_sin, a["kv_heads"], d, rotated))
+
+
+def decayed(e, seq: str, x: str, d: int, positions: dict, cos: str, sin: str) -> tuple[str, str, str, str]:
+    """xPos (Sun et al. 2022, §3.2), as the PyTorch backend's ``Decay``: ``rotation``'s cos and
+    sin times zeta_i^((n - c) / decay_length) per rotated pair i for the queries, over it for the
+    keys, the exponent in float64; shared by the layers alike."""
+    def build():
+        b, at = e.b, e.positions(seq, x)
+        rate = np.log(decay_bases(int(d * positions["fraction"]))) / positions["decay_length"]
+        shifted = b.op("Sub", b.op("Cast", at, to=TensorProto.DOUBLE),
+                       b.const(float(decay_centre(positions["max_len"])), np.float64))
+        power = b.op("Mul", b.op("Unsqueeze", shifted, b.ints(-1)), b.const(rate.reshape(1, -1), np.float64))
+        scale = b.op("Unsqueeze", b.op("Exp", power), b.ints(-2))  # (L, 1, r/2) or (B, L, 1, r/2)
+        inverse = b.op("Reciprocal", scale)
+        return tuple(b.op("Cast", b.op("Mul", b.op("Cast", t, to=TensorProto.DOUBLE), f), to=b.elem_type)
+                     for f in (scale, inverse) for t in (cos, sin))
+    return e.cached(("decay", seq, d, json.dumps(positions, sort_keys=True)), build)
 
 
 def rotation(e, seq: str, x: str, d: int, positions: dict) -> tuple[str, str]:

@@ -11,29 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from tfspec.data.corpus import load_manifest
 from tfspec.errors import TfspecError
+from tfspec.train_options import TrainConfig
 
 from ..batches import Pairs, collate, encode, epoch_order, make_batches
 from ..schedule import smoothed_loss
-from ..trainer import Loop, Task, Trainer
+from ..trainer import Task, Trainer
 from . import misfit, task
-
-
-@dataclass(frozen=True)
-class TrainConfig(Loop):
-    """The paper's recipe (§5): the loop's options, length-grouped batches and eq. 3's schedule."""
-
-    steps: int = 1000
-    batch_tokens: int = 4096
-    """Tokens per batch, padding included (the paper: ~25000 source + 25000 target per step)."""
-    warmup: int = 4000
-    """Warm-up steps of the learning-rate schedule (eq. 3)."""
-    lr_scale: float = 1.0
-    """Multiplies eq. 3's rate (small batches often want 2)."""
 
 
 INPUTS = {"encoder-decoder": ("src", "tgt_in"), "decoder-only": ("tgt_in",), "encoder-only": ("src",)}
