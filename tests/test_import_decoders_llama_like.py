@@ -92,9 +92,9 @@ def test_default_config_counts_as_transformers(family, cli, tmp_path):
     assert_config_imports_at_count(cli, tmp_path / "hf", config, model_class)
 
 
-EXPORTED = {"gemma": "GemmaForCausalLM", "phi3": "MistralForCausalLM", "phi3-partial": "Phi3ForCausalLM"}
-"""The class ``export --format hf`` writes: the first family (by model type) that computes the
-spec. Phi-3 rotating every feature is Mistral's computation with the projections unfused."""
+EXPORTED = {"gemma": "GemmaForCausalLM", "phi3": "Phi3ForCausalLM", "phi3-partial": "Phi3ForCausalLM"}
+"""The class ``export --format hf`` writes: the family the spec was imported from (Phi-3 rotating
+every feature is also Mistral's computation, with the projections unfused)."""
 
 
 @pytest.mark.parametrize("case", CASES)

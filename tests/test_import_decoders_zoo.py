@@ -99,13 +99,13 @@ def test_starcoder2_ids_outside_the_vocabulary_are_the_tokenizers(cli, tmp_path)
     assert (vocab.bos_id, vocab.eos_id) == (7, 7)
 
 
-EXPORTED = {"codegen": "GPTJForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
-            "helium": "Qwen2ForCausalLM", "persimmon": "PersimmonForCausalLM", "minicpm3": "MiniCPM3ForCausalLM",
+EXPORTED = {"codegen": "CodeGenForCausalLM", "glm": "GlmForCausalLM", "glm4": "Glm4ForCausalLM",
+            "helium": "HeliumForCausalLM", "persimmon": "PersimmonForCausalLM", "minicpm3": "MiniCPM3ForCausalLM",
             "cohere-qk-norm": "CohereForCausalLM", "stablelm-2-12b": "StableLmForCausalLM",
             "olmo-clip-qkv": "OlmoForCausalLM"}
-"""What ``export --format hf`` writes: the first family that computes the spec. CodeGen's is GPT-J's
-computation (only the stored qkv order differs); Helium's, biased q, k and v, is Qwen2's (without
-biases, Llama's): its interleaved rotary is a row order that import undoes."""
+"""What ``export --format hf`` writes: the family the spec was imported from, though CodeGen's is
+GPT-J's computation (only the stored qkv order differs) and Helium's, biased q, k and v, Qwen2's
+(its interleaved rotary is a row order that import undoes)."""
 
 
 @pytest.mark.parametrize("case", EXPORTED)

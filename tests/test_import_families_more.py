@@ -119,13 +119,13 @@ def test_plbart_logits_and_greedy_decoding_match_transformers(cli, tmp_path):
 
 
 @pytest.mark.parametrize("case, architecture", [
-    ("data2vec-mlm", "RobertaForMaskedLM"), ("xlm-roberta-xl", "XLMRobertaXLModel"),
+    ("data2vec-mlm", "Data2VecTextForMaskedLM"), ("xlm-roberta-xl", "XLMRobertaXLModel"),
     ("xlm-roberta-xl-mlm", "XLMRobertaXLForMaskedLM"), ("bert-generation", "BertGenerationEncoder"),
-    ("plbart", "BartForConditionalGeneration")])
+    ("plbart", "PLBartForConditionalGeneration")])
 @torch.no_grad()
 def test_hf_export_round_trip_gives_the_original_outputs(case, architecture, cli, tmp_path):
-    """data2vec-text computes what RoBERTa computes and comes back as RoBERTa, PLBART as BART
-    (BART's configuration states its scaled embeddings and decoder start)."""
+    """data2vec-text computes what RoBERTa computes and PLBART what BART does; each comes back
+    under the architecture it was imported from."""
     original = save(case, tmp_path / "hf")
     assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
     code, out, err = cli("export", tmp_path / "ours", "--format", "hf", "-o", tmp_path / "exported")

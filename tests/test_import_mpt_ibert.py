@@ -182,11 +182,12 @@ def test_ibert_outputs_match_transformers_in_torch_and_onnx(case, cli, tmp_path)
     assert_close(dict(zip(want, got)), want, keep)
 
 
-@pytest.mark.parametrize("case,architecture", [("ibert", "RobertaModel"), ("ibert-mlm", "RobertaForMaskedLM"),
-                                               ("ibert-sequence", "RobertaForSequenceClassification")])
+@pytest.mark.parametrize("case,architecture", [("ibert", "IBertModel"), ("ibert-mlm", "IBertForMaskedLM"),
+                                               ("ibert-sequence", "IBertForSequenceClassification")])
 @torch.no_grad()
-def test_ibert_comes_back_as_roberta_with_the_original_outputs(case, architecture, cli, tmp_path):
-    """I-BERT in float mode computes what RoBERTa computes: export writes RoBERTa, labels kept."""
+def test_ibert_comes_back_as_ibert_with_the_original_outputs(case, architecture, cli, tmp_path):
+    """I-BERT in float mode computes what RoBERTa computes; an import exports under the
+    architecture it came from, labels kept."""
     original = save_ibert(case, tmp_path / "hf")
     assert cli("import", tmp_path / "hf", "-o", tmp_path / "ours", "--quiet")[0] == 0
     code, out, err = cli("export", tmp_path / "ours", "--format", "hf", "-o", tmp_path / "exported")

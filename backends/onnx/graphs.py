@@ -148,7 +148,7 @@ def emit(graph: Graph, kind: str | Variant, weights: dict[str, np.ndarray], opse
             env[node.name] = (b.input(node.name, node.attrs["dims"]) if "dims" in node.attrs  # named axes, no mask
                               else pixels_input(e, node) if node.attrs.get("pixels") else frames_input(e, node)
                               if node.attrs["dtype"] == "float32" else v.tokens(e, node))
-            if node.stack in graph.towers:  # tfspec.ir.towers
+            if node.stack in graph.towers:  # tfspec.ir.build.build_tower
                 batches.setdefault("", b.batch)
                 batches[node.stack] = b.batch = b.op("Shape", env[node.name], start=0, end=1)
         elif node.name in fed:  # computed by another graph: read through that graph's outputs

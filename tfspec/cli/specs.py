@@ -46,8 +46,6 @@ def _warn_if_absurd(graph) -> None:
 
 def cmd_schema(args) -> int:
     schema = Spec.model_json_schema()
-    if "$ref" in schema:  # a dual encoder's image tower is a whole spec, so Spec is a $def that refers to itself
-        schema |= schema["$defs"][schema.pop("$ref").rsplit("/", 1)[1]]  # its fields at the top, as editors expect
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "tfspec model spec"
     print(json.dumps(schema, indent=2))

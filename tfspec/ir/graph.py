@@ -80,7 +80,7 @@ class Graph:
     outputs: list[str] = field(default_factory=list)
     """Further ports the full-sequence graph outputs (a dual encoder's scores and embeddings)."""
     towers: dict[str, Any] = field(default_factory=dict)
-    """Stack name -> the spec of a tower lowered beside ``spec`` (``tfspec.ir.towers``)."""
+    """Stack name -> the spec of a tower lowered beside ``spec`` (``tfspec.ir.build.build_tower``)."""
 
     def spec_of(self, stack: str):
         """The spec whose sizes the nodes of ``stack`` have: a tower's own, else ``spec``."""

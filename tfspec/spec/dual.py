@@ -11,7 +11,7 @@ CLIPVisionModelWithProjection). The spec itself is the text tower (its vocabular
 padding mask, learned positions and ``encoder`` stack, so every tool that reads a spec's tokens
 reads them unchanged); ``dual.vision`` is the image tower, a complete encoder spec reading
 ``patches`` (``tfspec.spec.patches``), lowered into the same graph under ``vision.``
-(``tfspec.ir.towers``). What is left to say here is how the two are scored.
+(``tfspec.ir.build.build_tower``). What is left to say here is how the two are scored.
 
 The scores: text_embeds and image_embeds are the two heads' embeddings over their L2 norms;
 logits_per_text = exp(t) text_embeds image_embeds^T (+ b), logits_per_image its transpose, t
@@ -58,14 +58,10 @@ class DualEncoder(SpecModel):
                                               f"({vision.head.width}) must equal the text head's ({spec.head.width})")
         return None
 
-    def lower(self, b: LayerBuilder, memory: str) -> dict[str, str]:
-        """Both towers' embeddings (the text tower's ``memory`` given, the image tower built here),
-        their unit vectors and the scores: port -> node."""
-        from tfspec.ir.build import LayerBuilder
-        from tfspec.ir.towers import build_tower
-
-        text = b.spec.head.lower(LayerBuilder(b.graph, b.spec, "", "S"), memory)
-        tower = build_tower(b.graph, self.vision, "vision")
+    def lower(self, b: LayerBuilder, memory: str, tower: LayerBuilder) -> dict[str, str]:
+        """Both towers' embeddings (the text tower's ``memory``, and the image tower ``tower`` that
+        ``build_graph`` lowered beside it), their unit vectors and the scores: port -> node."""
+        text = b.spec.head.lower(b, memory)
         image = self.vision.head.lower(tower, tower.ports["memory"])
         width = b.spec.head.width
         embeds = {side: b.op(f"dual.{side}_embeds", "unit_vectors", [x], component="similarity",

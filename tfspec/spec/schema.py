@@ -309,6 +309,15 @@ class Reference(SpecModel):
 class Spec(SpecModel):
     """A Transformer variant. Unlisted fields take the paper's base-model values."""
 
+    @classmethod
+    def model_json_schema(cls, *args, **kwargs) -> dict:
+        """pydantic's schema with the spec's own fields at the top: a dual encoder's image tower is a
+        whole spec, so pydantic makes Spec a $def that refers to itself and the top a bare $ref."""
+        schema = super().model_json_schema(*args, **kwargs)
+        if "$ref" in schema:
+            schema |= schema["$defs"][schema.pop("$ref").rsplit("/", 1)[1]]
+        return schema
+
     name: str = Field("model", min_length=1, max_length=200)
     """Model name; defaults to the spec's file name."""
     description: Text = ""

@@ -47,8 +47,8 @@ MUTANTS = [
     # IR builder.
     dict(name="pre-norm residual adds the normalised input instead of x",
          file="tfspec/ir/build.py",
-         old='y = b.op(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale})',
-         new='y = b.op(f"{name}_add", "add", [h, y], attrs={"scale": b.spec.residual_scale})',
+         old='y = b.op(f"{name}_add", "add", [x, y], attrs={"scale": b.spec.residual_scale * layer.residual_step})',
+         new='y = b.op(f"{name}_add", "add", [h, y], attrs={"scale": b.spec.residual_scale * layer.residual_step})',
          tests=["tests/test_torch_reference.py"]),
     dict(name="norm placed after the sub-layer in a pre-norm stack (placements swapped)",
          file="tfspec/ir/build.py",

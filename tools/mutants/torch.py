@@ -1,6 +1,13 @@
 """Mutants in the PyTorch backend's layers: norms, attention scale and masks, rotary
 positions, tying and the sinusoid table, each a bug a reader of §3 could plausibly write."""
 
+TORCH_TERM = ("        if self.term is not None:  # the position kind's logit term (relative, T5's bias, ALiBi, DeBERTa)\n"
+              "            scores = scores + self.term(ctx, self, q, k)\n"
+              "        if self.from_input is not None:  # forgetting attention's summed log gates\n"
+              "            scores = scores + self.from_input(ctx, self, x)\n")
+TORCH_CAP = ("        for modify in self.modifiers:  # Gemma 2's softcap\n"
+             "            scores = modify(scores)\n")
+
 MUTANTS = [
     dict(name="LayerNorm epsilon ignored (always 1e-5)",
          file="backends/torch/layers.py",
@@ -69,16 +76,8 @@ MUTANTS = [
          tests=["tests/test_variants.py::test_relative_positions_follow_shaw_et_al"]),
     dict(name="attention soft-capping applied before the position terms (ALiBi's penalty left uncapped)",
          file="backends/torch/attention.py",
-         old="        if self.term is not None:  # the position kind's logit term "
-             "(relative, T5's bias, ALiBi, DeBERTa)\n"
-             "            scores = scores + self.term(ctx, self, q, k)\n"
-             "        for modify in self.modifiers:  # Gemma 2's softcap\n"
-             "            scores = modify(scores)\n",
-         new="        for modify in self.modifiers:  # Gemma 2's softcap\n"
-             "            scores = modify(scores)\n"
-             "        if self.term is not None:  # the position kind's logit term "
-             "(relative, T5's bias, ALiBi, DeBERTa)\n"
-             "            scores = scores + self.term(ctx, self, q, k)\n",
+         old=TORCH_TERM + TORCH_CAP,
+         new=TORCH_CAP + TORCH_TERM,
          tests=["tests/test_attention_stages.py::test_softcap_bounds_the_logits_after_the_position_terms"]),
     dict(name="plain rotary attention spelled out (the fused kernel never taken)",
          file="backends/torch/attention.py",

@@ -46,7 +46,9 @@ TORCH_MASK = ("        if causal:\n"
               "            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)\n")
 STAGES = "tests/test_attention_stages.py::"
 ONNX_TERM = ("    if stage is not None and stage.logits is not None:  # the position kind's logit term\n"
-             "        scores = b.op(\"Add\", scores, stage.logits(e, q, k))\n")
+             "        scores = b.op(\"Add\", scores, stage.logits(e, q, k))\n"
+             "    if stage is not None and stage.from_input is not None:  # forgetting attention's summed log gates\n"
+             "        scores = b.op(\"Add\", scores, stage.from_input(e, x))\n")
 ONNX_CAP = ("    for modify in modifiers:  # Gemma 2's softcap\n"
             "        scores = modify(b, scores)\n")
 
@@ -84,8 +86,8 @@ PARALLEL_FULL = PARALLEL_TESTS + "test_logits_and_greedy_tokens_match_transforme
 MUTANTS += [
     dict(name="parallel residual: the feed-forward branch reads the attention's output (sequential layer)",
          file="tfspec/ir/build.py",
-         old='y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", x))',
-         new='y = sublayer.lower(b, name, shared or b.norm(f"{name}_norm", out))',
+         old='_shift(b, sublayer, name, shared or b.norm(f"{name}_norm", x))))',
+         new='_shift(b, sublayer, name, shared or b.norm(f"{name}_norm", out))))',
          tests=[PARALLEL_FULL + "[gpt_neox]", PARALLEL_FULL + "[falcon-40b]"]),
     dict(name="parallel_shared_norm: a norm per sub-layer instead of the one shared (Phi, falcon-7b)",
          file="tfspec/ir/build.py",

@@ -32,7 +32,8 @@ class CLIPVision(CLIP):
 
     def spec_data(self, source: Source) -> dict:
         c, where = self.vision_defaults | source.config, source.where
-        width = number(c, "projection_dim", where, default=512) if source.architecture == PROJECTED else None
+        width = number(c, "projection_dim", where, default=512)  # read (its type checked) whether or not it is used
+        width = width if source.architecture == PROJECTED else None
         return self._vision(c, where, width)
 
     def rules(self, spec, architecture: str) -> list[Rule]:

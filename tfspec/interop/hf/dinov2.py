@@ -60,7 +60,7 @@ class Dinov2(ViT):
         return data
 
     def _ffn(self, c: dict, where: str, d: int) -> dict:
-        ratio = number(c, "mlp_ratio", where, float)
+        ratio = number(c, "mlp_ratio", where)  # an int in transformers' DINOv2 configuration
         if flag(c, "use_swiglu_ffn", where):
             return {"d_ff": swiglu_width(d, ratio), "gated": True, "activation": "silu"}
         return {"d_ff": int(d * ratio), "activation": activation(c, "hidden_act", where, "gelu")}

@@ -70,6 +70,7 @@ class Whisper(Family):
         d_ff, decoder_ffn = number(c, "encoder_ffn_dim", where), number(c, "decoder_ffn_dim", where)
         ffn = "ffn" if decoder_ffn == d_ff else {"kind": "ffn", "d_ff": decoder_ffn}
         size = number(c, "vocab_size", where)
+        number(c, "bos_token_id", where)  # <|endoftext|> again: decoding starts from decoder_start_token_id
         ends = end_ids(c, where, d["eos_token_id"])
         vocab = {"size": size, "shared": True, "pad_id": number(c, "pad_token_id", where),
                  "bos_id": number(c, "decoder_start_token_id", where), "unk_id": ends["eos_id"], **ends}
