@@ -241,3 +241,50 @@ class CLIP(Family):
 
     def outputs(self, architecture: str) -> dict[str, str]:
         return {port: port for port in ("logits_per_image", "logits_per_text", "text_embeds", "image_embeds")}
+
+
+class OneTower(CLIP):
+    """One tower of CLIP alone (``clip_text.py``, ``clip_vision.py``): an encoder-only spec ending in
+    an ``embedding`` head, its own configuration the tower's (``text_config`` or ``vision_config``
+    of CLIPModel's). The subclass names its ``side``, its two classes and its projection; with the
+    projection the embedding is ``<side>_embeds`` (not normalised), without it ``pooler_output``."""
+
+    side: ClassVar[str]
+    """"text" or "vision": which of CLIP's readers and writers the tower is."""
+    bare: ClassVar[str]
+    """The class without a projection (CLIPTextModel); ``export_architecture`` is the one with."""
+    embeds: ClassVar[str]
+    """The projected embedding's output name."""
+
+    def check(self, config: dict, where: str) -> dict[str, str]:
+        return check_config(self, config, where)
+
+    def spec_data(self, source: Source) -> dict:
+        c, where = getattr(self, f"{self.side}_defaults") | source.config, source.where
+        width = number(c, "projection_dim", where, default=512)  # read (its type checked) whether or not it is used
+        return getattr(self, f"_{self.side}")(c, where, width if source.architecture != self.bare else None)
+
+    def rules(self, spec, architecture: str) -> list[Rule]:
+        return self._text_rules(spec, "") if self.side == "text" else self._vision_rules(spec, "", "")
+
+    def structure(self, spec) -> str | None:
+        if reason := Family.structure(self, spec):
+            return reason
+        if spec.dual is not None or (spec.patches is None) == (self.side == "vision"):
+            return (f"{self.title} reads image patches alone: give the spec patches and no dual"
+                    if self.side == "vision" else f"{self.title} reads token ids alone: drop dual and patches")
+        if spec.head is None or spec.head.kind != "embedding":
+            return f"{self.title} ends in an embedding head"
+        return None
+
+    def architecture_for(self, spec) -> str:
+        return self.bare if spec.head.projection == "none" else self.export_architecture
+
+    def config(self, spec) -> dict:
+        projected = spec.head.projection != "none"
+        tower = getattr(self, f"_{self.side}_config")(spec)
+        return {"architectures": [self.architecture_for(spec)], "model_type": self.model_type, **tower,
+                **({"projection_dim": spec.head.width} if projected else {})}
+
+    def outputs(self, architecture: str) -> dict[str, str]:
+        return {"memory": "last_hidden_state", "logits": self.embeds if architecture != self.bare else "pooler_output"}
