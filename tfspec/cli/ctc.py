@@ -125,22 +125,13 @@ def read_frames(path: Path, features: int, max_len: int | None) -> np.ndarray:
 
 
 def _image_columns(path: Path, features: int, max_len: int | None) -> np.ndarray:
-    try:
-        from PIL import Image, UnidentifiedImageError
-    except ImportError:
-        raise TfspecError(f"{path}: reading images needs pillow: pip install 'tfspec[images]' (or pass a .npy "
-                          "array)") from None
-    try:
-        with Image.open(path) as image:
-            width, height = image.size
-            if height != features or (max_len and width > max_len):
-                raise TfspecError(f"{path}: a {width} x {height} image; this model reads images {features} pixels "
-                                  f"high{f' and at most {max_len} wide' if max_len else ''}")
-            pixels = np.asarray(image.convert("L"), dtype=np.float32)
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
-        if isinstance(e, FileNotFoundError):
-            raise
-        raise TfspecError(f"{path}: not a readable image ({str(e).splitlines()[0][:200]})") from None
+    from tfspec.data.pixels import read_image
+
+    pixels = read_image(path, "L", " (or pass a .npy array)").astype(np.float32)
+    height, width = pixels.shape
+    if height != features or (max_len and width > max_len):
+        raise TfspecError(f"{path}: a {width} x {height} image; this model reads images {features} pixels "
+                          f"high{f' and at most {max_len} wide' if max_len else ''}")
     return pixels.T / 255.0
 
 

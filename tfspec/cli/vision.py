@@ -14,7 +14,7 @@ from tfspec.errors import TfspecError
 
 def cmd_classify(args) -> int:
     from tfspec.backends.onnx import OnnxModel
-    from tfspec.data.pixels import Preprocessing
+    from tfspec.data.pixels import Preprocessing, read_image
 
     model = OnnxModel(args.model, device="cpu", threads=args.threads)
     spec = model.spec
@@ -35,17 +35,6 @@ def cmd_classify(args) -> int:
         else:
             print(f"{path}: " + ", ".join(f"{f['label']} {f['score']:.3f}" for f in found))
     return 0
-
-
-def read_image(path: str):
-    """The RGB pixels of an image file (any format Pillow reads); an unreadable file is one error."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(path) as image:
-            return np.asarray(image.convert("RGB"))
-    except (UnidentifiedImageError, OSError, ValueError) as e:
-        raise TfspecError(f"{path}: not an image Pillow can read ({e.__class__.__name__}: {e})") from None
 
 
 def register(command) -> None:

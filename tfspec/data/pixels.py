@@ -126,3 +126,21 @@ def _center_crop(array: np.ndarray, height: int, width: int) -> np.ndarray:
         array, h, w = padded, *padded.shape[:2]
     top, left = (h - height) // 2, (w - width) // 2
     return array[top:top + height, left:left + width]
+
+
+def read_image(path: Path, mode: str = "RGB", instead: str = "") -> np.ndarray:
+    """The pixels of an image file (any format Pillow reads) in PIL ``mode`` (RGB: (h, w, 3) uint8;
+    L: (h, w)). A missing file stays FileNotFoundError; anything else Pillow refuses, a
+    decompression bomb included, is one error naming the file. ``instead``: what the caller takes
+    without pillow, said where it is missing."""
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:
+        raise TfspecError(f"{path}: reading images needs pillow: pip install 'tfspec[images]'{instead}") from None
+    try:
+        with Image.open(path) as image:
+            return np.asarray(image.convert(mode))
+    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise TfspecError(f"{path}: not a readable image ({str(e).splitlines()[0][:200]})") from None
