@@ -12,14 +12,22 @@ from tfspec.backends.torch import TorchModel
 from tfspec.checks import Check
 
 
+def texts(spec, rng) -> tuple[np.ndarray, np.ndarray]:
+    """3 right-padded texts of the text tower's ids and their mask (bool), each ending in the eos id
+    at its last real token (CLIP pools there; a row without one pools its first position)."""
+    length = min(9, spec.positional.max_len or 9)
+    ids = rng.integers(4, spec.vocab.size, (3, length))
+    keep = np.arange(length)[None] < np.array([[length], [length - 3], [2]])
+    ids[np.arange(3), keep.sum(1) - 1] = spec.vocab.eos_id
+    return ids, keep
+
+
 def check_dual_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float, seed: int = 0) -> list[Check]:
     """Each of the graph's outputs (``Graph.outputs``) within ``tolerance``, for 3 texts and 3 or 1 images."""
     graph, rng = model.graph, np.random.default_rng(seed)
     spec, patches = graph.spec, graph.spec.dual.vision.patches
-    length = min(9, spec.positional.max_len or 9)
-    src = rng.integers(4, spec.vocab.size, (3, length))
-    keep = (np.arange(length)[None] < np.array([[length], [length - 3], [2]])).astype(np.int64)  # right padding
-    src[:, -1] = spec.vocab.eos_id  # a row without eos pools its first position in both
+    src, keep = texts(spec, rng)
+    keep = keep.astype(np.int64)
     checks = []
     for images in (3, 1):
         pixels = rng.standard_normal((images, patches.channels, patches.image_size, patches.image_size))

@@ -15,6 +15,7 @@ from tfspec.backends.onnx.runtime import session_options
 from tfspec.backends.torch import TorchModel
 from tfspec.checks import Check
 
+from .dual import texts
 from .onnx import _diff, _ids, _tokens
 
 OUTPUTS = {"feature-extraction": {"last_hidden_state": "memory", "pooler_output": "pooled"},
@@ -77,11 +78,7 @@ def _pixels(model: TorchModel, rng, images: int = 2) -> tuple[dict, dict, None]:
 def _both(model: TorchModel, rng) -> tuple[dict, dict, None]:
     """A dual encoder's feeds: 3 right-padded texts (each ending in its eos id: CLIP pools there)
     and 2 images; every output compared whole."""
-    spec = model.graph.spec
-    length = min(9, spec.positional.max_len or 9)
-    ids = rng.integers(4, spec.vocab.size, (3, length))
-    keep = np.arange(length)[None] < np.array([[length], [length - 3], [2]])
-    ids[np.arange(3), keep.sum(1) - 1] = spec.vocab.eos_id
+    ids, keep = texts(model.graph.spec, rng)
     feeds, theirs, _ = _pixels(model, rng)
     feeds |= {"input_ids": ids, "attention_mask": keep.astype(np.int64)}
     theirs |= {"src": torch.from_numpy(ids), "src_mask": torch.from_numpy(keep)}

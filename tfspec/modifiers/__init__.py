@@ -8,7 +8,8 @@ backend (``backends/{torch,onnx}/modifiers``), and no list elsewhere names it.""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from functools import partial
+from typing import Any, Callable, ClassVar
 
 from pydantic import Field
 
@@ -93,6 +94,23 @@ def set_on(values) -> list[type[ScoreModifier]]:
     """The modifiers that ``values`` (an attention layer, or an IR node's attrs dict) turn on, in order."""
     get = values.get if isinstance(values, dict) else lambda field: getattr(values, field, None)
     return [m for m in ordered() if m.is_set(get(m.field))]
+
+
+def lowered(table: dict[str, Callable], attrs: dict, holder, stage: str) -> list[Callable]:
+    """The backend functions of the modifiers an attention node's ``attrs`` set at ``stage``, in
+    the order they apply: ``table`` (a backend's registry) maps each field to ``fn(value)``, which
+    returns ``modify(...)``; one that reads parameters (``reads_params``) is handed ``holder`` (the
+    PyTorch module or the ONNX node) after its arguments."""
+    found = []
+    for m in set_on(attrs):
+        if m.stage == stage:
+            modify = table[m.field](attrs[m.field])
+            found.append(partial(_holding, modify, holder) if m.reads_params else modify)
+    return found
+
+
+def _holding(modify: Callable, holder, *args):
+    return modify(*args, holder)
 
 
 def fields() -> dict[str, tuple[Any, Any]]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from functools import partial
 from typing import Callable
 
 from tfspec import modifiers
@@ -28,18 +27,8 @@ score_modifier = registrar(SCORE_MODIFIERS, "PyTorch score modifiers for field")
 
 def modifiers_of(attrs: dict, module=None, stage: str = "logits") -> list[Callable]:
     """The modifiers an attention node's ``attrs`` set at ``stage`` (``tfspec.modifiers.STAGES``),
-    in the order they apply, each as ``modify(scores)``: one that reads parameters
-    (``reads_params``) is handed ``module`` too."""
-    found = []
-    for m in modifiers.set_on(attrs):
-        if m.stage == stage:
-            modify = SCORE_MODIFIERS[m.field](attrs[m.field])
-            found.append(partial(_with, modify, module) if m.reads_params else modify)
-    return found
-
-
-def _with(modify: Callable, module, *args):
-    return modify(*args, module)
+    in the order they apply, each as ``modify(scores)`` (``tfspec.modifiers.lowered``)."""
+    return modifiers.lowered(SCORE_MODIFIERS, attrs, module, stage)
 
 
 for _module in pkgutil.iter_modules(__path__):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from functools import partial
 from typing import Callable
 
 from tfspec import modifiers
@@ -24,18 +23,8 @@ score_modifier = registrar(SCORE_MODIFIERS, "ONNX score modifiers for field")
 
 def modifiers_of(attrs: dict, node=None, stage: str = "logits") -> list[Callable]:
     """The modifiers an attention node's ``attrs`` set at ``stage`` (``tfspec.modifiers.STAGES``),
-    in the order they apply, each as ``modify(b, scores)``: one that reads parameters
-    (``reads_params``) is handed ``node`` too."""
-    found = []
-    for m in modifiers.set_on(attrs):
-        if m.stage == stage:
-            modify = SCORE_MODIFIERS[m.field](attrs[m.field])
-            found.append(partial(_with, modify, node) if m.reads_params else modify)
-    return found
-
-
-def _with(modify: Callable, node, *args):
-    return modify(*args, node)
+    in the order they apply, each as ``modify(b, scores)`` (``tfspec.modifiers.lowered``)."""
+    return modifiers.lowered(SCORE_MODIFIERS, attrs, node, stage)
 
 
 for _module in pkgutil.iter_modules(__path__):
