@@ -49,7 +49,7 @@ def refused(info) -> list:
     if base in (int, float):
         bad += ["x", *([math.nan] if base is float else [])]
     if typing.get_origin(base) is typing.Literal:
-        bad += [typing.get_args(base)[0][:-1], "?"]
+        bad += [str(typing.get_args(base)[0])[:-1], "?"]
     return bad
 
 
@@ -109,7 +109,8 @@ TRAIN = {"--steps": None, "--batch-tokens": 4096, "--accum": 1, "--shard": "ddp"
          "--log-every": 10, "--max-minutes": 0, "--sharded-checkpoints": False}
 FINETUNE = {"--epochs": 3, "--batch": 32, "--lr": 5e-5, "--warmup": 0.1, "--seed": 0, "--max-minutes": 0}
 EXPORT = {"--format": "onnx", "--opset": None, "--fp16": False, "--int8": False, "--int4": False, "--stream": False,
-          "--static-cache": False, "--generate": False, "--fused": False}
+          "--static-cache": False, "--generate": False, "--fused": False, "--int4-block": 32,
+          "--int4-zero-points": False, "--int4-embeddings": "int8", "--int4-calibrate": None}
 """The flags the hand-written parsers had, with their defaults (None: the command decides)."""
 
 
@@ -165,6 +166,8 @@ CONFLICTS = [
                                     "--fp16"),
     ({"fused": True, "generate": True}, "--fused: generate.onnx is standard ONNX operators only, for every runtime: "
                                         "leave out --generate (or export it separately)"),
+    ({"int4_block": 64}, "--int4-block sets how --int4 quantises: add --int4"),
+    ({"int8": True, "int4_embeddings": "int4"}, "--int4-embeddings sets how --int4 quantises: add --int4"),
 ]
 """Combinations no export writes, in the words `tfspec export` refused them before ExportOptions."""
 

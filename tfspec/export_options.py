@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import model_validator
 
-from tfspec.options import Options, choice, options, whole
+from tfspec.options import Options, choice, one_of, options, whole
 from tfspec.spec.base import field_error
 
 FORMATS = ("onnx", "hf", "genai", "optimum")
@@ -53,6 +53,16 @@ class ExportOptions(Options):
     float32's bytes, so faster where decoding is bound by memory), quantised tensor by tensor
     while streaming (a bf16 checkpoint never becomes float32 in full); checked against PyTorch
     holding the same int4 weights and against float32."""
+    int4_block: one_of(32, 64, 128) = 32
+    """With --int4: values per scale, 32, 64 or 128 (the fewer, the smaller the error)."""
+    int4_zero_points: bool = False
+    """With --int4: a 4-bit zero point per block (asymmetric) instead of symmetric blocks."""
+    int4_embeddings: choice("int8", "int4") = "int8"
+    """With --int4: bits of the token embedding table and the output projection, in symmetric
+    blocks (they take the largest share of the 4-bit error)."""
+    int4_calibrate: Path | None = None
+    """With --int4: activation-aware scales (AWQ-style) from the model run on this file's lines
+    of text, instead of rounding to nearest (models whose float32 form fits in memory)."""
     stream: bool = False
     """ONNX and genai: write the weights one tensor at a time from SPEC's safetensors into one
     external data file (model.onnx.data), never the whole model in memory; chosen by itself
@@ -99,6 +109,9 @@ class ExportOptions(Options):
                 "static_cache", "generate", "fused", *(["int8"] if self.format == "genai" else []))):
             return name, (f"{_flag(name)} applies to --format onnx; --format {self.format} writes the graphs "
                           f"{ONE_GRAPH[self.format]} drive")
+        if not self.int4 and (name := self._first_changed("int4_block", "int4_zero_points", "int4_embeddings",
+                                                          "int4_calibrate")):
+            return name, f"{_flag(name)} sets how --int4 quantises: add --int4"
         if self.int4 and (name := self._first_set("int8", "fp16", "fused", "shortlist", "static_cache")):
             return name, f"--int4 writes float32 graphs whose projections are MatMulNBits: leave out {_flag(name)}"
         if self.shortlist is not None and self.format != "onnx":
@@ -115,6 +128,10 @@ class ExportOptions(Options):
             return "generate", ("--fused: generate.onnx is standard ONNX operators only, for every runtime: leave "
                                 "out --generate (or export it separately)")
         return None
+
+    def _first_changed(self, *names: str) -> str | None:
+        """The first of ``names`` not at its default."""
+        return next((n for n in names if getattr(self, n) != self.__pydantic_fields__[n].default), None)
 
     def _first_set(self, *names: str) -> str | None:
         """The first of ``names`` given (a switch on, a value not None)."""

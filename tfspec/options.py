@@ -19,7 +19,7 @@ import typing
 from typing import Annotated, Any, Literal
 
 import annotated_types
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
@@ -45,6 +45,11 @@ def number(low: float, high: float, low_open: bool = False):
 def choice(*values: str):
     """One of ``values``."""
     return Literal[values]
+
+
+def one_of(*values: int):
+    """One of the whole numbers ``values``, read from text as the command line gives it."""
+    return Annotated[Literal[values], BeforeValidator(lambda v: int(v) if isinstance(v, str) and v.isdigit() else v)]
 
 
 THREADS = whole(1, 1024)
@@ -81,7 +86,8 @@ def in_words(error: dict, kind: Any) -> str:
     value, out_of_range = error["input"], error["type"] in RANGE_ERRORS
     if typing.get_origin(base) is Literal:
         allowed = typing.get_args(base)
-        return f"must be one of {', '.join(allowed)}, got {_quoted(value)}{did_you_mean(value, allowed)}"
+        words = tuple(map(str, allowed))
+        return f"must be one of {', '.join(words)}, got {_quoted(value)}{did_you_mean(str(value), words)}"
     if base is int:
         return (f"must be between {bounds['ge']:,} and {bounds['le']:,}, got {_typed(value)}" if out_of_range
                 else f"expected a whole number, got {_quoted(value)}")

@@ -401,17 +401,8 @@ def register(command) -> None:
     c.add_argument("-o", "--output", required=True, metavar="DIR", type=out_dir, help="directory to write (created if needed)")
     c.add_argument("--weights", metavar="CKPT", help="safetensors or PyTorch weights (default: SPEC/model.safetensors "
                    "when SPEC is a directory holding one, as `tfspec import` writes; else random init)")
-    add_fields(c, ExportOptions, only=("format", "opset", "fp16", "int8", "int4"))
-    c.add_argument("--int4-block", type=int, choices=[32, 64, 128], default=32, metavar="N",
-                   help="with --int4: values per scale, 32, 64 or 128 (default 32: smallest error)")
-    c.add_argument("--int4-zero-points", action="store_true",
-                   help="with --int4: a 4-bit zero point per block (asymmetric) instead of symmetric blocks")
-    c.add_argument("--int4-embeddings", choices=["int8", "int4"], default="int8",
-                   help="with --int4: bits of the token embedding table and the output projection, in symmetric "
-                        "blocks (default int8: they take the largest share of the 4-bit error)")
-    c.add_argument("--int4-calibrate", type=Path, metavar="FILE",
-                   help="with --int4: activation-aware scales (AWQ-style) from the model run on FILE's lines of "
-                        "text, instead of rounding to nearest (models whose float32 form fits in memory)")
+    add_fields(c, ExportOptions, only=("format", "opset", "fp16", "int8", "int4", "int4_block", "int4_zero_points",
+                                      "int4_embeddings", "int4_calibrate"))
     add_fields(c, ExportOptions, only=("stream", "static_cache", "generate", "fused"))
     c.add_argument("--shortlist", type=Path, metavar="CORPUS_DIR",
                    help="ONNX, encoder-decoders: also write shortlist.safetensors, the target tokens each source "

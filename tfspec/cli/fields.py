@@ -11,6 +11,7 @@ import argparse
 import functools
 import typing
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
@@ -68,7 +69,7 @@ def add_fields(parser: argparse.ArgumentParser, model: type, unset: bool = False
         else:
             default = None if unset or name in defaults else info.default
             parser.add_argument(option, dest=name, type=field_argument(model, name), default=default,
-                                metavar=_choices(field_type(info)), help=help_)
+                                metavar=_metavar(field_type(info)), help=help_)
 
 
 def from_args(model: type, args: argparse.Namespace, **given):
@@ -91,10 +92,12 @@ def _refusal(error: dict, flags) -> str:
     return f"{flag(name) if name in flags else name}: {error['msg']}"
 
 
-def _choices(kind: Any) -> str | None:
-    """``{a,b}`` for a field of fixed values, as argparse writes its choices."""
+def _metavar(kind: Any) -> str | None:
+    """``{a,b}`` for a field of fixed values, as argparse writes its choices; PATH for a path."""
     inner = typing.get_args(kind)[0] if typing.get_origin(kind) is Annotated else kind
-    return "{" + ",".join(typing.get_args(inner)) + "}" if typing.get_origin(inner) is Literal else None
+    if inner is Path:
+        return "PATH"
+    return "{" + ",".join(map(str, typing.get_args(inner))) + "}" if typing.get_origin(inner) is Literal else None
 
 
 def _help(info, default_words: str | None = None) -> str:

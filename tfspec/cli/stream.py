@@ -22,14 +22,9 @@ GiB = 1 << 30
 
 
 def quant_options(args):
-    """``--int4`` and its settings as ``int4.Int4``, ``--int8`` as ``int8.Int8``, or None; its
-    settings without it refused (what int4 does not combine with: ``ExportOptions``)."""
+    """``--int4`` and its settings as ``int4.Int4``, ``--int8`` as ``int8.Int8``, or None (its
+    settings without it, and what it does not combine with, refused by ``ExportOptions``)."""
     if not args.int4:
-        for flag, value in (("--int4-block", args.int4_block != 32), ("--int4-zero-points", args.int4_zero_points),
-                            ("--int4-embeddings", args.int4_embeddings != "int8"),
-                            ("--int4-calibrate", args.int4_calibrate is not None)):
-            if value:
-                raise TfspecError(f"{flag} sets how --int4 quantises: add --int4")
         from tfspec.backends.onnx.passes.int8 import Int8
 
         return Int8() if args.int8 else None
