@@ -1,4 +1,4 @@
-"""No comparison tool times two engines in one process (issue 37; tools/isolated.py says why)."""
+"""No comparison tool times two engines in one process (issue 37; tools/bench/isolated.py says why)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOOLS = Path(__file__).resolve().parents[1] / "tools" / "bench"
 sys.path.insert(0, str(TOOLS))
 
 from isolated import ENGINES, Job, interleave  # noqa: E402
@@ -98,7 +98,7 @@ def test_a_tool_naming_two_engines_times_them_through_the_harness(tool):
     if tool in OWN_PROCESSES:
         assert OWN_PROCESSES[tool] in {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     else:
-        assert "isolated" in top, f"{tool} names {sorted(engines_named(tree))} but does not use tools/isolated.py"
+        assert "isolated" in top, f"{tool} names {sorted(engines_named(tree))} but does not use tools/bench/isolated.py"
     held = {m for m in top if m.split(".")[0] in ENGINES}
     assert not held, f"{tool} imports {held} at module level: each worker importing the tool would hold them"
 

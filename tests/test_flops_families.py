@@ -22,7 +22,7 @@ from tfspec.analysis.flops import analyze_flops, at, layer_values, op_flops
 transformers = pytest.importorskip("transformers")
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "generators"))
 import hf_coverage  # noqa: E402
 
 from tfspec.interop.hf.family import FAMILIES  # noqa: E402

@@ -1,4 +1,4 @@
-"""tools/to_gguf.py and llama.cpp's worker in tools/peer_bare.py: a tiny Llama converted by
+"""tools/bench/to_gguf.py and llama.cpp's worker in tools/bench/peer_bare.py: a tiny Llama converted by
 llama.cpp's own converter generates transformers' greedy tokens under llama.cpp (batch 1 and
 a batch of 3 sequences in one context), and quantises to Q4_0."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[1] / "tools"
+TOOLS = Path(__file__).resolve().parents[1] / "tools" / "bench"
 sys.path.insert(0, str(TOOLS))
 
 from isolated import Job  # noqa: E402

@@ -1,4 +1,4 @@
-"""tools/hf_coverage.py, one architecture at a time (the full run writes docs/architectures.md; not in CI)."""
+"""tools/generators/hf_coverage.py, one architecture at a time (the full run writes docs/architectures.md; not in CI)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import transformers
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-TOOL = Path(__file__).resolve().parents[1] / "tools" / "hf_coverage.py"
+TOOL = Path(__file__).resolve().parents[1] / "tools" / "generators" / "hf_coverage.py"
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,14 @@
-"""The curated mutants (tools/mutants) keep up with the code: each one's text occurs exactly
+"""The curated mutants (tools/checks/mutants) keep up with the code: each one's text occurs exactly
 once in its file and each test it names exists (``load_mutants`` exits, listing the stale ones,
 otherwise). A change that moves such code fails here, in the fast suite, rather than the next
-time someone runs `tools/mutation_check.py` (eight had gone stale unnoticed)."""
+time someone runs `tools/checks/mutation_check.py` (eight had gone stale unnoticed)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "checks"))
 
 from mutation_check import load_mutants  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""tools/quant_quality.py's perplexity, KL divergence and agreement against torch's own losses."""
+"""tools/bench/quant_quality.py's perplexity, KL divergence and agreement against torch's own losses."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "bench"))
 
 from quant_quality import scores, summary  # noqa: E402
 

@@ -3,7 +3,7 @@ checkpointing changes no loss and lowers the measured peak, and `report --train`
 
 References: a single process accumulating the same global batch (what K ranks must compute);
 the peak resident memory of real training steps, measured in fresh processes by
-tools/check_train_memory.py (not by the estimate's code).
+tools/bench/check_train_memory.py (not by the estimate's code).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tfspec.spec import Spec, load_spec
 from test_training import CONFIG, _free_port, copy_task, losses, small_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(ROOT / "tools" / "bench"))
 STEPS = TrainConfig(**{**CONFIG.__dict__, "steps": 20, "save_every": 20, "log_every": 1})
 
 

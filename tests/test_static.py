@@ -1,7 +1,7 @@
 """The static step graph (``export --static-cache``) decodes what the growing-cache step graph
 and the PyTorch backend decode, with its state in buffers made once and never read by the host.
 
-CUDA graphs themselves need a GPU (``tools/gpu_check.py`` times them); here the decoder runs on
+CUDA graphs themselves need a GPU (``tools/checks/gpu_check.py`` times them); here the decoder runs on
 CPU with capture asked for, which onnxruntime's CPU provider ignores, so everything around the
 capture (buffers, bucket changes, graph ids) runs as it would on CUDA.
 """

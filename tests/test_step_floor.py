@@ -1,4 +1,4 @@
-"""tools/step_floor.py: the graph of a step's matrix products holds exactly the step's weight
+"""tools/bench/step_floor.py: the graph of a step's matrix products holds exactly the step's weight
 matrices (the PyTorch module's decoder matrices and its tied output projection) and computes
 their products."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools" / "bench"))
 
 from step_floor import matrices, products_graph  # noqa: E402
 

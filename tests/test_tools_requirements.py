@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLS = sorted((REPO / "tools").glob("*.py"))
+TOOLS = sorted((REPO / "tools").glob("*/*.py"))
 OWN = {p.stem for p in TOOLS} | {"tfspec"}
 README_EXTRAS = ("cpu", "dev")
 
@@ -120,7 +120,7 @@ def test_modules_tools_run_import_only_what_the_install_brings():
     """Each ``python -m MODULE`` a tool runs imports, where only the README's install is there to
     find (distributions installed here by hand hidden), so it runs on a fresh install."""
     run = set().union(*(third_party(modules(tool)[1]) for tool in TOOLS))
-    assert "onnxruntime_genai.models.builder" in run  # tools/llm_engines.py's int4 peer
+    assert "onnxruntime_genai.models.builder" in run  # tools/bench/llm_engines.py's int4 peer
     here = [m for m in sorted(run) if importlib.util.find_spec(m.split(".")[0])]  # the rest: named (above)
     allowed = json.dumps(sorted(installed_by_readme() | {"tfspec"}))
     done = subprocess.run([sys.executable, "-c", BLOCK, allowed, *here], capture_output=True, text=True)

@@ -1,6 +1,6 @@
 // node bench.mjs DIR FILE BEAM RUNS: translate FILE's lines RUNS times in one process (as
 // translate.mjs does, default flags otherwise) and print each run's tokens and seconds as JSON,
-// for tools/bench_js.py; the first run carries onnxruntime's one-time costs.
+// for tools/bench/bench_js.py; the first run carries onnxruntime's one-time costs.
 
 import fs from "node:fs";
 

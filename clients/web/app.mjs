@@ -1,7 +1,7 @@
 // The page: loads an export directory (?model=URL, default ./model/) into onnxruntime-web (WASM)
 // and translates what is typed, line by line as `tfspec translate` does (../lib/translator.mjs).
 // Every file comes from this server: the runtime and its .wasm from node_modules, no CDN.
-// For scripts driving the page (tools/web_check.py): document.body.dataset.state is "loading",
+// For scripts driving the page (tools/checks/web_check.py): document.body.dataset.state is "loading",
 // "ready", "busy", "done" or "error", and window.tfspecResult holds the last result.
 
 import { Tokenizer } from "./node_modules/@huggingface/tokenizers/dist/tokenizers.mjs";

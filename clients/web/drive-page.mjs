@@ -1,4 +1,4 @@
-// Drives the page in headless Chromium for tools/web_check.py: reads a job from standard input
+// Drives the page in headless Chromium for tools/checks/web_check.py: reads a job from standard input
 // ({url, chromium, lines, beam, runs, screenshot}), types the lines into the page, presses
 // Translate `runs` times and prints, as JSON, each run's outputs, tokens and seconds.
 

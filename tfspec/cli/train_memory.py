@@ -1,7 +1,7 @@
 """``tfspec report SPEC --train``: what one training step needs per rank, and where it fits.
 
 The estimate is ``tfspec.analysis.train_memory``'s (states from the parameter table,
-activations from the IR's ops and shapes); ``tools/check_train_memory.py`` measures it.
+activations from the IR's ops and shapes); ``tools/bench/check_train_memory.py`` measures it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ and scaled when asked), then, expert by expert, only the rows routed to it (NonZ
 feed-forward network, scattered back weighted (ScatterND with add). A token pays for top_k experts, and a
 decoding step reads the weights of the experts its rows chose only: a step with one row runs top_k of E
 networks. Switch's expert capacity (a CumSum along the sequence) drops the positions past it.
-``tools/bench_moe.py`` times this against running every expert on every row."""
+``tools/bench/bench_moe.py`` times this against running every expert on every row."""
 
 from __future__ import annotations
 

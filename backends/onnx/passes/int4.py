@@ -57,7 +57,7 @@ class Int4:
     (measured: 1.4% on tiny random models, 1.8% on Llama-2-7B's first layer, 6.1% at one step of
     a 3M-parameter Llama trained here). A wrong packing or scale errs by the logits' own size, so
     it still fails; the quantisation's cost is the check against float32 and, on text,
-    tools/quant_quality.py."""
+    tools/bench/quant_quality.py."""
 
     @property
     def float_rms(self) -> float:

@@ -53,7 +53,7 @@ sleeping one pays a wake-up per operator: a decoding step has 170-270 of them, s
 decoding ran 1.2-1.4x faster with 50 us than with no spinning. Bounded, it stops soon after a
 step ends, so Python's host work between steps and other processes keep the cores: beside a busy
 process it gave 0.77-1.21x of no spinning, onnxruntime's unbounded default 0.69-0.93x
-(BENCHMARKS.md, `tools/bench_spin.py`)."""
+(BENCHMARKS.md, `tools/bench/bench_spin.py`)."""
 
 
 def spinning(version: str) -> list[tuple[str, str]]:

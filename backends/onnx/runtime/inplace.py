@@ -4,7 +4,7 @@
 The standard step graph appends a step's keys and values with a ``Concat`` and first gathers
 the pasts by ``beam_rows``: two copies of every layer's whole cache per step, a cost that grows
 with the length decoded (at batch 16 and 32 positions, 1.5 ms of a base step's attention, 0.6
-ms in place; tools/bench_decode.py measures whole decodes). Here a step writes only its new
+ms in place; tools/bench/bench_decode.py measures whole decodes). Here a step writes only its new
 positions. Buffers full at ``max_len`` are copied into longer ones (``SLOTS``). When sentences
 end, the rows that go on are gathered between steps. Beam search moves rows at every step,
 which here would copy whole buffers each time: at its first reordering the decoder hands the

@@ -12,7 +12,7 @@ be written into its own input), and each (bucket, parity) is one captured graph,
 the new tokens, the two row maps and the offset go to the device, and the top-k comes back.
 
 The same code runs without capture on CPU, where it is checked token for token against
-``OnnxDecoder`` (tests/test_static.py); on CUDA, ``tools/gpu_check.py`` times it.
+``OnnxDecoder`` (tests/test_static.py); on CUDA, ``tools/checks/gpu_check.py`` times it.
 """
 
 from __future__ import annotations
