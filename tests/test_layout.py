@@ -22,6 +22,27 @@ def test_the_tools_index_is_generated_from_the_tools():
         "tools/README.md is stale: run python tools/generators/tools_index.py"
 
 
+def test_benchmarks_md_shows_the_saved_results():
+    """Every marked table of BENCHMARKS.md is its record in tools/results/ as the tool printed it,
+    and every record is shown somewhere (a result nobody reads is a stale one)."""
+    import benchmarks
+
+    text = benchmarks.PAGE.read_text(encoding="utf-8")
+    assert text == benchmarks.page(text), "BENCHMARKS.md is stale: run python tools/generators/benchmarks.py"
+    saved = {p.stem for p in (tools_index.ROOT / "tools" / "results").glob("*.json")}
+    assert saved == set(benchmarks.names(text))
+
+
+def test_every_record_with_speed_tables_has_its_chart_linked():
+    import charts
+
+    text = (tools_index.ROOT / "BENCHMARKS.md").read_text(encoding="utf-8")
+    for path in sorted(charts.results.RESULTS.glob("*.json")):
+        if charts.speed_tables(charts.results.load(path.stem)):
+            assert (charts.CHARTS / f"{path.stem}.png").is_file(), f"run python tools/generators/charts.py {path.stem}"
+            assert f"(docs/charts/{path.stem}.png)" in text, path.stem
+
+
 def test_every_benchmark_feeds_a_section_of_benchmarks_md():
     """A benchmark BENCHMARKS.md never names (its command, or the before/after tool its opening
     points to) is a retired experiment: delete it, or publish what it measures."""

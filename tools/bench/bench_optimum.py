@@ -47,6 +47,7 @@ from bandwidth import cpu_name  # noqa: E402
 from bench_generate import SETTINGS, save_prompts  # noqa: E402
 from isolated import Job, conditions, interleave, with_bare  # noqa: E402
 from peer_bare import BARE_LIMIT, invalid  # noqa: E402
+from results import Table, record, save  # noqa: E402
 
 TAKES = "~7 minutes on 2 quiet cores (the decoder families); `--families marian,t5,bart,llama` ~17 minutes"
 """How long a run takes (tools/README.md lists it)."""
@@ -132,25 +133,25 @@ def check(args, family: str, work: Path, jobs: dict, prompts: dict) -> str:
                      for name, out in got.items())
 
 
-def report(args, family: str, params: int, made: dict, agreement: str, results: dict) -> list[str]:
-    """Print the family's two tables; the reasons it is invalid."""
-    print(f"\n### {family}: {params / 1e6:.0f}M parameters (d_model {args.d_model}, {args.layers} layers, vocab "
-          f"{args.vocab})\n\ngreedy tokens equal to transformers' (8 prompts x {args.new}): {agreement}\n")
-    print("| export | seconds | peak RSS (MiB) | on disk (MiB) |\n|---|---|---|---|")
-    for name, (seconds, rss, size) in made.items():
-        print(f"| {name} | {seconds:.1f} | {rss / 2**20:.0f} | {size / 2**20:.0f} |")
-    names, reasons = list(results), []
-    print("\n| batch | " + " | ".join(f"{n} (tok/s)" for n in names) + " | tfspec / optimum | "
-          "optimum on tfspec / optimum |\n|---|" + "---|" * (len(names) + 2))
+def report(args, family: str, params: int, made: dict, agreement: str, results: dict) -> tuple[list[Table], list[str]]:
+    """The family's two tables (printed); the reasons it is invalid."""
+    title = (f"### {family}: {params / 1e6:.0f}M parameters (d_model {args.d_model}, {args.layers} layers, vocab "
+             f"{args.vocab})\n\ngreedy tokens equal to transformers' (8 prompts x {args.new}): {agreement}")
+    exports = Table(["export", "seconds", "peak RSS (MiB)", "on disk (MiB)"], ["", ".1f", ".0f", ".0f"],
+                    [[name, seconds, rss / 2**20, size / 2**20] for name, (seconds, rss, size) in made.items()], title)
+    names, reasons, rows = list(results), [], []
     for i, batch in enumerate(SETTINGS):
         speed = {n: batch * args.new / statistics.median(r["seconds"][i] for r in results[n]) for n in names}
-        print(f"| {batch} | " + " | ".join(f"{speed[n]:.0f}" for n in names) +
-              f" | {speed['tfspec'] / speed['optimum']:.2f} | {speed['optimum on tfspec'] / speed['optimum']:.2f} |")
+        rows.append([batch, *(speed[n] for n in names), speed["tfspec"] / speed["optimum"],
+                     speed["optimum on tfspec"] / speed["optimum"]])
         if why := invalid(f"optimum (batch {batch})", speed["optimum"], speed["optimum bare"]):
             reasons.append(why)
     peak = {n: max(r["rss"] for r in results[n]) for n in names}
-    print("\ndecoding peak RSS (MiB): " + ", ".join(f"{n} {peak[n] / 2**20:.0f}" for n in names))
-    return reasons
+    speeds = Table(["batch", *(f"{n} (tok/s)" for n in names), "tfspec / optimum", "optimum on tfspec / optimum"],
+                   ["d", *[".0f"] * len(names), ".2f", ".2f"], rows,
+                   notes=["decoding peak RSS (MiB): " + ", ".join(f"{n} {peak[n] / 2**20:.0f}" for n in names)])
+    print("\n" + exports.markdown() + "\n\n" + speeds.markdown())
+    return [exports, speeds], reasons
 
 
 def main() -> None:
@@ -160,16 +161,19 @@ def main() -> None:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--families", default="llama,qwen2,gpt2,marian,t5,bart",
                    help="comma-separated: llama, qwen2, gpt2 (decoder-only), marian, t5, bart (seq2seq)")
+    p.add_argument("--save", metavar="NAME", help="also write the tables to tools/results/NAME.json, which "
+                   "BENCHMARKS.md shows (`python tools/generators/benchmarks.py`)")
     p.add_argument("--optimum-python", default=str(ROOT / ".venv-optimum" / "bin" / "python"),
                    help="the Python of optimum-onnx's own environment (README)")
     args = p.parse_args()
     if not Path(args.optimum_python).is_file():
         sys.exit(f"error: no optimum environment at {args.optimum_python}: python3 -m venv .venv-optimum && "
                  ".venv-optimum/bin/pip install torch==2.13.0 'optimum-onnx[onnxruntime]==0.1.0' 'transformers<4.58'")
-    print(f"tfspec against optimum-onnx: {args.threads} threads, prompt {args.prompt} -> exactly {args.new} new tokens, "
-          f"greedy, float32, median of {args.rounds} rounds, each engine in a fresh process of its own every round; "
-          f"{cpu_name()}; {conditions()}")
-    reasons = []
+    header = (f"tfspec against optimum-onnx: {args.threads} threads, prompt {args.prompt} -> exactly {args.new} new "
+              f"tokens, greedy, float32, median of {args.rounds} rounds, each engine in a fresh process of its own every "
+              f"round; {cpu_name()}; {conditions()}")
+    print(header)
+    reasons, tables = [], []
     for family in args.families.split(","):
         with tempfile.TemporaryDirectory(prefix=f"bench-optimum-{family}-") as tmp:
             work = Path(tmp)
@@ -181,9 +185,13 @@ def main() -> None:
             agreement = check(args, family, work, jobs, prompts)
             timing = {name: job.but(kwargs={"prompts": prompts, "n": args.new}) for name, job in jobs.items()}
             results = interleave(timing, args.rounds, args.threads)
-            reasons += report(args, family, params, made, agreement, results)
+            made_tables, why = report(args, family, params, made, agreement, results)
+            tables, reasons = tables + made_tables, reasons + why
     for why in reasons:
         print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
+    if args.save:
+        notes = [f"INVALID: {why} (limit {BARE_LIMIT:.0%})" for why in reasons]
+        print(f"saved {save(args.save, record(' '.join([header, *notes]), tables))}")
     sys.exit(1 if reasons else 0)
 
 
