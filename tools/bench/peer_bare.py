@@ -262,6 +262,77 @@ def llama_generate(threads: int, model: str, prompts: dict, n: int, check: str |
     return generate(run, prompts, n, check, prefill)
 
 
+def optimum_encode(threads: int, model: str, inputs: dict, task: str, check: bool = False):
+    """Seconds per forward of optimum's ``ORTModelForSequenceClassification`` (``task``
+    "text") or ``ORTModelForImageClassification`` ("image") at each batch of ``inputs`` (batch
+    -> .npz of the model's inputs), 3 calls each after one warm-up; with ``check``, the logits of
+    the first batch instead."""
+    import onnxruntime
+    import torch
+    from optimum import onnxruntime as ort
+
+    torch.set_num_threads(threads)
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    auto = {"text": ort.ORTModelForSequenceClassification, "image": ort.ORTModelForImageClassification}[task]
+    engine = auto.from_pretrained(model, session_options=options, provider="CPUExecutionProvider")
+    feeds = [{k: torch.from_numpy(v) for k, v in np.load(path).items()} for path in inputs.values()]
+
+    def run(feed):
+        with torch.inference_mode():
+            return engine(**feed).logits
+    if check:
+        return run(feeds[0]).tolist()
+    return {"seconds": timed([lambda f=f: run(f) for f in feeds], [lambda f=f: run(f) for f in feeds], 3),
+            "rss": peak_rss()}
+
+
+def hf_logits(threads: int, model: str, inputs: dict, task: str) -> list:
+    """transformers' logits for the first batch of ``inputs`` (``optimum_encode``'s reference)."""
+    import torch
+    import transformers
+
+    torch.set_num_threads(threads)
+    auto = {"text": transformers.AutoModelForSequenceClassification,
+            "image": transformers.AutoModelForImageClassification}[task]
+    engine = auto.from_pretrained(model).eval()
+    feed = {k: torch.from_numpy(v) for k, v in np.load(next(iter(inputs.values()))).items()}
+    with torch.inference_mode():
+        return engine(**feed).logits.tolist()
+
+
+def speech_generate(threads: int, model: str, features: dict, n: int, check: bool = False, optimum: bool = False):
+    """Seconds to transcribe exactly ``n`` greedy tokens at each batch of ``features`` (batch ->
+    .npy of log-mel features) by transformers' Whisper ``generate`` over the checkpoint, or with
+    ``optimum`` by ``ORTModelForSpeechSeq2Seq.generate`` over the directory's ONNX graphs; with
+    ``check``, the tokens of the first batch instead."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if optimum:
+        import onnxruntime
+        from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+        engine = ORTModelForSpeechSeq2Seq.from_pretrained(model, session_options=options,
+                                                          provider="CPUExecutionProvider")
+    else:
+        import transformers
+
+        engine = transformers.WhisperForConditionalGeneration.from_pretrained(model).eval()
+    batches = [torch.from_numpy(np.load(path)) for path in features.values()]
+
+    def run(x, k):
+        with torch.inference_mode():
+            return engine.generate(input_features=x, max_new_tokens=k, min_new_tokens=k, do_sample=False,
+                                   num_beams=1).tolist()
+    if check:
+        return run(batches[0], n)
+    return {"seconds": timed([lambda x=x: run(x, n) for x in batches], [lambda x=x: run(x, 8) for x in batches]),
+            "rss": peak_rss()}
+
+
 def peak_rss() -> int:
     """Bytes of the largest resident set this process had: VmHWM, which starts afresh at exec
     (getrusage's ru_maxrss does not: a worker would report its parent's peak); 0 off Linux."""
