@@ -14,6 +14,7 @@ import typing
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 import torch
 
 from tfspec import build_graph
@@ -38,8 +39,28 @@ POSITIONS = {"relative": {"max_distance": 3}, "relative_bias": {"buckets": 4, "m
 """Distances short enough that the test's 10-token inputs reach past the clipping."""
 
 
+PATCHES = {"name": "m", "family": "encoder-only", "vocab": 4, "d_model": 32, "heads": 4, "d_ff": 48, "dropout": 0.0,
+           "norm": "pre", "patches": {"image_size": 16, "patch_size": 4}}
+"""The spec of a kind reading an image's patch grid (BEiT's relative_bias_2d): a 4 x 4 patch encoder."""
+
+
 def spec(**fields) -> Spec:
-    return Spec.model_validate(BASE | fields)
+    """BASE with ``fields``; for a kind that reads an image's patches, or that the causal blocks
+    refuse (WavLM's gated bias attends both ways), the same blocks attending both ways in an
+    encoder (over patches, or over tokens)."""
+    kind = fields.get("positional", {}).get("kind")
+    patches = kind is not None and Positional.model_construct(kind=kind).definition.over_patches
+    if not patches:
+        try:
+            return Spec.model_validate(BASE | fields)
+        except ValidationError:
+            if kind is None:
+                raise
+    decoder = fields.pop("decoder", BASE["decoder"])
+    block = [{**b, "kind": "self_attention"} if isinstance(b, dict) else b.removeprefix("causal_")
+             for b in decoder["block"]]
+    base = PATCHES if patches else {k: v for k, v in BASE.items() if k != "decoder"} | {"family": "encoder-only"}
+    return Spec.model_validate(base | fields | {"encoder": {"layers": decoder["layers"], "block": block}})
 
 
 def hooks(stage) -> tuple[bool, bool, bool]:

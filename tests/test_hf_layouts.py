@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import tfspec.interop.hf  # noqa: F401  (imports every family module, and so their layouts)
+from tfspec.interop.hf.beit import BatchedVector
 from tfspec.interop.hf.codegen import ModelParallelQkv
 from tfspec.interop.hf.cohere import InterleavedGains, InterleavedRotary
 from tfspec.interop.hf.deepseek_v2 import RotaryPairs
@@ -22,6 +23,7 @@ from tfspec.interop.hf.qwen3_next import GatedQuery
 from tfspec.interop.hf.clip import Vector
 from tfspec.interop.hf.siglip import Probe, Scalar
 from tfspec.interop.hf.vit import BatchedRows
+from tfspec.interop.hf.wavlm import PerHeadScalar
 
 QKV = ("q", "k", "v")
 CASES = {
@@ -52,6 +54,8 @@ CASES = {
     "clip-vector": [(Rule("c", ("a",), Vector()), (1, 5))],
     "siglip-scalar": [(Rule("s", ("a",), Scalar()), ())],
     "siglip-probe": [(Rule("p", ("a",), Probe()), (5,))],
+    "beit-batched-vector": [(Rule("m", ("a",), BatchedVector()), (5,))],
+    "wavlm-per-head-scalar": [(Rule("g", ("a",), PerHeadScalar()), (4,))],
     "vit-batched-rows": [(Rule("t", ("cls", "dist", "pos"), BatchedRows((1, 1, 4))), (6, 5))],
     "qwen3-next-gated": [(Rule("w", QKV, GatedQuery(2, (4, 2, 2))), (8, 3)),
                          (Rule("gate", ("q",), GatedQuery(2, part=1)), (4, 3))],

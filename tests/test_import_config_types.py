@@ -27,7 +27,9 @@ transformers = pytest.importorskip("transformers")
 TOLERATED = {("llama4_text", "attn_temperature_tuning"): "an integer, as transformers 4.51 wrote Llama-4-Scout's "
                                                          "config.json (4), read by its truth"}
 """Fields tfspec reads more leniently than transformers 5, on purpose (a published file says so)."""
-BASE_FIXES = {"deepseek_v2": {"num_experts_per_tok": 6}}
+BASE_FIXES = {"deepseek_v2": {"num_experts_per_tok": 6},
+              "vision-encoder-decoder": {"decoder": transformers.TrOCRConfig(is_decoder=True,
+                                                                             add_cross_attention=True).to_dict()}}
 """What a default configuration needs to import at all (DeepseekV2Config leaves the routing unset)."""
 
 

@@ -194,7 +194,7 @@ encoder: {layers: 1, block: [self_attention, ffn]}
      "distillation: true}\n", "the distillation classifier reads DeiT's token"),
     (SPEC.replace("vocab: 4", "vocab: 8") + "head: {kind: image_classification, classes: 3}\n",
      "an image_classification head reads image patches"),
-    (SPEC + "patches: {image_size: 32, patch_size: 8}\nsublayer_gain: 0\n", "sublayer_gain"),
+    (SPEC + "patches: {image_size: 32, patch_size: 8}\nsublayer_gain: -0.1\n", "sublayer_gain"),
     (SPEC + "patches: {image_size: 32, patch_size: 8}\nhead: {kind: image_classification, classes: 3, "
      "labels: [cat]}\n", "1 labels for 3 classes"),
 ])

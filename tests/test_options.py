@@ -64,7 +64,7 @@ def refused(info) -> list:
     if base in (int, float):
         bad += ["x"] + ([math.nan] if base is float else [])  # options are finite (SpecModel's rules)
     if typing.get_origin(base) is typing.Literal:
-        bad += [typing.get_args(base)[0][:-1], "?"]
+        bad += [str(typing.get_args(base)[0])[:-1], "?"]
     return bad
 
 

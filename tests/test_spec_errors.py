@@ -51,7 +51,7 @@ CASES = {
     "shared_vocab_sizes": (GOOD.replace("vocab: 1000", "vocab: {size: 1000, target_size: 900}"),
                            ["vocab.target_size", "shared"]),
     "buckets_without_relative_bias": (GOOD + "positional: {kind: relative, buckets: 16}\n",
-                                      ["spec.yaml:7", "buckets shapes relative_bias or disentangled positions", "kind is relative"]),
+                                      ["spec.yaml:7", "buckets shapes relative_bias or disentangled or gated_relative_bias positions", "kind is relative"]),
     "relative_bias_too_short": (GOOD + "positional: {kind: relative_bias, buckets: 32, max_distance: 16}\n",
                                 ["positional.max_distance", "max_distance (16) must exceed buckets // 2 (16)"]),
     "scale_of_additive_scores": (GOOD.replace("[self_attention", "[{kind: self_attention, score: additive, scale: 1}"),

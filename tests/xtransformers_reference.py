@@ -14,8 +14,9 @@ x-transformers scales its learned absolute table by dim^-0.5 and tfspec does not
 
 Stable API (other variant tests import it):
 
-- ``Case(options, attention={}, family="decoder-only", spec={}, hooks=(), init=())``: ``options``
-  go to x-transformers' ``Decoder``/``Encoder``, ``attention`` onto every tfspec attention layer,
+- ``Case(options, attention={}, family="decoder-only", spec={}, hooks=(), init=(), wrapper={})``:
+  ``options`` go to x-transformers' ``Decoder``/``Encoder`` (``wrapper`` to its
+  ``TransformerWrapper``), ``attention`` onto every tfspec attention layer,
   ``spec`` onto the tfspec spec, ``hooks`` copy what a variant adds (below), ``init`` moves
   x-transformers' weights before they are copied (``fn(xt)``, under no_grad).
 - ``pair(case, seed=0) -> (xt, tf)``; ``tokens(batch, length)``; ``logits_xt(xt, ids)``,
@@ -66,6 +67,9 @@ class Case:
     init: tuple[Callable, ...] = ()
     """``fn(xt)`` run on the x-transformers model before its weights are copied: a variant whose
     parameters start where they change nothing (talking heads' identity) is moved off that start."""
+    wrapper: dict = field(default_factory=dict)
+    """Options of x-transformers' ``TransformerWrapper`` itself (``num_memory_tokens``,
+    ``use_abs_pos_emb``), beside ``options`` for its ``Decoder``/``Encoder``."""
 
     def without_variant(self) -> Case:
         """The same model with neither side's option: the baseline it must differ from."""
@@ -113,7 +117,7 @@ def xt_model(case: Case):
     from x_transformers import Decoder, Encoder, TransformerWrapper
 
     layers = (Decoder if case.family == "decoder-only" else Encoder)
-    return TransformerWrapper(num_tokens=VOCAB, max_seq_len=MAX_LEN, use_abs_pos_emb=False,
+    return TransformerWrapper(num_tokens=VOCAB, max_seq_len=MAX_LEN, **{"use_abs_pos_emb": False} | case.wrapper,
                               attn_layers=layers(dim=DIM, depth=DEPTH, heads=HEADS, attn_dim_head=DIM_HEAD,
                                                  **case.options)).eval()
 

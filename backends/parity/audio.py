@@ -26,7 +26,7 @@ def check_audio_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float
     model, checks = model.eval(), []
     decoder = ort_model.decoder(static=False, in_place=False)
     for batch, n in ((2, frames), (1, max(frames // 2, 1))):
-        features = rng.standard_normal((batch, spec.spectrogram.mels, n)).astype(np.float32)
+        features = rng.standard_normal(spec.spectrogram.shape(batch, n)).astype(np.float32)
         tgt = rng.integers(0, spec.vocab.tgt_size, (batch, length))
         tgt[tgt == spec.vocab.pad_id] = (spec.vocab.pad_id + 1) % spec.vocab.tgt_size  # decoding feeds no padding
         tgt[:, 0] = spec.vocab.bos_id

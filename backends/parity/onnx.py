@@ -40,6 +40,10 @@ def check_parity(ort_model: OnnxModel, model: TorchModel, tolerance: float = 1e-
         from tfspec.backends.parity.dual import check_dual_parity
 
         return check_dual_parity(ort_model, model, tolerance, seed)
+    if spec.image_encoder is not None:  # pixels under a text decoder (TrOCR)
+        from tfspec.backends.parity.ocr import check_ocr_parity
+
+        return check_ocr_parity(ort_model, model, tolerance, seed)
     if "pixel_values" in ports:
         from tfspec.backends.parity.pixels import check_pixel_parity
 

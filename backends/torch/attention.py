@@ -19,7 +19,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from tfspec.layers.attention import block_plan, fused_bias, kernel_for, use_blocks
+from tfspec.layers.attention import block_plan, fused_bias, fused_kernel, kernel_for, use_blocks
 from tfspec.registry import registrar
 
 from . import crosslayer
@@ -52,6 +52,9 @@ class MultiHeadAttention(OpModule):
         self.plain = kernel_for(node, any(hook is not None for hook in (self.term, self.add_output, self.from_input,
                                                                         self.on_masked)), "PyTorch")
         """Fused kernels apply (the core's one answer, which ``report --train`` reads too)."""
+        self.z_loss = a.get("z_loss", 0.0)
+        self.plain_training = self.plain and fused_kernel(node, training=True)
+        """Whether they apply in training, where ``z_loss`` reads the log-sum-exp they keep to themselves."""
         self.bias_pieces = fused_bias(node.params, "kv" if node.layer.needs_memory else "qkv", a)
 
     def forward(self, ctx, x, memory=None):
@@ -59,6 +62,7 @@ class MultiHeadAttention(OpModule):
         B, Lq = x.shape[:2]
         cache = ctx.state.cache if ctx.state is not None else None
         dropout = self.p if ctx.training else 0.0
+        plain = self.plain_training if ctx.training else self.plain
         if memory is None:
             q, k, v = project(self, x)  # (B, Lq, heads, d)
             v = crosslayer.values(self, ctx, x, v)  # value residual: mixed with the first layer's
@@ -66,7 +70,7 @@ class MultiHeadAttention(OpModule):
                 q, k = normed(self, q, "q"), normed(self, k, "k")
             if self.turn is not None:  # rotary positions
                 q, k = self.turn(ctx, q, k)
-            if cache is None and self.plain:
+            if cache is None and plain:
                 k, v = repeat_heads(k, h // g, 2), repeat_heads(v, h // g, 2)
                 return self._output(x, self_attention(ctx, self.layer, self.q_seq, q, k, v, dropout))
             k, v = k.transpose(1, 2), v.transpose(1, 2)  # (B, g, Lq, d)
@@ -93,7 +97,7 @@ class MultiHeadAttention(OpModule):
         if getattr(self, "mem_k", None) is not None:  # after the cache: learned keys are never cached
             k, v, mask = self._with_learned(ctx, k, v, mask, causal, Lq, Lk)
             causal = False
-        if self.plain:
+        if plain:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, dropout_p=dropout,
                                                scale=self.scale)
         else:
@@ -152,6 +156,8 @@ class MultiHeadAttention(OpModule):
         crosslayer.publish_scores(self, ctx, scores)
         for modify in self.after_mask:  # explicit sparse attention's top-k
             scores = modify(scores)
+        if self.z_loss and ctx.training:
+            ctx.aux_losses.append(self._z_loss(ctx, scores))
         if self.weighting is not None:  # sigmoid attention
             weights = self.weighting(scores)
         else:
@@ -161,6 +167,20 @@ class MultiHeadAttention(OpModule):
             weights = modify(weights)
         y = weights @ v
         return y if self.add_output is None else self.add_output(ctx, self, weights, y)  # Shaw et al.'s a_V
+
+
+    def _z_loss(self, ctx, scores: torch.Tensor) -> torch.Tensor:
+        """z_loss x log-sum-exp over the keys of the masked logits (B, h, Lq, Lk) (sinks joining as
+        the softmax's keys), squared, summed over the heads and the call's real query positions:
+        summed over tokens, as the training loss is. A padded query, whose keys may all be
+        masked, adds nothing (x-transformers' ``calc_z_loss`` with its mask, per layer)."""
+        lse = torch.logsumexp(scores, -1)  # (B, h, Lq)
+        if getattr(self, "sinks", None) is not None:
+            lse = torch.logaddexp(lse, self.sinks.to(lse.dtype)[:, None])
+        pad = ctx.padding.get(self.q_seq)
+        if pad is not None:
+            lse = lse.masked_fill(pad[:, None, :], 0.0)
+        return self.z_loss * lse.float().square().sum()
 
 
 def softmax_with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:

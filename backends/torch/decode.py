@@ -20,17 +20,20 @@ class TorchDecoder:
         self.eos_ids = vocab.stop_ids
         self.positions = model.graph.spec.positional
         """What bounds a search's length (``Positional.room``)."""
+        self.normalised = model.graph.spec.outputs_log_probs
+        """The model's rows are log-probabilities already (a softmax mixture): no log-softmax."""
         self.device = next(model.parameters()).device
 
     @torch.inference_mode()
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DecodeState:
         """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (default: ``implied_mask``); a
-        float ``src`` is a spectrogram's features (B, mels, frames)."""
+        float ``src`` is a spectrogram's features (B, mels, frames) or images' pixel values (B, C, H, W)."""
         if src is None:
             return DecodeState()
-        if src.dtype.kind == "f":  # a spectrogram's features (B, mels, frames): no padding (Whisper)
+        if src.dtype.kind == "f":  # features (Whisper) or pixels (TrOCR): no padding
+            port = "pixel_values" if "pixel_values" in self.model.graph.ports else "input_features"
             features = torch.from_numpy(src).to(self.device)
-            return DecodeState(memory=self.model.run({"input_features": features}, ("memory",))["memory"])
+            return DecodeState(memory=self.model.run({port: features}, ("memory",))["memory"])
         keep = torch.from_numpy(implied_mask(src, self.pad) if mask is None else np.asarray(mask, bool))
         src, keep = torch.from_numpy(src).to(self.device), keep.to(self.device)
         memory = self.model.run({"src": src, "src_mask": keep}, ("memory",))["memory"]
@@ -48,7 +51,8 @@ class TorchDecoder:
         if mask is not None:  # a left-padded batch of prompts: padding as the mask says
             feeds["tgt_mask"] = torch.from_numpy(mask).to(self.device)
         logits = self.model.run(feeds, state=state)["logits"]
-        values, ids = torch.log_softmax(logits[:, -1].float(), -1).topk(min(k, logits.shape[-1]))
+        last = logits[:, -1].float()
+        values, ids = (last if self.normalised else torch.log_softmax(last, -1)).topk(min(k, logits.shape[-1]))
         return values.cpu().numpy(), ids.cpu().numpy(), state
 
     def select(self, state: DecodeState, rows: np.ndarray, cross: bool) -> DecodeState:

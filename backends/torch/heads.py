@@ -26,6 +26,14 @@ def first(node, graph):
     return lambda ctx, x: x[:, 0]
 
 
+@lowering("projector")
+class Projector(OpModule):
+    """x W^T + b: (B, d) -> (B, width), a pooled vector narrowed for the classifier (wav2vec 2.0's)."""
+
+    def forward(self, ctx, x):
+        return F.linear(x, self.weight, self.bias)
+
+
 @lowering("classifier")
 class Classifier(OpModule):
     """logits = x W^T + b: (B, d) -> (B, classes) or (B, S, d) -> (B, S, classes)."""

@@ -46,7 +46,7 @@ def check_hf(model: TorchModel, directory: str | Path, architecture: str, output
         keep = torch.ones(3, patches.prefix + patches.grid ** 2, dtype=torch.bool)
     elif "input_features" in model.graph.ports:  # a spectrogram encoder-decoder (Whisper): random features, targets
         audio = spec.spectrogram
-        features = torch.randn(3, audio.mels, audio.frames, generator=gen)
+        features = torch.randn(*audio.shape(3, audio.frames), generator=gen)
         target = torch.randint(0, vocab.tgt_size, (3, length), generator=gen)
         target[target == vocab.pad_id] = (vocab.pad_id + 1) % vocab.tgt_size
         target[:, 0] = vocab.bos_id

@@ -9,6 +9,9 @@ import torch.nn.functional as F
 
 from .registry import OpModule, lowering
 
+GRID = ("patch_embedding", "grid")
+"""``RunContext.published`` key of the (height, width) patch grid of the call's images."""
+
 
 @lowering("patch_embedding")
 class PatchEmbedding(OpModule):
@@ -18,6 +21,7 @@ class PatchEmbedding(OpModule):
     def forward(self, ctx, pixels: torch.Tensor) -> torch.Tensor:
         p = self.weight.shape[-1]
         bias = getattr(self, "bias", None)  # CLIP's convolution has none
+        ctx.published[GRID] = (pixels.shape[-2] // p, pixels.shape[-1] // p)  # BEiT's 2-D bias reads it
         return F.conv2d(pixels.to(self.weight.dtype), self.weight, bias, stride=p).flatten(2).transpose(1, 2)
 
 

@@ -11,6 +11,8 @@ Attention is counted dense, every query-key score of the n x n (n x m) matrix, b
 emitted kernels compute masked scores and discard them; ``needed`` counts only visible pairs
 (about half for causal attention, n*(2r+1) for restricted), what a kernel that skips masked
 blocks would do. Source and target have one length n: cross-attention's memory has m = n keys.
+A stack's memory tokens (``memory_tokens``) make its sequence n + m long between their
+``memory_tokens`` and ``drop_tokens`` ops: the ops there are counted at n + m, the head at n.
 
 Training costs 3 x forward (FORWARD_BACKWARD): the backward pass computes, for every product of
 the forward pass, one of the same size for the input gradient and one for the weight gradient.
@@ -25,6 +27,7 @@ import sympy
 from tfspec.errors import TfspecError
 from tfspec.ir import Graph, Node
 from tfspec.ir.ops import definition
+from tfspec.ir.ops.memory_tokens import widened
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,13 @@ def analyze_flops(graph: Graph, n: int) -> FlopReport:
     for node in graph.nodes():
         if node.layer is not None or op_flops(node):
             groups.setdefault((node.stack, node.layer if node.layer is not None else node.op), []).append(node)
-    rows, total = [], sympy.Integer(0)
+    rows, total, span = [], sympy.Integer(0), widened(graph)
     for (stack, key), nodes in groups.items():
         node = nodes[0]
         values = layer_values(graph.spec_of(stack), node.layer) | {SYMBOLS.V: node.attrs.get("vocab", 0)}
-        formula = sum(op_flops(node).values())
-        needed = sum(op_flops(node, dense=False).values())
+        longer = {SYMBOLS.n: SYMBOLS.n + span[node.name]} if node.name in span else {}  # memory tokens' positions
+        formula = sympy.sympify(sum(op_flops(node).values())).xreplace(longer)
+        needed = sympy.sympify(sum(op_flops(node, dense=False).values())).xreplace(longer)
         rows.append(LayerFlops(stack or "output", describe(node.layer) if node.layer is not None else node.op,
                                node.layer, tuple(x.name for x in nodes), formula, at(formula, n, values),
                                at(needed, n, values)))

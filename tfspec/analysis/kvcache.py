@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from tfspec.ir import Graph
 from tfspec.ir.ops import definition
+from tfspec.ir.ops.memory_tokens import widened
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def analyze_kv_cache(graph: Graph, n: int, m: int | None = None) -> KvCacheRepor
     """The decoder's attention cache after ``n`` generated tokens and ``m`` (default n) source
     positions; an encoder alone decodes nothing and caches nothing."""
     m = n if m is None else m
-    layers = []
+    layers, span = [], widened(graph)  # memory tokens: m more keys per layer, cached at the first step
     for node in graph.nodes():
         width = definition(node.op).cached(node)
         if width is None or node.stack != "decoder":
@@ -70,5 +71,6 @@ def analyze_kv_cache(graph: Graph, n: int, m: int | None = None) -> KvCacheRepor
         layer = node.layer
         source = layer.needs_memory
         limit = None if source or layer.band() is None else layer.kept(2**62)
-        layers.append(CachedLayer(node.name, width, m if source else layer.kept(n), limit, source))
+        kept = layer.kept(n + span.get(node.name, 0))
+        layers.append(CachedLayer(node.name, width, m if source else kept, limit, source))
     return KvCacheReport(n, m, tuple(layers))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from tfspec.ir import Graph
 from tfspec.ir.ops import definition, numel
+from tfspec.ir.ops.memory_tokens import sizes_at, widened
 
 DEVICES = {"24 GB": 24e9, "40 GB": 40e9, "80 GB": 80e9}
 """The device sizes the table reports, besides this machine's memory."""
@@ -123,22 +124,25 @@ def _activations(graph: Graph, units: dict[str, list[str]], sizes: dict, checkpo
     """(bytes the forward pass leaves for the backward pass, bytes a recomputed layer adds):
     every op's saved tensors, each counted once; with ``checkpoint``, a layer's inputs instead
     of its own, and the largest layer's again while the backward pass recomputes it."""
-    saved = {}  # tensor name -> bytes
+    saved, span = {}, widened(graph)  # tensor name -> bytes; memory tokens widen their stack's sequence
     for node in graph.nodes():
-        saved |= _saved(graph, node, sizes)
+        saved |= _saved(graph, node, sizes, span)
     if not checkpoint:
         return sum(saved.values()), 0
     unit_of = {name: prefix for prefix, names in units.items() for name in names}
     outside = {k: v for k, v in saved.items() if unit_of.get(k.split("#")[0]) is None}
-    inputs = {i: numel(graph.node(i).shape, sizes) * 4 for names in units.values() for name in names
-              for i in graph.node(name).inputs if unit_of.get(i) != unit_of[name]}
+    inputs = {i: numel(graph.node(i).shape, sizes_at(graph, span, i, sizes)) * 4 for names in units.values()
+              for name in names for i in graph.node(name).inputs if unit_of.get(i) != unit_of[name]}
     one = max((sum(v for k, v in saved.items() if unit_of.get(k.split("#")[0]) == p) for p in units), default=0)
     return sum((outside | inputs).values()), one
 
 
-def _saved(graph: Graph, node, sizes: dict) -> dict[str, int]:
+def _saved(graph: Graph, node, sizes: dict, span: dict[str, int] | None = None) -> dict[str, int]:
     """The tensors ``node``'s backward pass keeps, by name, as its definition states them
-    (``tfspec/ir/ops``): IR tensors by their op's name, tensors inside the op as ``op#what``."""
+    (``tfspec/ir/ops``): IR tensors by their op's name, tensors inside the op as ``op#what``;
+    inside a stack's memory tokens (``span``, ``memory_tokens.widened``) its sequence is m longer."""
+    sizes = sizes_at(graph, widened(graph) if span is None else span, node.name, sizes)
+
     def out(name):
         return numel(graph.node(name).shape, sizes) * 4
 

@@ -143,6 +143,9 @@ def cmd_transcribe(args) -> int:
     if spec.spectrogram is not None:  # Whisper: a WAV file through its encoder and decoder
         print(decode_speech(model, Path(args.input), args.max_new))
         return 0
+    if spec.image_encoder is not None:  # TrOCR: an image of a text line through its encoder and decoder
+        print(decode_image(model, Path(args.input), args.beam, args.max_new))
+        return 0
     if (spec.frames is None and spec.waveform is None) or getattr(spec.head, "kind", None) != "ctc" or \
             "log_probs" not in {o.name for o in model.sessions["model"].get_outputs()}:
         raise TfspecError(f"{args.model}: {spec.name} is not a CTC model reading frames or a waveform; transcribe "
@@ -171,20 +174,56 @@ def decode_waveform(model, path: Path, beam: int) -> str:
 
 def decode_speech(model, path: Path, max_new: int) -> str:
     """What an exported Whisper-style model hears in a WAV file: its samples at the feature
-    extractor's rate (``preprocessor_config.json``), the log-mel features of the first window,
-    then greedy decoding after the prompt its ``generation_config.json`` forces
-    (``tfspec.transcription``); the export's tokenizer's text, else the token ids."""
-    from tfspec.data.audio import FrontEnd, log_mel, read_wav
+    extractor's rate (``preprocessor_config.json``), the features its spectrogram reads
+    (``speech_features``: Whisper's first window, Speech2Text's filterbank frames), then greedy
+    decoding after the prompt its ``generation_config.json`` forces (``tfspec.transcription``);
+    the export's tokenizer's text, else the token ids."""
     from tfspec.data.codecs import open_codec
     from tfspec.transcription import Prompt, transcribe
 
-    front = FrontEnd.read(model.directory)
-    samples = read_wav(path, front.sampling_rate)
-    features = log_mel(samples, front)[None].astype(model.dtype)  # (1, mels, frames)
+    features = speech_features(model, path).astype(model.dtype)
     prompt = Prompt.read(model.directory, model.spec.vocab.bos_id)
     ids = transcribe(model.decoder(), features, prompt, max_new)[0]
     codec = open_codec(model.directory, model.spec.vocab)
     return codec.decode(ids) if codec is not None else " ".join(map(str, ids))
+
+
+def decode_image(model, path: Path, beam: int, max_new: int) -> str:
+    """The text an exported image-to-text model (TrOCR) reads in an image file: its pixels prepared
+    as the checkpoint's ``preprocessor_config.json`` says (``tfspec.data.pixels``), then greedy or beam
+    search from the decoder's start token ranked by summed log-probability (``generate``'s
+    length_penalty 0, early_stopping); the export's tokenizer's text, else the token ids."""
+    from tfspec.data.codecs import open_codec
+    from tfspec.data.pixels import Preprocessing, read_image
+    from tfspec.search import SearchOptions, search
+
+    pixels = Preprocessing.read(model.directory).batch([read_image(path)]).astype(model.dtype)
+    ids = search(model.decoder(), pixels, SearchOptions(beam=beam, alpha=0.0, max_extra=max_new, max_length=max_new))[0]
+    codec = open_codec(model.directory, model.spec.vocab)
+    return codec.decode(ids) if codec is not None else " ".join(map(str, ids))
+
+
+def speech_features(model, path: Path) -> np.ndarray:
+    """The (1, ...) features of a WAV file as the export's spectrogram reads them: Whisper's log-mel
+    window (1, mels, frames) (``tfspec.data.audio``), or for a subsampler (Speech2Text) the whole
+    file's filterbank frames (1, frames, mels) (``tfspec.data.fbank``), each as the checkpoint's
+    ``preprocessor_config.json`` sets it."""
+    from tfspec.data.audio import FrontEnd, log_mel, read_wav
+    from tfspec.data.fbank import FilterBank, filterbank
+
+    spectrogram = model.spec.spectrogram
+    if spectrogram.subsampler is None:
+        front = FrontEnd.read(model.directory)
+        return log_mel(read_wav(path, front.sampling_rate), front)[None]
+    bank = FilterBank.read(model.directory)
+    if bank.num_mel_bins != spectrogram.mels:
+        raise TfspecError(f"{model.directory}: its feature extractor gives {bank.num_mel_bins} mel bins; the model "
+                          f"reads {spectrogram.mels}")
+    frames = filterbank(read_wav(path, bank.sampling_rate), bank)
+    if len(frames) > spectrogram.frames:
+        raise TfspecError(f"{path}: {len(frames)} frames of 10 ms; this model reads at most {spectrogram.frames} "
+                          f"({spectrogram.positions} positions)")
+    return frames[None]
 
 
 def register_data(action) -> None:
@@ -214,7 +253,10 @@ def register(command) -> None:
                 "a PCM WAV file instead, averaged to mono, resampled to 16 kHz and normalised to zero mean and unit "
                 "variance; a Whisper export reads one too (its first 30 s: log-mel features as the checkpoint's "
                 "feature extractor computes them, greedy decoding after the prompt its generation_config.json "
-                "forces, the text in the export's tokenizer, else token ids).")
+                "forces, the text in the export's tokenizer, else token ids), as does a Speech2Text export (the "
+                "whole file's Kaldi filterbank frames, normalised per utterance). An image-to-text export (TrOCR) "
+                "reads an image file, prepared as its preprocessor_config.json says, and prints the text its greedy "
+                "(or --beam N) search reads in it.")
     c.add_argument("model", metavar="EXPORT_DIR")
     c.add_argument("input", metavar="INPUT",
                    help="a .npy array or an image file (PNG); a WAV file for a waveform or Whisper model")

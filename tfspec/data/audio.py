@@ -17,6 +17,7 @@ import math
 import wave
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -136,17 +137,20 @@ def resample(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
     return np.where(valid, x[np.clip(k, 0, len(x) - 1)] * h[np.clip(tap, 0, len(h) - 1)], 0.0).sum(1)
 
 
-def read_wav(path: str | Path, rate: int = 16000) -> np.ndarray:
+def read_wav(path: str | Path | BinaryIO, rate: int = 16000) -> np.ndarray:
     """float64 samples in [-1, 1] of a PCM WAV file (8, 16 or 32 bits), its channels averaged
-    (as ffmpeg's ``-ac 1`` in transformers' pipeline), resampled to ``rate`` Hz (``resample``)."""
+    (as ffmpeg's ``-ac 1`` in transformers' pipeline), resampled to ``rate`` Hz (``resample``).
+    ``path`` may be a binary file object (an upload: errors name its ``name``)."""
+    label = getattr(path, "name", path)
     try:
-        with wave.open(str(path), "rb") as f:
+        with wave.open(path if hasattr(path, "read") else str(path), "rb") as f:
             width, channels, source = f.getsampwidth(), f.getnchannels(), f.getframerate()
             data = f.readframes(f.getnframes())
     except (wave.Error, EOFError) as e:
-        raise TfspecError(f"{path}: not a PCM WAV file ({e})") from None
+        raise TfspecError(f"{label}: not a PCM WAV file ({e})") from None
     if width not in (1, 2, 4):
-        raise TfspecError(f"{path}: {8 * width}-bit samples; tfspec reads 8-, 16- and 32-bit PCM WAV")
+        raise TfspecError(f"{label}: {8 * width}-bit samples; tfspec reads 8-, 16- and 32-bit PCM WAV")
+    data = data[:len(data) // (width * channels) * width * channels]  # a file cut short: its whole frames
     if width == 1:  # unsigned, centred at 128
         x = (np.frombuffer(data, np.uint8).astype(np.float64) - 128.0) / 128.0
     else:

@@ -25,8 +25,9 @@ PREPROCESSOR = "preprocessor_config.json"
 RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 """PIL's filter codes (``PIL.Image.Resampling``), as configurations store ``resample``."""
 BOOKKEEPING = {"image_processor_type", "feature_extractor_type", "processor_class", "do_convert_rgb",
-               "default_to_square", "data_format", "input_data_format"}
-"""Keys that change nothing here (``do_convert_rgb``: the images read are RGB already)."""
+               "default_to_square", "data_format", "input_data_format", "do_reduce_labels"}
+"""Keys that change nothing here (``do_convert_rgb``: the images read are RGB already;
+``do_reduce_labels``: BEiT's processor shifts segmentation maps' labels, no pixels)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from itertools import count
 
 from tfspec.ir.graph import Graph
 from tfspec.norms import NORMS
+from tfspec.spec import memory_tokens
 from tfspec.spec.schema import Spec, Stack
 
 SEQ = {"encoder": "S", "decoder": "T"}
@@ -84,11 +85,16 @@ def build_graph(spec: Spec) -> Graph:
                                          params={"w_pool": ((spec.d_model, spec.d_model), "xavier_uniform"),
                                                  "b_pool": ((spec.d_model,), "zeros")},
                                          shape=("B", spec.d_model))
+        if spec.image_pooler is not None:  # BEiT: the patches' mean through a LayerNorm
+            graph.ports["pooled"] = spec.image_pooler.lower(b, memory)
         if spec.dual is not None:  # CLIP, SigLIP: the image tower and the scores (tfspec.spec.dual)
             tower = build_tower(graph, spec.dual.vision, "vision")
             graph.ports |= (outputs := spec.dual.lower(LayerBuilder(graph, spec, "", "S"), memory, tower))
             graph.outputs = list(outputs)
             return graph
+    if spec.image_encoder is not None:  # TrOCR: an encoder spec of its own sizes (tfspec.spec.image_encoder)
+        b, hidden = build_encoder(graph, spec.image_encoder.vision)  # the decoder's reading: d_model from d
+        memory = spec.image_encoder.lower(b, hidden, LayerBuilder(graph, spec, "decoder", "S"))
     if spec.decoder is not None:
         b = LayerBuilder(graph, spec, "decoder", "T", memory=memory)
         tie = embedding if spec.tie_embeddings in ("all", "inputs") else None
@@ -159,8 +165,11 @@ def _embed(b: LayerBuilder, vocab: int, tie: str | None) -> tuple[str, str | Non
 
 
 def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
-    """N layers as the spec's plan resolves them, then the final norm pre-norm stacks need."""
+    """N layers as the spec's plan resolves them, then the final norm pre-norm stacks need; a
+    stack's memory tokens before its sequence and dropped after (``tfspec.spec.memory_tokens``)."""
     halting, streams, sublayer_index = None, b.spec.residual_streams, count()
+    if stack.memory_tokens:
+        x = memory_tokens.lower_in(b, x, stack.memory_tokens)
     if streams is not None:  # hyper-connections: n copies of the embeddings (tfspec.spec.streams)
         x = b.op(f"{b.stack}.streams_expand", "streams_expand", [x], attrs={"streams": streams.count},
                  component="streams", shape=("B", b.seq, streams.count * b.spec.d_model))
@@ -197,7 +206,7 @@ def _stack(b: LayerBuilder, stack: Stack, x: str) -> str:
                  component="streams")
     if b.spec.uses_final_norm:
         x = b.norm(f"{b.stack}.norm", x)
-    return x
+    return memory_tokens.lower_out(b, x, stack.memory_tokens) if stack.memory_tokens else x
 
 
 def _residual(b: LayerBuilder, layer, name: str, x: str) -> str:
@@ -255,12 +264,14 @@ def _shift(b: LayerBuilder, layer, name: str, h: str) -> str:
 
 def _gain(b: LayerBuilder, name: str, y: str) -> str:
     """diag(gamma) y, a learned gain per feature on a sub-layer's output (``sublayer_gain``:
-    LayerScale, CaiT §2, DINOv2), or ``y`` itself without one."""
+    LayerScale, CaiT §2, DINOv2), or alpha y, one learned scalar (``sublayer_gain_shape: scalar``:
+    ReZero, Bachlechner et al. 2020, eq. 5), or ``y`` itself without one."""
     start = b.spec.sublayer_gain
     if start is None:
         return y
     init = "ones" if start == 1.0 else f"constant:{start}"
-    return b.op(f"{name}_gain", "channel_gain", [y], component="gain", params={"gain": ((b.spec.d_model,), init)})
+    width = b.spec.d_model if b.spec.sublayer_gain_shape == "feature" else 1  # broadcast over the features
+    return b.op(f"{name}_gain", "channel_gain", [y], component="gain", params={"gain": ((width,), init)})
 
 
 def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None:
@@ -283,6 +294,9 @@ def _project(b: LayerBuilder, x: str, vocab: int, embedding: str | None) -> None
     attrs = {"vocab": vocab, "scale": s.output_scale, "softcap": s.output_softcap}
     if width != s.d_model:  # the FLOP count reads it
         attrs["features"] = width
+    if s.softmax_mixture is not None:  # log-probabilities of K mixed softmaxes (tfspec.spec.softmax_mixture)
+        b.graph.ports["logits"] = s.softmax_mixture.lower(b, x, vocab, params, attrs)
+        return
     b.graph.ports["logits"] = b.op("output", "projection", [x], attrs=attrs, params=params,
                                    component="projection", shape=("B", b.seq, vocab))
 
@@ -331,3 +345,13 @@ def build_tower(graph: Graph, spec, tower: str) -> TowerBuilder:
     x, _ = _embed(b, spec.vocab.size, tie=None)
     b.ports["memory"] = _stack(b, spec.encoder, x)
     return b
+
+
+def build_encoder(graph: Graph, spec) -> tuple[LayerBuilder, str]:
+    """Lower encoder-only ``spec`` into ``graph`` as its encoder stack (the image encoder under a
+    text decoder, ``tfspec.spec.image_encoder``): nodes named and stacked ``encoder`` as any
+    encoder's, their sizes ``spec``'s (``Graph.spec_of``); its builder and last hidden states (B, S, d)."""
+    b = LayerBuilder(graph, spec, "encoder", "S")
+    graph.towers["encoder"] = spec
+    x, _ = _embed(b, spec.vocab.size, tie=None)
+    return b, _stack(b, spec.encoder, x)

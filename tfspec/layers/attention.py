@@ -94,6 +94,14 @@ class AttentionCore(Sublayer):
     constants, so decoding caches nothing more; they carry no position, so rotary leaves them
     unturned and kinds adding position terms to the scores are refused. None: keys are the
     sequence's own (§3.2)."""
+    z_loss: Annotated[float, Field(ge=0, le=1e3)] = 0.0
+    """Weight of the attention z-loss training adds: per query position, the squared log-sum-exp
+    over the keys of each head's masked pre-softmax logits, summed over the heads (ST-MoE's
+    router z-loss, Zoph et al. 2022, on attention logits, as PaLM, Chowdhery et al. 2022, keeps
+    the softmax's normaliser near 1; x-transformers' attn_z_loss_weight, 1e-4). Training only:
+    it changes the loss and its gradients, not the logits, and an export is unchanged; the fused
+    kernels keep the log-sum-exp but do not return it, so training spells this layer's attention
+    out (``fused_kernel``). 0: none."""
     plain_causal: ClassVar[bool] = False
     """``visible`` is exactly k <= q, so fused causal kernels apply."""
     _links: dict | None = PrivateAttr(None)
@@ -119,6 +127,7 @@ class AttentionCore(Sublayer):
             raise field_error("scale", f"scale ({self.scale}) multiplies dot-product scores, but score is "
                               f"{self.score}: remove scale or use score: dot")
         self._modifiers_honoured()
+        self._z_loss_honoured()
         if self.learned_kv is not None and self.needs_memory:
             raise field_error("learned_kv", f"learned_kv ({self.learned_kv}) adds keys to self-attention; "
                               f"{self.kind} attends to the encoder's keys: remove learned_kv")
@@ -146,6 +155,18 @@ class AttentionCore(Sublayer):
         weighting = [m.field for m in modifiers.set_on(self) if m.stage == "weighting"]
         if len(weighting) > 1:  # each replaces the softmax: two cannot both
             raise field_error(weighting[1], f"{' and '.join(weighting)} each replace the softmax: set one")
+
+    def _z_loss_honoured(self) -> None:
+        """z_loss reads the softmax's log normaliser: an op whose lowering has none to read, or a
+        weighting that replaces the softmax, would ignore it."""
+        if not self.z_loss:
+            return
+        if self.op != "attention":
+            raise field_error("z_loss", f"{self.kind} lowers to the IR op {self.op!r}, whose lowerings do not "
+                              f"compute z_loss ({self.z_loss}): remove z_loss")
+        if weighting := [m.field for m in modifiers.set_on(self) if m.stage == "weighting"]:
+            raise field_error("z_loss", f"z_loss ({self.z_loss}) penalises the softmax's log normaliser, which "
+                              f"{weighting[0]} replaces: remove one of them")
 
     def resolved(self, spec) -> Attention:
         """This layer with every size and its positions filled in from ``spec`` where it sets
@@ -288,6 +309,8 @@ class AttentionCore(Sublayer):
             attrs["gate_function"] = layer.gate_function
         if layer.learned_kv is not None:
             attrs["learned_kv"] = layer.learned_kv
+        if layer.z_loss:  # training's loss reads it; inference and exports do not
+            attrs["z_loss"] = layer.z_loss
         if layer.qk_norm != "none" or disentangled.NORM in params:
             attrs |= {"norm_type": s.norm_type, "norm_eps": s.norm_eps}
         if link := crosslayer.links(s.plan(b.stack), name) if not self.needs_memory else {}:
@@ -333,26 +356,28 @@ def fused(role: str, sizes: dict[str, int], d: int, spec) -> dict:
     return params
 
 
-def fused_kernel(node) -> bool:
+def fused_kernel(node, training: bool = False) -> bool:
     """Whether the IR attention ``node`` runs as one fused kernel (PyTorch's
     scaled_dot_product_attention, onnxruntime's fused and blocked paths): dot-product scores that
     nothing adds to or changes, that is no position kind adding terms (``adds_to_scores``; rotary
     only turns queries and keys), no score modifier set and no sinks. Both backends and
     ``report --train`` read this one answer: an attention spelled out keeps its L x L weights for
     the backward pass, a fused one keeps only the log-sum-exp. Learned keys (``learned_kv``) are
-    spelled out too: the kind's mask gains their columns."""
+    spelled out too: the kind's mask gains their columns. In ``training``, a layer with ``z_loss``
+    is spelled out as well: the loss reads the log-sum-exp the kernels keep to themselves."""
     a = node.attrs
     positions = a.get("positions")
     adds = positions is not None and positions_kinds.KINDS[positions["kind"]].adds_to_scores
     return (a.get("score", "dot") == "dot" and not adds and "sinks" not in node.params
-            and "mem_k" not in node.params and not modifiers.set_on(a) and not crosslayer.unfused(a))
+            and "mem_k" not in node.params and not modifiers.set_on(a) and not crosslayer.unfused(a)
+            and not (training and a.get("z_loss")))
 
 
-def kernel_for(node, stage_adds: bool, backend: str) -> bool:
-    """``fused_kernel(node)`` for a backend whose position stage for ``node`` adds a logit or
-    output term (``stage_adds``): a kind declaring ``adds_to_scores`` False while its stage adds
+def kernel_for(node, stage_adds: bool, backend: str, training: bool = False) -> bool:
+    """``fused_kernel(node, training)`` for a backend whose position stage for ``node`` adds a logit
+    or output term (``stage_adds``): a kind declaring ``adds_to_scores`` False while its stage adds
     one is refused, since the fused kernel would skip the term."""
-    fused = fused_kernel(node)
+    fused = fused_kernel(node, training)
     if fused and stage_adds:
         raise TypeError(f"{node.attrs['positions']['kind']} positions declare adds_to_scores False, but their "
                         f"{backend} stage adds a logit or output term that the fused kernel would skip")

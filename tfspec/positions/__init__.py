@@ -49,6 +49,9 @@ class PositionKind:
     T5's bias, ALiBi, DeBERTa), so attention is spelled out and keeps its L x L weights; a kind
     that only turns or scales queries and keys (rotary, temperature) says False and keeps the
     fused kernels (``tfspec.layers.attention.fused_kernel``)."""
+    over_patches: ClassVar[bool] = False
+    """Reads the 2-D patch grid of an image encoder (BEiT's relative bias): only a spec with
+    ``patches`` takes it, and ``patches`` take no other kind in attention."""
     reads_cache_indices: ClassVar[bool] = True
     """Computed from cache columns (the distance j - i between key and query columns) rather
     than each row's position ids: a cache holding padding inside its rows (onnxruntime-genai's)

@@ -1,5 +1,5 @@
 """The HTTP application: each route group's handlers (``probes``, ``translate``, ``completions``,
-``chat``) behind one wrapper that answers their ``ApiError`` as JSON and counts and times every
+``chat``, ``audio``, ``embeddings``; which of them an export answers: ``tasks``) behind one wrapper that answers their ``ApiError`` as JSON and counts and times every
 request by route and status."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from tfspec.serve.audio import routes as audio_routes
 from tfspec.serve.chat import routes as chat_routes
 from tfspec.serve.completions import routes as completion_routes
+from tfspec.serve.embeddings import routes as embedding_routes
 from tfspec.serve.errors import ApiError
 from tfspec.serve.probes import routes as probe_routes
 from tfspec.serve.service import ServeConfig, Service
@@ -78,7 +80,8 @@ def create_app(config: ServeConfig, service: Service | None = None) -> Starlette
         service.batcher.stop()
 
     routes = [Route(path, endpoint(service, path, handler, counted), methods=[method])
-              for path, method, handler, counted in probe_routes + translate_routes + completion_routes + chat_routes]
+              for path, method, handler, counted in probe_routes + translate_routes + completion_routes + chat_routes
+              + audio_routes + embedding_routes]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_error})
     app.state.service = service
     return app

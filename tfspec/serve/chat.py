@@ -17,13 +17,15 @@ from tfspec.serve.logits import chat_logprobs
 from tfspec.serve.schemas import ChatRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
+from tfspec.serve.tasks import CHAT, COMPLETIONS, require
 
 
 async def chat(service: Service, request: Request, started: float) -> Response:
     body = await service.body(request, ChatRequest)
-    if service.chat is None:
+    if service.chat is None and COMPLETIONS in service.serves:
         raise ApiError(400, f"{service.spec.name}: no chat template in {service.config.directory} "
                        "(chat_template.jinja or tokenizer_config.json); POST /v1/completions", "messages")
+    require(service, CHAT)
     ids = await asyncio.to_thread(_prompt, service, body.messages)  # both may take long: off the event loop
     if any(i >= service.spec.vocab.size for i in ids):
         raise ApiError(422, f"the tokenizer gave id {max(ids)}, outside the model's vocabulary", "messages")

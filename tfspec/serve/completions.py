@@ -18,11 +18,13 @@ from tfspec.serve.logits import completion_logprobs
 from tfspec.serve.schemas import CompletionRequest
 from tfspec.serve.service import Service
 from tfspec.serve.streaming import stream
+from tfspec.serve.tasks import COMPLETIONS, require
 
 
 async def models(service: Service, request: Request, started: float) -> Response:
+    """The one model, with the POST routes it answers (``serves``: tfspec's, beside OpenAI's fields)."""
     return JSONResponse({"object": "list", "data": [{"id": service.spec.name, "object": "model", "created": 0,
-                                                      "owned_by": "tfspec"}]})
+                                                      "owned_by": "tfspec", "serves": list(service.serves)}]})
 
 
 def _prompt(service: Service, prompt: str | list[int], field: str, max_tokens: int) -> tuple[list[int], int]:
@@ -54,8 +56,7 @@ def _untokenized(service: Service, body: CompletionRequest) -> None:
 
 async def completions(service: Service, request: Request, started: float) -> Response:
     body = await service.body(request, CompletionRequest)
-    if not service.decoder_only:
-        raise ApiError(400, f"{service.spec.name} is {service.spec.family}: POST /v1/translate", "model")
+    require(service, COMPLETIONS)
     _untokenized(service, body)
     service.fits(len(body.prompts), "prompt")
     fields = [f"prompt.{i}" if body.many else "prompt" for i in range(len(body.prompts))]

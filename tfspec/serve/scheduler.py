@@ -12,7 +12,8 @@ is exactly zero (``exp`` of the graph's large negative underflows), so a row's t
 ones it gets alone (``tfspec generate``) whatever shares its steps. Each row picks its own
 token: the likeliest, or one drawn by its own generator, so a seed repeats its draws in any
 company. Needs a step graph that takes masks and keeps every past key (no banded attention,
-whose cache keeps only its band): ``continuous`` says whether an export qualifies.
+whose cache keeps only its band) and no memory tokens (``memory_tokens``, whose keys lead each
+row's cache): ``continuous`` says whether an export qualifies.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def continuous(decoder) -> bool:
         return False
     banded = any(getattr(s, "band", None) is not None and s.band() is not None
                  for layer in decoder.model.spec.plan("decoder") for s in layer.sublayers)
+    if decoder.model.spec.decoder.memory_tokens:  # their keys lead every row's cache: no one live slice to cut
+        return False
     return not banded and all(cache_axis(i.shape) is not None
                               for name, i in decoder.inputs.items() if name.startswith("past."))
 

@@ -18,10 +18,12 @@ from tfspec.errors import TfspecError
 from tfspec.search import SearchOptions
 from tfspec.serve.batcher import Batcher, Job, QueueFull, Stopped
 from tfspec.serve.config import ServeConfig
+from tfspec.serve.direct import Runner
 from tfspec.serve.errors import ApiError
 from tfspec.serve.metrics import Metrics
 from tfspec.serve.scheduler import ContinuousBatcher, continuous
 from tfspec.serve.schemas import TranslateRequest
+from tfspec.serve.tasks import decodes, served
 
 
 DEAD = "the decoding thread is not running: this server cannot answer (its /health fails: restart it)"
@@ -48,6 +50,22 @@ class Service:
         self.chat_encoder = ContentEncoder(self.codec.tokenizer) if self.chat else None
         """Tokenizes a rendering so that typed special tokens stay text (``chat_encode``)."""
         self.metrics = Metrics()
+        self.serves = served(self.model, self.chat is not None)
+        """The POST routes this export answers (``tasks``): what each handler and /v1/models ask."""
+        if not self.serves:
+            raise TfspecError(f"{config.directory}: {self.spec.name} ({self.spec.family}, head "
+                              f"{getattr(self.spec.head, 'kind', None)}) answers none of tfspec serve's routes "
+                              "(docs/serve.md)")
+        self.ragged = self.continuous = False
+        self.batcher = self._batcher(config) if decodes(self.serves) else Runner(config.max_queue)
+        self.metrics.queue.set_function(lambda: self.batcher.depth)
+        self.draining = False
+        self.inflight = 0
+        self.stopped = asyncio.Event()
+        """Set when a drain's grace is spent: what is still in flight answers 503 and is cancelled."""
+
+    def _batcher(self, config: ServeConfig) -> Batcher | ContinuousBatcher:
+        """The batcher over the step graph: continuous where the decoder lets rows join and leave."""
         decoder = self.model.decoder()
         if self.decoder_only and config.batching == "continuous" and not continuous(decoder):
             decoder = self.model.decoder(in_place=False)  # rows join and leave over the standard cache only
@@ -55,36 +73,23 @@ class Service:
         """Prompts of different lengths share a batch (the step graph takes masks)."""
         self.continuous = self.decoder_only and config.batching == "continuous" and continuous(decoder)
         if self.continuous:
-            self.batcher = ContinuousBatcher(decoder, config.max_batch_tokens, config.max_queue, self.metrics.batch)
-        else:
-            self.batcher = Batcher(decoder, self.decoder_only, config.max_batch_tokens, config.max_queue,
-                                   self.metrics.batch)
-        self.metrics.queue.set_function(lambda: self.batcher.depth)
-        self.draining = False
-        self.inflight = 0
-        self.stopped = asyncio.Event()
-        """Set when a drain's grace is spent: what is still in flight answers 503 and is cancelled."""
+            return ContinuousBatcher(decoder, config.max_batch_tokens, config.max_queue, self.metrics.batch)
+        return Batcher(decoder, self.decoder_only, config.max_batch_tokens, config.max_queue, self.metrics.batch)
 
     async def body(self, request: Request, model):
-        """The request body parsed as ``model``: 413 over ``max_body``, 408 if not received
-        within ``body_timeout``, 400 if not JSON, 422 if it does not fit the model (the first
-        error's field named)."""
+        """The request body parsed as ``model``: ``raw``'s refusals, then ``validated``'s."""
+        return validated(model.model_validate_json, await self.raw(request))
+
+    async def raw(self, request: Request) -> bytes:
+        """The request body: 413 over ``max_body``, 408 if not received within ``body_timeout``."""
         limit = self.config.max_body
         if int(request.headers.get("content-length") or 0) > limit:
             raise ApiError(413, f"the body is over {limit:,} bytes", "body")
         try:
-            raw = await asyncio.wait_for(_read(request, limit), self.config.body_timeout)
+            return await asyncio.wait_for(_read(request, limit), self.config.body_timeout)
         except TimeoutError:  # slowloris: a client sending a byte now and then would hold a connection for ever
             raise ApiError(408, f"the body was not received within {self.config.body_timeout:g}s", "body",
                            headers={"Connection": "close"}) from None
-        try:
-            return model.model_validate_json(raw)
-        except ValidationError as e:
-            first = e.errors(include_url=False)[0]
-            if first["type"] == "json_invalid":
-                raise ApiError(400, f"the body is not JSON: {first['msg']}", "body") from None
-            field = ".".join(map(str, first["loc"])) or None
-            raise ApiError(422, f"{field or 'body'}: {first['msg']}", field) from None
 
     def admit(self, sources: list[list[int]], options: SearchOptions, key: tuple, watch=None,
               tweaks=None) -> Job:
@@ -169,6 +174,19 @@ class Service:
                 raise ApiError(413, f"{len(ids)} tokens (with EOS), more than the model's {self.limit} positions",
                                f"{field}.{i}")
         return sources
+
+
+def validated(validate, data):
+    """``validate(data)`` (a pydantic model's ``model_validate_json`` or ``model_validate``):
+    400 if not JSON, 422 if it does not fit the model (the first error's field named)."""
+    try:
+        return validate(data)
+    except ValidationError as e:
+        first = e.errors(include_url=False)[0]
+        if first["type"] == "json_invalid":
+            raise ApiError(400, f"the body is not JSON: {first['msg']}", "body") from None
+        field = ".".join(map(str, first["loc"])) or None
+        raise ApiError(422, f"{field or 'body'}: {first['msg']}", field) from None
 
 
 async def _read(request: Request, limit: int) -> bytes:

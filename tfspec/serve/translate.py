@@ -6,15 +6,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from tfspec.search import SearchOptions
-from tfspec.serve.errors import ApiError
 from tfspec.serve.schemas import TranslateRequest
 from tfspec.serve.service import Service
+from tfspec.serve.tasks import TRANSLATE, require
 
 
 async def translate(service: Service, request: Request, started: float) -> Response:
     body = await service.body(request, TranslateRequest)
-    if service.decoder_only:
-        raise ApiError(400, f"{service.spec.name} is decoder-only: POST /v1/completions")
+    require(service, TRANSLATE)
     sources = service.sources(body)
     service.fits(len(sources), "ids" if body.ids is not None else "text")
     options = SearchOptions(beam=body.beam, alpha=body.alpha, max_extra=body.max_extra,

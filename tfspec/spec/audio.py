@@ -26,6 +26,7 @@ from pydantic import Field
 
 from tfspec.spec.base import SpecModel
 from tfspec.spec.bounds import MAX_KERNEL, Positions, Width
+from tfspec.spec.subsampler import Subsampler
 
 if TYPE_CHECKING:
     from tfspec.ir.build import LayerBuilder
@@ -56,11 +57,19 @@ class Spectrogram(SpecModel):
     """Frames each convolution of the stem reads (odd: zero-padded by kernel_size // 2 each side)."""
     stride: Annotated[int, Field(ge=1, le=64)] = 2
     """Stride of the stem's second convolution (Whisper: 2)."""
+    subsampler: Subsampler | None = None
+    """Speech2Text's front in place of Whisper's stem and table (``tfspec.spec.subsampler``): features
+    time first, convolutions of stride 2 with GLU, then the spec's own ``positional``."""
 
     @property
     def frames(self) -> int:
         """The most frames the position table covers (Whisper: 3000)."""
-        return self.stride * self.positions
+        return (self.stride if self.subsampler is None else self.subsampler.stride) * self.positions
+
+    def shape(self, batch: int, frames: int) -> tuple[int, int, int]:
+        """The shape of ``input_features`` for ``batch`` rows of ``frames`` frames: (batch, mels, frames)
+        for Whisper's stem, (batch, frames, mels) for a subsampler's filterbank frames."""
+        return (batch, self.mels, frames) if self.subsampler is None else (batch, frames, self.mels)
 
     def check(self, spec: Spec) -> tuple[str, str] | None:
         """(field, message) when the rest of ``spec`` cannot read a spectrogram."""
@@ -69,6 +78,8 @@ class Spectrogram(SpecModel):
                               f"encoder-decoder (got {spec.family})")
         if spec.image is not None or spec.frames is not None or spec.patches is not None or spec.segments:
             return "spectrogram", "a spectrogram replaces the source tokens: remove image, frames, patches, segments"
+        if self.subsampler is not None and (problem := self.subsampler.problem(self)):
+            return problem
         if self.kernel_size % 2 == 0:
             return "spectrogram.kernel_size", (f"kernel_size ({self.kernel_size}) must be odd: the stem pads "
                                                "kernel_size // 2 frames each side")
@@ -85,7 +96,9 @@ class Spectrogram(SpecModel):
 
     def lower(self, b: LayerBuilder) -> str:
         """input_features -> conv, GELU -> conv (stride), GELU -> + the position table -> dropout:
-        the (B, S, d_model) sequence, S = ceil(frames / stride)."""
+        the (B, S, d_model) sequence, S = ceil(frames / stride). A subsampler lowers its own front."""
+        if self.subsampler is not None:
+            return self.subsampler.lower(b, self)
         d, stack = b.spec.d_model, b.stack
         attrs = {"dtype": "float32", "dims": ["batch", self.mels, "frames"], "features": self.mels}
         features = b.op("input_features", "input", [], attrs=attrs, shape=("B", self.mels, "F"))

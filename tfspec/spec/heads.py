@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Literal, Union
 from pydantic import Field
 
 from tfspec.spec.base import SpecModel
-from tfspec.spec.bounds import MAX_VOCAB, TokenId
+from tfspec.spec.bounds import MAX_VOCAB, TokenId, Width
 from tfspec.spec.embedding_heads import EmbeddingHead
 from tfspec.spec.image_heads import ImageClassificationHead
 
@@ -62,9 +62,9 @@ class _Classifier(SpecModel):
     labels: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = None
     """The name of each class in id order (transformers' id2label); None: unnamed (LABEL_0, ...)."""
 
-    def _classify(self, b: LayerBuilder, x: str, shape: tuple) -> str:
+    def _classify(self, b: LayerBuilder, x: str, shape: tuple, features: int | None = None) -> str:
         """Dropout, the transform if any (and its norm; then dropout again), then logits = x W^T + b
-        with W (classes, d_model)."""
+        with W (classes, features), ``features`` d_model unless a projection narrowed x."""
         d, t = b.spec.d_model, self.transform
         if t is not None:
             x = b.op("head.dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
@@ -73,9 +73,11 @@ class _Classifier(SpecModel):
                        shape=shape[:-1] + (d,))
             if t.norm:
                 x = b.norm("head.transform_norm", x, rows=shape[:-1])
-        x = b.op("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (d,))
-        return b.op("classifier", "classifier", [x], attrs={"classes": self.classes}, component="head",
-                    params={"weight": ((self.classes, d), "normal:0.02"), "bias": ((self.classes,), "zeros")},
+        width = features or d
+        x = b.op("classifier_dropout", "dropout", [x], attrs={"p": self.p(b.spec)}, shape=shape[:-1] + (width,))
+        narrower = {"features": width} if width != d else {}
+        return b.op("classifier", "classifier", [x], attrs={"classes": self.classes, **narrower}, component="head",
+                    params={"weight": ((self.classes, width), "normal:0.02"), "bias": ((self.classes,), "zeros")},
                     shape=shape)
 
     def p(self, spec) -> float:
@@ -106,6 +108,17 @@ class SequenceClassificationHead(_Classifier):
     """What the logits are trained as (transformers' problem_type): a softmax over the classes,
     a sigmoid per class, or scores; None: as transformers infers it (regression for one class,
     else single_label). The logits are the same either way."""
+    projection: Width | None = None
+    """A linear map of the pooled vector to this width, no activation, before the classifier
+    (wav2vec 2.0's, HuBERT's and WavLM's ``projector``, classifier_proj_size: transformers maps every
+    frame, then takes the mean; the mean of an affine map is the map of the mean, so tfspec maps the
+    one pooled vector). None: the classifier reads d_model features."""
+
+    def check(self, spec: Spec) -> tuple[str, str] | None:
+        if self.projection is not None and self.transform is not None:
+            return "head.projection", ("a projection narrows the pooled vector for the classifier; a transform "
+                                       "maps d_model to d_model before it: set one of them")
+        return super().check(spec)
 
     def resolved_pooling(self, spec) -> str:
         return self.pooling or ("first" if spec.pooler else "mean")
@@ -115,7 +128,12 @@ class SequenceClassificationHead(_Classifier):
             pooled = b.op("head.mean_pool", "mean_pool", [memory], component="head", shape=("B", b.spec.d_model))
         elif pooled is None:  # the first position itself, which the transform reads (RoBERTa)
             pooled = b.op("head.first", "first", [memory], component="head", shape=("B", b.spec.d_model))
-        return self._classify(b, pooled, ("B", self.classes))
+        if self.projection is not None:
+            p = self.projection
+            pooled = b.op("head.projector", "projector", [pooled], attrs={"width": p}, component="head",
+                          params={"weight": ((p, b.spec.d_model), "xavier_uniform"), "bias": ((p,), "zeros")},
+                          shape=("B", p))
+        return self._classify(b, pooled, ("B", self.classes), self.projection)
 
 
 class TokenClassificationHead(_Classifier):

@@ -15,7 +15,7 @@ What an image encoder is made of, each an IR op of its own (``tfspec/ir/ops/patc
   after the class token, added once the positions are, so they have none.
 
 A spec with ``patches`` is an encoder (``family: encoder-only``, ``positional: {kind: none}``:
-the positions are the patches' own); its head reads the class token or the patches' mean
+the positions are the patches' own, or BEiT's ``relative_bias_2d`` over the patch grid); its head reads the class token or the patches' mean
 (``tfspec.spec.image_heads``), or, without a head, the encoder's output is the model's.
 """
 
@@ -54,6 +54,9 @@ class Patches(SpecModel):
     """Learned register tokens after the class token, without positions (DINOv2 with registers: 4)."""
     bias: bool = True
     """The patch embedding's bias (CLIP's convolution has none)."""
+    positions: bool = True
+    """The learned absolute positions E_pos (eq. 1); False: none, the positions entering through
+    attention instead (BEiT's ``relative_bias_2d``, its use_absolute_position_embeddings off)."""
     mask_token: bool = False
     """A learned vector masked image modelling puts in place of masked patches (DINOv2's
     use_mask_token, on in its checkpoints): held, counted and exported with the weights; no
@@ -80,9 +83,13 @@ class Patches(SpecModel):
             return "family", f"patches feed an encoder alone: set family encoder-only (got {spec.family})"
         if spec.image is not None or spec.frames is not None or spec.segments:
             return "patches", "patches replace token inputs: remove image, frames and segments"
-        if spec.positional.kind != "none":
+        over_patches = spec.positional.definition.over_patches
+        if spec.positional.kind != "none" and not over_patches:
             return "positional", ("patches carry their own learned positions (interpolated to other image "
                                   f"sizes): set positional: {{kind: none}} (got {spec.positional.kind})")
+        if over_patches and self.prefix != 1:
+            return "positional", (f"{spec.positional.kind} has entries for one class token before the patches: "
+                                  "set patches.class_token, no distillation_token or registers")
         if self.patch_size > self.image_size:
             return "patches.patch_size", (f"patch_size ({self.patch_size}) exceeds image_size "
                                           f"({self.image_size}): an image holds no whole patch")
@@ -95,8 +102,8 @@ class Patches(SpecModel):
         return None
 
     def lower(self, b: LayerBuilder) -> str:
-        """pixel_values -> patch embeddings -> [class, distillation] + patches -> + positions ->
-        registers after the class token: the (B, S, d_model) sequence, S = prefix + N."""
+        """pixel_values -> patch embeddings -> [class, distillation] + patches -> + positions (unless
+        ``positions`` is off) -> registers after the class token: the (B, S, d_model) sequence, S = prefix + N."""
         d, c, p, stack = b.spec.d_model, self.channels, self.patch_size, b.stack
         pixels = b.op("pixel_values", "input", [], attrs={"dtype": "float32", "pixels": True, "channels": c},
                       shape=("B", c, self.image_size, self.image_size))
@@ -110,9 +117,10 @@ class Patches(SpecModel):
             x = b.op(f"{stack}.tokens", "learned_tokens", [x], component="embedding",
                      attrs={"at": 0, "count": self.positioned},
                      params={"tokens": ((self.positioned, d), "normal:0.02")})
-        x = b.op(f"{stack}.pos", "patch_positions", [x, pixels], component="positional",
-                 attrs={"grid": self.grid, "prefix": self.positioned, "patch_size": p},
-                 params={"weight": ((self.positioned + self.grid ** 2, d), "normal:0.02")})
+        if self.positions:
+            x = b.op(f"{stack}.pos", "patch_positions", [x, pixels], component="positional",
+                     attrs={"grid": self.grid, "prefix": self.positioned, "patch_size": p},
+                     params={"weight": ((self.positioned + self.grid ** 2, d), "normal:0.02")})
         if self.registers:
             x = b.op(f"{stack}.registers", "learned_tokens", [x], component="embedding",
                      attrs={"at": self.positioned, "count": self.registers},

@@ -23,14 +23,18 @@ from tfspec.spec.base import SpecModel, field_error
 from tfspec.spec.bounds import (MAX_BLOCK, MAX_LAYERS, MIN_VOCAB, Channels, Epsilon, Heads, Layers, Positions,
                                 Segments, Steps, Text, TokenId, VocabSize, Width)
 from tfspec.spec.dual import DualEncoder
+from tfspec.spec.image_encoder import ImageEncoder
 from tfspec.spec.embed_projection import EmbedProjection
 from tfspec.spec.frames import Frames
+from tfspec.spec.memory_tokens import MAX_MEMORY_TOKENS, problem as memory_problem
 from tfspec.spec.patches import Patches
 from tfspec.spec.audio import Spectrogram
 from tfspec.spec.waveform import Waveform
 from tfspec.spec.heads import Head
+from tfspec.spec.image_heads import ImagePooler
 from tfspec.spec.positions import Positional
 from tfspec.spec.sharing import LayerSharing
+from tfspec.spec.softmax_mixture import SoftmaxMixture
 from tfspec.spec.streams import ResidualStreams
 
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -202,6 +206,10 @@ class Stack(SpecModel):
     """What the spec's ``embed_norm`` normalises in this stack: the token embeddings plus the
     positions (BERT, BART), or the token embeddings alone, the positions added after it
     (BlenderbotSmall's decoder)."""
+    memory_tokens: Annotated[int, Field(ge=0, le=MAX_MEMORY_TOKENS)] = 0
+    """m learned vectors before the sequence, through every layer, dropped before the head
+    (Burtsev et al. 2020's memory tokens, Darcet et al. 2024's registers; x-transformers'
+    ``num_memory_tokens``; ``tfspec.spec.memory_tokens``). 0: none."""
 
     @model_validator(mode="after")
     def _one_form(self) -> Stack:
@@ -270,7 +278,7 @@ class Stack(SpecModel):
                 groups.append({"layers": group.layers, "block": block})
         return {"groups": groups, "shared": self.shared, "act": None if self.act is None else self.act.model_dump(),
                 "share_layers": None if self.share_layers is None else self.share_layers.model_dump(),
-                "layer_drop": self.layer_drop}
+                "layer_drop": self.layer_drop} | ({"memory_tokens": self.memory_tokens} if self.memory_tokens else {})
 
     def entries(self):
         """(field path, layer kind) of each block entry as written, e.g. ``block.0``."""
@@ -353,11 +361,13 @@ class Spec(SpecModel):
     label_smoothing: Probability = 0.1
     """eps_ls (§5.4)."""
     positional: Positional = Positional()
-    norm: Literal["post", "pre", "sandwich", "output"] = "post"
+    norm: Literal["post", "pre", "sandwich", "output", "none"] = "post"
     """Where each sub-layer's norm sits. post: Norm(x + Sublayer(x)), the paper's; pre:
     x + Sublayer(Norm(x)) (GPT-2, Llama); sandwich: x + Norm(Sublayer(Norm(x))), two norms per
     sub-layer (Gemma 2 and 3); output: x + Norm(Sublayer(x)), the norm on the sub-layer's output
-    only (OLMo 2's reordered norm, Swin v2's res-post-norm)."""
+    only (OLMo 2's reordered norm, Swin v2's res-post-norm); none: no norm, x + Sublayer(x), and
+    no final norm unless final_norm says so (ReZero, Bachlechner et al. 2020, with
+    ``sublayer_gain: 0, sublayer_gain_shape: scalar``)."""
     residual: Literal["sequential", "parallel", "parallel_shared_norm"] = "sequential"
     """How a layer's sub-layers join the residual stream. sequential: one after another (§3.1);
     parallel: attention and feed-forward both read the layer's input, x + Attn(Norm1(x)) +
@@ -391,10 +401,15 @@ class Spec(SpecModel):
     residual_scale: float = Field(1.0, gt=0, le=1e6)
     """Factor on each sub-layer's output before it joins the residual stream, x + s * f(x)
     (Granite's residual_multiplier: 0.22)."""
-    sublayer_gain: float | None = Field(None, gt=0, le=1e6)
-    """A learned gain per feature on each sub-layer's output before it joins the residual stream,
-    x + diag(gamma) f(x), gamma starting at this value (LayerScale: Touvron et al. 2021, CaiT §2,
-    1e-5 to 0.1; DINOv2's layerscale_value 1.0); None: no gain."""
+    sublayer_gain: float | None = Field(None, ge=0, le=1e6)
+    """A learned gain on each sub-layer's output before it joins the residual stream, starting at
+    this value: x + diag(gamma) f(x) per feature (LayerScale: Touvron et al. 2021, CaiT §2, 1e-5 to
+    0.1; DINOv2's layerscale_value 1.0), or x + alpha f(x) with ``sublayer_gain_shape: scalar``
+    (ReZero: Bachlechner et al. 2020, alpha from 0, so each sub-layer starts as the identity);
+    None: no gain."""
+    sublayer_gain_shape: Literal["feature", "scalar"] = "feature"
+    """What ``sublayer_gain`` learns per sub-layer: feature, a gain per feature (d_model values,
+    LayerScale); scalar, one value (ReZero's alpha)."""
     embed_norm: bool = False
     """LayerNorm on embeddings + positions, before dropout (BERT)."""
     embed_projection: EmbedProjection | None = None
@@ -420,6 +435,9 @@ class Spec(SpecModel):
     output_softcap: float | None = Field(None, gt=0, le=1e6)
     """Logits squashed to c * tanh(logits / c) (Gemma 2's final_logit_softcapping: 30); None:
     logits as the projection gives them."""
+    softmax_mixture: SoftmaxMixture | None = None
+    """K softmaxes over the vocabulary mixed by priors (Yang et al. 2017; ``tfspec.spec.softmax_mixture``):
+    the output is then log-probabilities; None: one softmax of the logits."""
     image: Image | None = None
     """An image input: intensity tokens in raster order with row, column and channel
     embeddings in place of ``positional`` (which must then be kind none)."""
@@ -428,6 +446,9 @@ class Spec(SpecModel):
     patches: Patches | None = None
     """Pixel values (batch, channels, height, width) cut into patches as the encoder's input instead
     of token ids, with their class token and learned positions (ViT; ``tfspec.spec.patches``)."""
+    image_pooler: ImagePooler | None = None
+    """The pooled features of an image encoder as the ``pooled`` output (BeitModel's pooler: the
+    patches' mean through a LayerNorm; ``tfspec.spec.image_heads``); None: no such output."""
     spectrogram: Spectrogram | None = None
     """A log-mel spectrogram (batch, mels, frames) as the encoder's input instead of source tokens,
     through a convolution stem and a stored position table (Whisper; ``tfspec.spec.audio``)."""
@@ -441,6 +462,10 @@ class Spec(SpecModel):
     dual: DualEncoder | None = None
     """A dual encoder (CLIP, SigLIP): this spec is the text tower, ``dual.vision`` the image
     tower, joined by pooling, projections and scaled cosine scores (``tfspec.spec.dual``)."""
+    image_encoder: ImageEncoder | None = None
+    """The encoder as a spec of its own reading patches (TrOCR: a ViT or DeiT under this spec's text
+    decoder, in place of an ``encoder`` stack), projected to d_model where its width differs
+    (``tfspec.spec.image_encoder``)."""
     encoder: Stack | None = None
     decoder: Stack | None = None
     reference: Reference | None = None
@@ -521,8 +546,11 @@ class Spec(SpecModel):
                                           f"{fix}, or norm_type layer or rms")
 
     def _check_parts(self) -> None:
-        for part in (self.frames, self.patches, self.spectrogram, self.waveform, self.head, self.embed_projection,
-                     self.residual_streams, self.dual):
+        if self.positional.definition.over_patches and self.patches is None:
+            raise field_error("positional", f"{self.positional.kind} biases attention by the 2-D offsets of image "
+                              "patches: give the spec patches")
+        for part in (self.image_pooler, self.frames, self.patches, self.spectrogram, self.waveform, self.head, self.embed_projection,
+                     self.residual_streams, self.dual, self.softmax_mixture, self.image_encoder):
             if part is not None and (problem := part.check(self)):
                 raise field_error(*problem)
 
@@ -563,6 +591,10 @@ class Spec(SpecModel):
                               "positive; pick a fraction that makes it so")
 
     def _check_residual(self) -> None:
+        if self.sublayer_gain is None and self.sublayer_gain_shape != "feature":
+            raise field_error("sublayer_gain_shape", f"sublayer_gain_shape ({self.sublayer_gain_shape}) shapes the "
+                              "gain on each sub-layer's output, but sublayer_gain is not set: set sublayer_gain "
+                              "(its start, 0 for ReZero) or drop sublayer_gain_shape")
         if self.residual == "sequential":
             return
         if self.norm != "pre":
@@ -601,7 +633,7 @@ class Spec(SpecModel):
             present = getattr(self, stack) is not None
             if present and stack not in wants:
                 raise field_error(stack, f"family {self.family} has no {stack}; remove it or change family")
-            if not present and stack in wants:
+            if not present and stack in wants and not (stack == "encoder" and self.image_encoder is not None):
                 raise field_error(stack, f"family {self.family} needs an {stack}")
 
     def _check_stack(self, stack: str) -> None:
@@ -626,6 +658,8 @@ class Spec(SpecModel):
             if problem := layer.check(self):
                 raise field_error(field, problem)
         self._check_shared_tables(stack, spec)
+        if spec.memory_tokens and (problem := memory_problem(self, stack)):
+            raise field_error(*problem)
         if problem := crosslayer.stack_problem(self, stack):  # value residual, residual attention
             raise field_error(*problem)
 
@@ -696,14 +730,21 @@ class Spec(SpecModel):
         return NORMS[self.norm_type].bias_default if self.norm_bias is None else self.norm_bias
 
     @property
+    def outputs_log_probs(self) -> bool:
+        """The ``logits`` port holds normalised log-probabilities (the softmax mixture declares
+        ``log_probs``): a consumer may skip its log-softmax, which would be the identity."""
+        return self.softmax_mixture is not None and self.softmax_mixture.log_probs
+
+    @property
     def ties_output(self) -> bool:
         """The pre-softmax projection is the target embedding matrix (§3.4)."""
         return self.tie_embeddings in ("output", "all")
 
     @property
     def uses_final_norm(self) -> bool:
-        return self.norm != "post" if self.final_norm is None else self.final_norm
+        return self.norm not in ("post", "none") if self.final_norm is None else self.final_norm
 
 
 DualEncoder.model_rebuild(_types_namespace={"Spec": Spec})  # its image tower is a whole spec
+ImageEncoder.model_rebuild(_types_namespace={"Spec": Spec})  # TrOCR's encoder is a whole spec
 Spec.model_rebuild()

@@ -104,8 +104,9 @@ class Waveform(SpecModel):
             return "waveform.conv_kernel", (f"conv_dim, conv_kernel and conv_stride describe one convolution each: "
                                             f"give as many of each (got {len(self.conv_dim)}, {len(self.conv_kernel)}, "
                                             f"{len(self.conv_stride)})")
-        if spec.positional.kind != "none":
-            return "positional", ("a waveform's positions are its position convolution's: set positional: {kind: none} "
+        if not spec.positional.in_attention and spec.positional.kind != "none":
+            return "positional", ("a waveform's positions are its position convolution's, and any inside attention "
+                                  "(WavLM's gated_relative_bias): set positional: {kind: none} "
                                   f"(got {spec.positional.kind})")
         if spec.d_model % self.position_groups:
             return "waveform.position_groups", (f"d_model ({spec.d_model}) must be divisible by position_groups "

@@ -30,6 +30,12 @@ def first(e, node: Node, x: str) -> str:
     return e.b.op("Gather", x, e.b.const(np.int64(0)), axis=1)
 
 
+@lowering("projector")
+def projector(e, node: Node, x: str) -> str:
+    """x W^T + b: (B, d) -> (B, width), a pooled vector narrowed for the classifier."""
+    return e.b.gemm(x, node.params["weight"], e.b.param(node.params["bias"]))
+
+
 @lowering("classifier")
 def classifier(e, node: Node, x: str) -> str:
     """logits = x W^T + b, for one vector per sequence (B, d) or one per position (B, S, d)."""
@@ -58,16 +64,25 @@ def dense(e, node: Node, x: str) -> str:
     return activation(b, y, node.attrs["activation"])
 
 
+def next_rows(e, x: str, d: int) -> str:
+    """The rows of ``x`` (flat, d wide) the output side reads: in step graphs, only the last
+    position's, the next token's (B, d); elsewhere all of them."""
+    if not e.variant.step or e.variant.every_position:
+        return x
+    b = e.b
+    last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
+    x = b.op("Reshape", last, b.ints(-1, d))
+    b.flat.add(x)
+    return x
+
+
 @lowering("projection", rows=True)
 def projection(e, node: Node, x: str) -> str:
     """The pre-softmax linear layer, its input times the spec's output_scale (T5: d_model^-0.5):
     flat (B * L, vocab) logits; in step graphs (B, vocab), the last position's only, or the
     shortlist's candidates' only (B, n) in the shortlist step graph (``variants.shortlist``)."""
     b, d = e.b, e.b.shape(node.params["weight"])[1]
-    if e.variant.step and not e.variant.every_position:  # only the next token's distribution: (B, d) rows
-        last = b.op("Slice", b.sequence(x, d), b.ints(-1), b.ints(np.iinfo(np.int64).max), b.ints(1))
-        x = b.op("Reshape", last, b.ints(-1, d))
-        b.flat.add(x)
+    x = next_rows(e, x, d)
     if node.attrs["scale"] != 1.0:
         x = b.op("Mul", x, b.const(node.attrs["scale"]))
     weight, bias = node.params["weight"], node.params.get("bias")

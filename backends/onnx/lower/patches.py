@@ -16,10 +16,13 @@ from tfspec.ir import Node
 
 from . import lowering
 
+GRID = ("published", "patch_embedding", "grid")
+"""``Emit.cached`` key of the int64 (2,) patch grid (H // p, W // p): BEiT's 2-D bias reads it."""
+
 
 def pixels_input(e, node: Node) -> str:
     """Declare ``pixel_values`` (batch, channels, height, width)."""
-    batch = "images" if node.stack in e.graph.towers else "batch"  # a dual encoder's images are not its texts
+    batch = "images" if e.graph.spec.dual is not None else "batch"  # a dual encoder's images are not its texts
     return e.b.input(node.name, [batch, node.attrs["channels"], "height", "width"])
 
 
@@ -29,6 +32,7 @@ def patch_embedding(e, node: Node, pixels: str) -> str:
     b, p, d = e.b, node.attrs["patch_size"], node.shape[-1]
     bias = [b.param(node.params["bias"])] if "bias" in node.params else []  # CLIP's has none
     grid = b.op("Conv", pixels, b.param(node.params["weight"]), *bias, kernel_shape=[p, p], strides=[p, p])
+    e.cached(GRID, lambda: b.op("Slice", b.op("Shape", grid), b.ints(2), b.ints(4), b.ints(0)))  # (H/p, W/p)
     return b.op("Transpose", b.op("Reshape", grid, b.ints(0, d, -1)), perm=[0, 2, 1])  # (B, N, d)
 
 

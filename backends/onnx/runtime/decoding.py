@@ -77,10 +77,12 @@ class OnnxDecoder:
 
     def start(self, src: np.ndarray | None, mask: np.ndarray | None = None) -> DeviceState:
         """Encode ``src`` (B, S); ``mask`` (B, S) true at real tokens (``OnnxModel.feeds``). A float
-        ``src`` is a spectrogram's features (B, mels, frames), without a mask (Whisper's)."""
+        ``src`` is a spectrogram's features (B, mels, frames) or images' pixel values (B, C, H, W), without
+        a mask (Whisper's, TrOCR's)."""
         values = {}
         if src is not None and src.dtype.kind == "f":
-            values |= self.model.run_on_device("encoder", self.shared, {"input_features": src.astype(self.dtype)})
+            port = next(i.name for i in self.model.sessions["encoder"].get_inputs())  # the one float input
+            values |= self.model.run_on_device("encoder", self.shared, {port: src.astype(self.dtype)})
         elif src is not None:
             feeds = {"src": src.astype(np.int64)} | ({} if mask is None else {"attention_mask": mask})
             values |= self.model.run_on_device("encoder", self.shared, feeds)

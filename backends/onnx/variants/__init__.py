@@ -130,6 +130,11 @@ class Variant:
         """Target positions already decoded (step graphs)."""
         raise TfspecError(f"a {self.name} graph decodes no steps")
 
+    def memory_cached(self, e, count: int) -> str | None:
+        """int64 (1,): how many of a stack's ``count`` memory tokens the cache holds already (their
+        keys and values, computed at the first step); None: none (a graph without state)."""
+        return None
+
     def attend(self, e, node, plain: bool, q: str, k: str, v: str) -> str | None:
         """Self-attention of ``node`` computed by the variant itself, or None (the lowering's)."""
         return None

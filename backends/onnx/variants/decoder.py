@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+from tfspec.errors import TfspecError
+
 from . import Variant, register
 
 
@@ -66,7 +68,7 @@ class Decoder(Variant):
 
     def positions(self, e, seq: str, x: str | None) -> str:
         """Target positions follow the past; (B, L) per row with ``position_offset``."""
-        if seq != "T":
+        if seq != "T" or seq in e.rows:  # rows: the memory tokens' and the tokens' (``lower/memory_tokens``)
             return super().positions(e, seq, x)
         b = e.b
         length = e.lengths.get(seq) or b.shape_of(x, 1)
@@ -84,17 +86,40 @@ class Decoder(Variant):
 
     def offset(self, e) -> str:
         """The past length of the first self-attention that keeps every past key (an ``offset``
-        input for decoders without one: banded kinds keep only their band)."""
+        input for decoders without one: banded kinds keep only their band), less the memory
+        tokens cached with the keys (``memory_tokens`` on the decoder)."""
         def find():
             if self.offset_given:
                 return e.b.input("offset", [1], TensorProto.INT64)
-            attn = next((n for n in e.graph.nodes() if n.stack == "decoder" and n.op == "attention"
-                         and not n.layer.needs_memory and n.layer.band() is None), None)
-            if attn is None:
+            past = self.past_length(e)
+            if past is None:
                 return e.b.input("offset", [], TensorProto.INT64)
-            past = self.state(e, attn, "key", ["batch", attn.attrs["kv_heads"], "past_len", attn.attrs["d_k"]])
-            return e.b.shape_of(past, 2)
+            m = e.graph.spec.decoder.memory_tokens
+            if not m:
+                return past
+            return e.b.op("Max", e.b.op("Sub", past, e.b.const(np.int64(m))), e.b.const(np.int64(0)))
         return e.cached("offset", find)
+
+    def past_length(self, e) -> str | None:
+        """int64 scalar: the keys the first self-attention that keeps every past key holds; None
+        where none does (banded kinds keep only their band)."""
+        attn = next((n for n in e.graph.nodes() if n.stack == "decoder" and n.op == "attention"
+                     and not n.layer.needs_memory and n.layer.band() is None), None)
+        if attn is None:
+            return None
+        past = self.state(e, attn, "key", ["batch", attn.attrs["kv_heads"], "past_len", attn.attrs["d_k"]])
+        return e.b.shape_of(past, 2)
+
+    def memory_cached(self, e, count: int) -> str:
+        """The memory is cached from the first step on (the past is empty only before it): min(past, m).
+        A step graph given its offset (a preallocated or in-place cache) or positions of its own
+        (onnxruntime-genai's) cannot tell its first step by the past: refused."""
+        if self.offset_given or type(self).positions is not Decoder.positions:
+            raise TfspecError(f"{self.name}.onnx cannot carry memory tokens (decoder.memory_tokens): its cache or "
+                              "positions do not start from an empty past; export without it")
+        b = e.b
+        return e.cached(("memory_cached", count), lambda: b.op("Unsqueeze", b.op(
+            "Min", self.past_length(e), b.const(np.int64(count))), b.ints(0)))
 
     def cache(self, e, node, k: str, v: str) -> tuple[str, str]:
         """Keys and values of earlier positions, then these; a banded kind never looks further
@@ -122,7 +147,9 @@ class Decoder(Variant):
 
     def outputs(self, e, env: dict) -> None:
         b, graph = e.b, e.graph
-        log_probs = b.op("LogSoftmax", env[graph.ports["logits"]], axis=-1)  # (B, vocab): the last rows only
+        log_probs = env[graph.ports["logits"]]  # (B, vocab): the last rows only
+        if not graph.spec.outputs_log_probs:  # a softmax mixture's rows are log-probabilities already
+            log_probs = b.op("LogSoftmax", log_probs, axis=-1)
         log_probs = self.log_probs(e, log_probs)
         values, ids = b.op("TopK", log_probs, b.input("top_k", [1], TensorProto.INT64), axis=-1, outputs=2)
         b.output("top_values", values, ["batch", "k"])

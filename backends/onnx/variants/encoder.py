@@ -11,13 +11,16 @@ from onnx import numpy_helper
 from ..lower.projection import project_kv
 from . import Variant, register
 
-SOURCES = ("src", "input_features")
-"""The ports an encoder reads its source from: token ids, or a spectrogram (``tfspec.spec.audio``)."""
+SOURCES = ("src", "input_features", "pixel_values")
+"""The ports an encoder reads its source from: token ids, a spectrogram (``tfspec.spec.audio``), or
+pixels under a text decoder (``tfspec.spec.image_encoder``)."""
 
 
 def source(graph) -> str | None:
-    """The port ``graph``'s encoder reads, or None (no encoder, or one fed frames or pixels alone)."""
-    return next((port for port in SOURCES if port in graph.ports), None)
+    """The port ``graph``'s encoder reads, or None (no encoder, or one fed frames or pixels alone,
+    with no decoder after it)."""
+    return next((port for port in SOURCES if port in graph.ports and (port != "pixel_values" or "tgt" in graph.ports)),
+                None)
 
 
 @register
@@ -35,8 +38,10 @@ class Encoder(Variant):
 
     def outputs(self, e, env: dict) -> None:
         b, graph = e.b, e.graph
-        d, memory = graph.spec.d_model, env[graph.ports["memory"]]
-        b.output("memory", b.sequence(memory, d), ["batch", "src_len", d])
+        d, memory = graph.node(graph.ports["memory"]).shape[-1], env[graph.ports["memory"]]
+        viewed = b.sequence(memory, d)
+        named = b.output("memory", viewed, ["batch", "src_len", d])
+        memory = named if viewed == memory else memory  # renamed where it was made (a projection's output)
         b.output("memory_bias", e.key_bias("S") or no_bias(b, b.sequence(memory, d)), ["batch", 1, 1, "src_len"])
         for node in graph.nodes():
             if node.op == "attention" and node.layer.needs_memory:

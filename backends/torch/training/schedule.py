@@ -18,10 +18,11 @@ def adam(params, fused: bool = False) -> torch.optim.Adam:
 
 
 def smoothed_loss(logits: torch.Tensor, target: torch.Tensor, pad: int, smoothing: float,
-                  keep: torch.Tensor | None = None):
+                  keep: torch.Tensor | None = None, normalised: bool = False):
     """Summed label-smoothed cross-entropy (§5.4) and summed NLL over the targets ``keep``
-    (B, T) marks (the batch's loss_mask; by default those that are not ``pad``)."""
-    logp = F.log_softmax(logits.float(), -1).flatten(0, 1)
+    (B, T) marks (the batch's loss_mask; by default those that are not ``pad``); ``normalised``:
+    ``logits`` are log-probabilities already (``Spec.outputs_log_probs``), taken as they are."""
+    logp = (logits.float() if normalised else F.log_softmax(logits.float(), -1)).flatten(0, 1)
     target = target.flatten()
     keep = target != pad if keep is None else keep.flatten()
     nll = -logp.gather(1, target[:, None]).squeeze(1)

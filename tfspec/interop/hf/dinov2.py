@@ -91,6 +91,8 @@ class Dinov2(ViT):
             return reason
         if spec.sublayer_gain is None:
             return f"{self.title} scales each sub-layer's output (LayerScale): set sublayer_gain"
+        if spec.sublayer_gain_shape != "feature":
+            return f"{self.title}'s LayerScale has a gain per feature: set sublayer_gain_shape: feature"
         if self._ratio(spec) is None:
             swiglu = " (SwiGLU: 2/3 of it, up to a multiple of 8)" if spec.gated else ""
             return f"{self.title}'s MLP width is hidden_size x an integer mlp_ratio{swiglu}; d_ff {spec.d_ff} is none"

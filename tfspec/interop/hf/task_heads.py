@@ -104,8 +104,10 @@ class TaskHeads:
             data["embed_projection"] = data["embed_projection"] | {"out": None}
         return data
 
-    def _classes(self, kind: str, c: dict, where: str) -> dict:
-        """The head's classes, labels and problem from num_labels, id2label and problem_type."""
+    @staticmethod
+    def _classes(kind: str, c: dict, where: str) -> dict:
+        """The head's classes, labels and problem from num_labels, id2label and problem_type (the
+        speech families' classification heads read them too: ``wav2vec2.py``)."""
         labels = _labels(c, where)
         classes = len(labels) if labels is not None else number(c, "num_labels", where, default=2)
         if kind == "answer_span":

@@ -8,8 +8,11 @@ position embedding (the spec's ``embed_norm``) where ``do_stable_layer_norm`` is
 pre-norm with a final LayerNorm where it is true (large, "stable layer norm"). Every projection
 has a bias; query, key and value are one ``w_qkv`` in tfspec. Wav2Vec2ForCTC adds the ``ctc``
 head: dropout and ``lm_head`` over ``vocab_size`` labels, the blank at ``pad_token_id``, decoded
-best-path (argmax, repeats merged, blanks dropped: ``tfspec.ctc.greedy``). HuBERT subclasses it
-(``hubert.py``). Defaults are Wav2Vec2Config's.
+best-path (argmax, repeats merged, blanks dropped: ``tfspec.ctc.greedy``).
+Wav2Vec2ForSequenceClassification adds the ``sequence_classification`` head: ``projector`` (to
+classifier_proj_size), the mean over each row's real frames, ``classifier``; the layer-weighted sum
+of every layer's states (``use_weighted_layer_sum``) is refused. HuBERT and WavLM subclass it
+(``hubert.py``, ``wavlm.py``). Defaults are Wav2Vec2Config's.
 
 SpecAugment (``apply_spec_augment``, ``mask_time_*``, ``mask_feature_*``) masks frames and
 channels in training only, so it changes no output here; the learned vector it puts in masked
@@ -27,6 +30,7 @@ from typing import ClassVar
 from tfspec.errors import TfspecError
 from tfspec.interop.hf.family import Family, Rule, Source, _show, activation, flag, norm_rules, number, register
 from tfspec.interop.hf.layouts import Concat
+from tfspec.interop.hf.task_heads import TaskHeads
 
 VOCAB = {"size": 4}
 """The base model reads no token ids; its spec's vocabulary holds only the four special ids."""
@@ -39,8 +43,9 @@ TRAINING = ("apply_spec_augment", "mask_time_length", "mask_time_min_masks", "ma
 PRETRAINING = ("num_codevectors_per_group", "num_codevector_groups", "contrastive_logits_temperature",
                "num_negatives", "codevector_dim", "proj_codevector_dim", "diversity_loss_weight",
                "feat_quantizer_dropout")
-OTHER_HEADS = ("use_weighted_layer_sum", "classifier_proj_size", "tdnn_dim", "tdnn_kernel", "tdnn_dilation",
-               "xvector_output_dim")
+OTHER_HEADS = ("tdnn_dim", "tdnn_kernel", "tdnn_dilation", "xvector_output_dim")
+CLASSIFYING = ("use_weighted_layer_sum", "classifier_proj_size")
+"""Read by the sequence classification head (and the frame classification and x-vector ones)."""
 
 
 def ints(config: dict, key: str, where: str) -> list[int]:
@@ -57,10 +62,12 @@ class Wav2Vec2(Family):
     model_type = "wav2vec2"
     family = "encoder-only"
     title = "wav2vec 2.0"
-    architectures = {"Wav2Vec2Model": "", "Wav2Vec2ForCTC": "wav2vec2."}
+    architectures = {"Wav2Vec2Model": "", "Wav2Vec2ForCTC": "wav2vec2.",
+                     "Wav2Vec2ForSequenceClassification": "wav2vec2."}
     export_architecture = "Wav2Vec2Model"
     ctc_architecture = "Wav2Vec2ForCTC"
-    heads = ("lm_head.",)
+    classification_architecture = "Wav2Vec2ForSequenceClassification"
+    heads = ("lm_head.", "projector.", "classifier.")
     mapped = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
               "hidden_act", "hidden_dropout", "activation_dropout", "attention_dropout", "layer_norm_eps",
               "feat_extract_norm", "feat_extract_activation", "conv_dim", "conv_stride", "conv_kernel", "conv_bias",
@@ -73,8 +80,9 @@ class Wav2Vec2(Family):
                **dict.fromkeys(("ctc_loss_reduction", "ctc_zero_infinity"), "the CTC loss: training only"),
                **dict.fromkeys(PRETRAINING, "Wav2Vec2ForPreTraining's quantizer and contrastive loss, which the "
                                             "model and its CTC head do not have"),
-               **dict.fromkeys(OTHER_HEADS, "read by the sequence classification, frame classification and "
-                                            "x-vector heads, which tfspec does not import"),
+               **dict.fromkeys(OTHER_HEADS, "read by the x-vector head, which tfspec does not import"),
+               **dict.fromkeys(CLASSIFYING, "read by the sequence classification, frame classification and "
+                                            "x-vector heads, not by the model or its CTC head"),
                **dict.fromkeys(("adapter_kernel_size", "adapter_stride", "num_adapter_layers", "output_hidden_size"),
                                "the adapter's, which add_adapter false leaves out"),
                **dict.fromkeys(("bos_token_id", "eos_token_id"), "the tokenizer's; CTC reads only the blank (pad)")}
@@ -100,7 +108,18 @@ class Wav2Vec2(Family):
                 "waveform": self._waveform(c, where),
                 "encoder": {"layers": number(c, "num_hidden_layers", where), "block": ["self_attention", "ffn"]}}
         ctc = self._ctc(c, where, source.vocabulary)  # checked for the base model too: its config holds them
+        if source.architecture == self.classification_architecture:
+            return data | self._classification(c, where)
         return data | ctc if source.architecture == self.ctc_architecture else data
+
+    def _classification(self, c: dict, where: str) -> dict:
+        """*ForSequenceClassification's head: projector, the mean over the real frames, classifier."""
+        if flag(c, "use_weighted_layer_sum", where):
+            raise TfspecError(f"{where}: use_weighted_layer_sum: true is not supported; tfspec classifies the last "
+                              "layer's states, not a learned mix of every layer's (set it false)")
+        head = {"kind": "sequence_classification", "pooling": "mean", "dropout": 0.0,
+                "projection": number(c, "classifier_proj_size", where, default=256)}
+        return {"head": head | TaskHeads._classes("sequence_classification", c, where)}
 
     def _waveform(self, c: dict, where: str) -> dict:
         norm = c.get("feat_extract_norm")
@@ -153,7 +172,7 @@ class Wav2Vec2(Family):
     def structure(self, spec) -> str | None:
         if spec.waveform is None:
             return f"{self.title} reads a waveform; this spec has none"
-        if spec.head is not None and spec.head.kind != "ctc":
+        if spec.head is not None and spec.head.kind not in ("ctc", "sequence_classification"):
             return f"{self.title} has no {spec.head.kind} head that tfspec imports"
         return super().structure(spec)
 
@@ -181,8 +200,12 @@ class Wav2Vec2(Family):
             rules.append(Rule("encoder.pos.mask_embedding", ("masked_spec_embed",)))
         for i in range(spec.encoder.num_layers):
             rules += _layer(f"encoder.layers.{i}.", f"encoder.layers.{i}.")
-        if spec.head is not None:
+        if spec.head is not None and spec.head.kind == "ctc":
             rules += [Rule(f"output.{p}", (f"lm_head.{p}",)) for p in ("weight", "bias")]
+        elif spec.head is not None:
+            rules += [Rule(f"{ours}.{p}", (f"{theirs}.{p}",)) for ours, theirs in (("head.projector", "projector"),
+                                                                                 ("classifier", "classifier"))
+                      for p in ("weight", "bias")]
         return rules
 
     def rename(self, name: str) -> str:
@@ -199,10 +222,14 @@ class Wav2Vec2(Family):
         return pretraining
 
     def architecture_for(self, spec) -> str:
-        return self.export_architecture if spec.head is None else self.ctc_architecture
+        if spec.head is None:
+            return self.export_architecture
+        return self.ctc_architecture if spec.head.kind == "ctc" else self.classification_architecture
 
     def outputs(self, architecture: str) -> dict[str, str]:
-        return {"logits": "logits"} if architecture == self.ctc_architecture else {"memory": "last_hidden_state"}
+        if architecture in (self.ctc_architecture, self.classification_architecture):
+            return {"logits": "logits"}
+        return {"memory": "last_hidden_state"}
 
     def config(self, spec) -> dict:
         raise TfspecError(f"export --format hf does not write {self.title} yet; export to ONNX (the default format)")

@@ -91,6 +91,8 @@ class Whisper(Family):
     def structure(self, spec) -> str | None:
         if spec.spectrogram is None:
             return "Whisper's encoder reads a spectrogram; this spec has no spectrogram"
+        if spec.spectrogram.subsampler is not None:
+            return "Whisper's encoder has a convolution stem; this spec's spectrogram has a subsampler (Speech2Text's)"
         return super().structure(spec)
 
     def rules(self, spec, architecture: str) -> list[Rule]:

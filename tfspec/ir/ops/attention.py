@@ -21,14 +21,15 @@ class Attention(LayerOp):
         kernel reads; the heads' output and the log-sum-exp. A banded kind over a long sequence
         (``use_blocks``) runs block by block: queries padded to whole blocks of w, each block's
         keys and values gathered from its neighbours, and the band's mask as the kernel's float
-        bias. Attention spelled out (``fused_kernel``) keeps the L x L softmax weights and what
-        each score modifier keeps beside them."""
+        bias. Attention spelled out (``fused_kernel`` in training) keeps the L x L softmax weights
+        and what each score modifier keeps beside them; with ``z_loss``, the masked logits its
+        log-sum-exp reads too."""
         a = node.attrs
         queries, keys = sizes[node.shape[1]], sizes[a.get("kv_seq", node.shape[1])]
         keys += a.get("learned_kv") or 0  # learned keys join every call's keys (and weights)
         h, d_k, d_v = a["heads"], a["d_k"], a["d_v"]
         rows_q, rows_k = sizes["B"] * queries, sizes["B"] * keys
-        fused = fused_kernel(node)
+        fused = fused_kernel(node, training=True)
         saved = {i: out(i) for i in node.inputs}
         band = None if node.layer.needs_memory else node.layer.band()
         if fused and band is not None and use_blocks(band, queries):
@@ -56,7 +57,7 @@ class Attention(LayerOp):
             mixed = (g == h) + ("w_mix" in node.params) * (1 + 1 / d_v)
             saved[f"{node.name}#value_mix"] = int(rows_q * g * d_v * mixed * 4)
         if not fused:
-            copies = 1 + sum(m.saved_scores for m in modifiers.set_on(a))  # a bool mask: a quarter
+            copies = 1 + sum(m.saved_scores for m in modifiers.set_on(a)) + bool(a.get("z_loss"))  # a bool mask: 1/4
             saved[f"{node.name}#weights"] = int(copies * rows_q * h * keys * 4)
         return saved
 

@@ -3,6 +3,8 @@ dense transform of masked-LM heads, BERT's pooler and the task heads' pooling an
 
 from __future__ import annotations
 
+import sympy
+
 from . import Op, keeps_inputs, keeps_inputs_and_output, no_products, register, width
 
 
@@ -47,15 +49,27 @@ class Pooler(Op):
 
 @register
 class Classifier(Op):
-    """A task head's classes from one vector per sequence (B, d) or from each position's."""
+    """A task head's classes from one vector per sequence (B, d) or from each position's, reading
+    ``features`` features where a projector narrowed them, else d."""
     name = "classifier"
     saved = staticmethod(keeps_inputs_and_output)
 
     @staticmethod
     def flops(node, s, dense=False):
-        positions = s.n if len(node.shape) == 3 else 1
+        positions = s.n if len(node.shape) == 3 else sympy.Integer(1)  # an expression even where no symbol is left
         parts = node.attrs.get("parts", 1)  # d-wide vectors side by side: DINOv2's class token and patch mean, 2
-        return {"classifier": 2 * positions * parts * s.d * node.attrs["classes"]}
+        return {"classifier": 2 * positions * parts * width(node, s) * node.attrs["classes"]}
+
+
+@register
+class Projector(Op):
+    """A linear map of one pooled vector per sequence, d -> ``width`` (wav2vec 2.0's projector)."""
+    name = "projector"
+    saved = staticmethod(keeps_inputs)
+
+    @staticmethod
+    def flops(node, s, dense=False):
+        return {"projector": 2 * s.d * node.attrs["width"]}
 
 
 @register

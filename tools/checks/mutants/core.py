@@ -57,7 +57,7 @@ MUTANTS = [
          tests=["tests/test_torch_reference.py"]),
     dict(name="pre-norm stacks default to no final norm",
          file="tfspec/spec/schema.py",
-         old='return self.norm != "post" if self.final_norm is None else self.final_norm',
+         old='return self.norm not in ("post", "none") if self.final_norm is None else self.final_norm',
          new='return False if self.final_norm is None else self.final_norm',
          tests=["tests/test_params.py", "tests/test_torch_reference.py"]),
     dict(name="ffn width taken from d_model",
@@ -164,7 +164,7 @@ MUTANTS = [
          file="tfspec/modifiers/__init__.py", old="saved_scores: ClassVar[int] = 1",
          new="saved_scores: ClassVar[int] = 0", tests=["tests/test_kernel_choice.py"]),
     dict(name="the decoding cache ignores a sliding window",
-         file="tfspec/analysis/kvcache.py", old="m if source else layer.kept(n), limit, source))",
-         new="m if source else n, limit, source))",
+         file="tfspec/analysis/kvcache.py", old="kept = layer.kept(n + span.get(node.name, 0))",
+         new="kept = n + span.get(node.name, 0)",
          tests=["tests/test_kv_cache.py"]),
 ]

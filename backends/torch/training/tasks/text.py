@@ -90,7 +90,7 @@ class Tokens(Task):
         inputs = INPUTS[self.spec.family]
         logits = net(*[batch[k] for k in inputs], **{MASKS[k]: batch[MASKS[k]] for k in inputs})
         loss, nll = smoothed_loss(logits, batch["tgt_out"], self.spec.vocab.pad_id, self.spec.label_smoothing,
-                                  batch["loss_mask"])
+                                  batch["loss_mask"], self.spec.outputs_log_probs)
         if model.aux_loss is not None:  # ponder cost, load balancing: summed over tokens too
             loss = loss + model.aux_loss
         return loss, {"nll": nll.item()}
