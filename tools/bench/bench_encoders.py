@@ -43,10 +43,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bandwidth import cpu_name  # noqa: E402
-from bench_optimum import disk, measured  # noqa: E402
+from bench_optimum import disk, finish, measured, optimum_options  # noqa: E402
 from isolated import Job, conditions, interleave, with_bare  # noqa: E402
-from peer_bare import BARE_LIMIT, invalid, peak_rss, timed  # noqa: E402
-from results import Table, record, save  # noqa: E402
+from peer_bare import invalid, peak_rss, timed  # noqa: E402
+from results import Table  # noqa: E402
 
 TAKES = "~15 minutes on 2 quiet cores (all three models, 3 rounds)"
 """How long a run takes (tools/README.md lists it)."""
@@ -216,14 +216,7 @@ def main() -> None:
                                 ("new", 64, "Whisper: tokens generated"), ("rounds", 3, "rounds (medians)"),
                                 ("threads", 2, "threads of every engine")):
         p.add_argument(f"--{name}", type=int, default=default, help=what)
-    p.add_argument("--save", metavar="NAME", help="also write the tables to tools/results/NAME.json, which "
-                   "BENCHMARKS.md shows (`python tools/generators/benchmarks.py`)")
-    p.add_argument("--optimum-python", default=str(ROOT / ".venv-optimum" / "bin" / "python"),
-                   help="the Python of optimum-onnx's own environment (README)")
-    args = p.parse_args()
-    if not Path(args.optimum_python).is_file():
-        sys.exit(f"error: no optimum environment at {args.optimum_python}: python3 -m venv .venv-optimum && "
-                 ".venv-optimum/bin/pip install torch==2.13.0 'optimum-onnx[onnxruntime]==0.1.0' 'transformers<4.58'")
+    args = optimum_options(p)
     header = (f"tfspec against optimum-onnx on encoders: {args.threads} threads, float32, median of {args.rounds} "
               f"rounds, each engine in a fresh process of its own every round; {cpu_name()}; {conditions()}")
     print(header)
@@ -236,12 +229,7 @@ def main() -> None:
             results = interleave(jobs, args.rounds, args.threads)
             made_tables, why = report(args, name, params, made, agrees, results)
             tables, reasons = tables + made_tables, reasons + why
-    for why in reasons:
-        print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
-    if args.save:
-        notes = [f"{why} (limit {BARE_LIMIT:.0%})" for why in reasons]
-        print(f"saved {save(args.save, record(' '.join([header, *notes]), tables))}")
-    sys.exit(1 if reasons else 0)
+    finish(args, header, tables, reasons)
 
 
 if __name__ == "__main__":

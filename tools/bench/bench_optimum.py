@@ -154,13 +154,9 @@ def report(args, family: str, params: int, made: dict, agreement: str, results: 
     return [exports, speeds], reasons
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    for name, default in (("vocab", 32000), ("d-model", 512), ("layers", 8), ("prompt", 32), ("new", 64),
-                          ("rounds", 3), ("threads", 2)):
-        p.add_argument(f"--{name}", type=int, default=default)
-    p.add_argument("--families", default="llama,qwen2,gpt2,marian,t5,bart",
-                   help="comma-separated: llama, qwen2, gpt2 (decoder-only), marian, t5, bart (seq2seq)")
+def optimum_options(p: argparse.ArgumentParser) -> argparse.Namespace:
+    """``--save`` and ``--optimum-python`` added to ``p``, its arguments parsed, and the optimum
+    environment required (the comparisons against optimum share them: bench_encoders.py too)."""
     p.add_argument("--save", metavar="NAME", help="also write the tables to tools/results/NAME.json, which "
                    "BENCHMARKS.md shows (`python tools/generators/benchmarks.py`)")
     p.add_argument("--optimum-python", default=str(ROOT / ".venv-optimum" / "bin" / "python"),
@@ -169,9 +165,30 @@ def main() -> None:
     if not Path(args.optimum_python).is_file():
         sys.exit(f"error: no optimum environment at {args.optimum_python}: python3 -m venv .venv-optimum && "
                  ".venv-optimum/bin/pip install torch==2.13.0 'optimum-onnx[onnxruntime]==0.1.0' 'transformers<4.58'")
+    return args
+
+
+def finish(args, header: str, tables: list[Table], reasons: list[str]) -> None:
+    """Print why the run is invalid, save its record (``--save``), exit 1 when invalid."""
+    for why in reasons:
+        print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
+    if args.save:
+        notes = [f"{why} (limit {BARE_LIMIT:.0%})" for why in reasons]
+        print(f"saved {save(args.save, record(' '.join([header, *notes]), tables))}")
+    sys.exit(1 if reasons else 0)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, default in (("vocab", 32000), ("d-model", 512), ("layers", 8), ("prompt", 32), ("new", 64),
+                          ("rounds", 3), ("threads", 2)):
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--families", default="llama,qwen2,gpt2,marian,t5,bart",
+                   help="comma-separated: llama, qwen2, gpt2 (decoder-only), marian, t5, bart (seq2seq)")
+    args = optimum_options(p)
     header = (f"tfspec against optimum-onnx: {args.threads} threads, prompt {args.prompt} -> exactly {args.new} new "
-              f"tokens, greedy, float32, median of {args.rounds} rounds, each engine in a fresh process of its own every "
-              f"round; {cpu_name()}; {conditions()}")
+              f"tokens, greedy, float32, median of {args.rounds} rounds, each engine in a fresh process of its own "
+              f"every round; {cpu_name()}; {conditions()}")
     print(header)
     reasons, tables = [], []
     for family in args.families.split(","):
@@ -187,12 +204,7 @@ def main() -> None:
             results = interleave(timing, args.rounds, args.threads)
             made_tables, why = report(args, family, params, made, agreement, results)
             tables, reasons = tables + made_tables, reasons + why
-    for why in reasons:
-        print(why + f" (limit {BARE_LIMIT:.0%}): this table is INVALID, the peer was slowed by its conditions")
-    if args.save:
-        notes = [f"INVALID: {why} (limit {BARE_LIMIT:.0%})" for why in reasons]
-        print(f"saved {save(args.save, record(' '.join([header, *notes]), tables))}")
-    sys.exit(1 if reasons else 0)
+    finish(args, header, tables, reasons)
 
 
 if __name__ == "__main__":

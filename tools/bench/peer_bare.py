@@ -28,6 +28,15 @@ BARE_LIMIT = 0.9
 """A peer column below this fraction of its bare speed marks the table INVALID."""
 
 
+def ort_options(threads: int):
+    """onnxruntime session options of a peer's sessions: ``threads`` intra-op, one inter-op."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    return options
+
+
 def timed(calls: list, warm: list, repeat: int = 1) -> list[float]:
     """Seconds per call of each of ``calls`` (mean of ``repeat`` back to back), after every
     call of ``warm`` ran once: sessions, arenas and caches set up at every shape first."""
@@ -153,14 +162,12 @@ def optimum_generate(threads: int, model: str, prompts: dict, n: int, check: str
     """``ct2_generate`` for optimum's ``ORTModelForCausalLM.generate`` (transformers' search over
     the directory's ONNX graph, onnxruntime CPU, its sessions given ``threads``), in the Python of
     optimum-onnx's own environment (it pins transformers < 4.58)."""
-    import onnxruntime
     import torch
     from optimum.onnxruntime import ORTModelForCausalLM
 
     torch.set_num_threads(threads)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-    ort = ORTModelForCausalLM.from_pretrained(model, session_options=options, provider="CPUExecutionProvider")
+    ort = ORTModelForCausalLM.from_pretrained(model, session_options=ort_options(threads),
+                                              provider="CPUExecutionProvider")
 
     def run(rows, k):
         with torch.inference_mode():
@@ -180,12 +187,10 @@ def seq2seq_generate(threads: int, model: str, prompts: dict, n: int, check: str
 
     torch.set_num_threads(threads)
     if optimum:
-        import onnxruntime
         from optimum.onnxruntime import ORTModelForSeq2SeqLM
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        engine = ORTModelForSeq2SeqLM.from_pretrained(model, session_options=options, provider="CPUExecutionProvider")
+        engine = ORTModelForSeq2SeqLM.from_pretrained(model, session_options=ort_options(threads),
+                                                      provider="CPUExecutionProvider")
     else:
         import transformers
 
@@ -267,15 +272,12 @@ def optimum_encode(threads: int, model: str, inputs: dict, task: str, check: boo
     "text") or ``ORTModelForImageClassification`` ("image") at each batch of ``inputs`` (batch
     -> .npz of the model's inputs), 3 calls each after one warm-up; with ``check``, the logits of
     the first batch instead."""
-    import onnxruntime
     import torch
     from optimum import onnxruntime as ort
 
     torch.set_num_threads(threads)
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
     auto = {"text": ort.ORTModelForSequenceClassification, "image": ort.ORTModelForImageClassification}[task]
-    engine = auto.from_pretrained(model, session_options=options, provider="CPUExecutionProvider")
+    engine = auto.from_pretrained(model, session_options=ort_options(threads), provider="CPUExecutionProvider")
     feeds = [{k: torch.from_numpy(v) for k, v in np.load(path).items()} for path in inputs.values()]
 
     def run(feed):
@@ -310,12 +312,9 @@ def speech_generate(threads: int, model: str, features: dict, n: int, check: boo
 
     torch.set_num_threads(threads)
     if optimum:
-        import onnxruntime
         from optimum.onnxruntime import ORTModelForSpeechSeq2Seq
 
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        engine = ORTModelForSpeechSeq2Seq.from_pretrained(model, session_options=options,
+        engine = ORTModelForSpeechSeq2Seq.from_pretrained(model, session_options=ort_options(threads),
                                                           provider="CPUExecutionProvider")
     else:
         import transformers
